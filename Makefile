@@ -1,0 +1,30 @@
+# The two commands of the README: `make run` and `make test`. Each creates .venv on first use
+# and reinstalls when setup.cfg changes, so a fresh clone needs nothing else.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint bench clean
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/conduit start --demo
+
+# gevent patches the standard library before pytest imports anything, as gunicorn's worker does.
+test: $(STAMP)
+	$(PY) -m gevent.monkey --module pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+bench: $(STAMP)
+	$(PY) bench/invoke.py
+
+clean:
+	rm -rf $(VENV) var/*.db var/*.db-* var/*.pid

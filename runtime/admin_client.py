@@ -1,0 +1,60 @@
+"""A small client of the admin API, used by the CLI (stdlib only, so the CLI starts fast)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import urllib.error
+import urllib.request
+from typing import Any
+
+from runtime.config import Settings
+from runtime.core import admin_password
+from runtime.errors import ConduitError
+
+
+class AdminCallFailed(ConduitError):
+    """The admin API answered with an error, or could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+def base_url(settings: Settings) -> str:
+    """The URL the server listens on, as seen from this host."""
+    host, _, port = settings.server.bind.rpartition(':')
+    if host in ('', '0.0.0.0', '[::]'):
+        host = '127.0.0.1'
+    scheme = 'https' if settings.server.certfile else 'http'
+    return f'{scheme}://{host}:{port}'
+
+
+class AdminClient:
+    """Calls /admin endpoints with the admin credentials."""
+
+    def __init__(self, settings: Settings, timeout: float = 30.0) -> None:
+        self._url = base_url(settings)
+        creds = f'{settings.admin.username}:{admin_password(settings)}'.encode()
+        self._auth = 'Basic ' + base64.b64encode(creds).decode()
+        self._timeout = timeout
+        self._ssl = ssl._create_unverified_context() if self._url.startswith('https') else None
+
+    def call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        """One request; the decoded JSON answer, or AdminCallFailed with the server's details."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self._url + path, data=data, method=method,
+                                     headers={'Authorization': self._auth, 'Content-Type': 'application/json'})
+        try:
+            with urllib.request.urlopen(req, timeout=self._timeout, context=self._ssl) as resp:
+                return json.loads(resp.read() or b'{}')
+        except urllib.error.HTTPError as e:
+            try:
+                details = json.loads(e.read()).get('details', e.reason)
+            except ValueError:
+                details = e.reason
+            raise AdminCallFailed(f'{e.code}: {details}', e.code) from None
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, 'reason', e)
+            raise AdminCallFailed(f'cannot reach the server at {self._url}: {reason}') from None

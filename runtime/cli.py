@@ -1,0 +1,187 @@
+"""The ``conduit`` command line: start and stop the server, and talk to its admin API."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from runtime.config import Settings, load_settings
+from runtime.errors import ConduitError
+
+_console = Console()
+
+
+def _settings(ctx: click.Context) -> Settings:
+    return ctx.obj['settings']
+
+
+def _client(ctx: click.Context) -> Any:
+    from runtime.admin_client import AdminClient
+    return AdminClient(_settings(ctx))
+
+
+@click.group()
+@click.option('--config', 'config_path', type=click.Path(dir_okay=False), envvar='CONDUIT_CONFIG',
+              help='server.toml to use (default: ./config/server.toml).')
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None) -> None:
+    """Conduit: services and a durable publish/subscribe broker."""
+    try:
+        ctx.obj = {'settings': load_settings(config_path)}
+    except ConduitError as e:
+        raise click.ClickException(str(e)) from None
+
+
+@main.command()
+@click.option('--workers', type=click.IntRange(1, 64), help='Number of gunicorn workers.')
+@click.option('--bind', help='host:port to listen on.')
+@click.option('--demo', is_flag=True, help='Also apply the demo objects (config/demo) and print what to try.')
+@click.pass_context
+def start(ctx: click.Context, workers: int | None, bind: str | None, demo: bool) -> None:
+    """Run the server in the foreground."""
+    settings = _settings(ctx)
+    if workers:
+        settings.server.workers = workers
+    if bind:
+        settings.server.bind = bind
+    logging.basicConfig(level=settings.logging.level.upper(), format=settings.logging.format)
+    logging.getLogger('alembic').setLevel(logging.WARNING)
+    from runtime.admin_client import base_url
+    from runtime.server import run
+    url = base_url(settings)
+    click.echo(f'Conduit on {url} ({settings.server.workers} worker(s), database {settings.database.url})')
+    click.echo(f'Drop service modules into {settings.path(settings.hot_deploy.dir)}; admin password in '
+               f'{settings.path(settings.admin.password_file)}')
+    if demo:
+        click.echo('Try the demo:\n'
+                   f"  curl -s -u demo:demo-password -X POST {url}/api/crm/customer "
+                   "-d '{\"name\": \"Ada Lovelace\", \"email\": \"ada@example.com\"}'\n"
+                   f'  curl -s -u demo:demo-password {url}/api/crm/customer/1')
+    try:
+        run(settings, demo=demo)
+    except ConduitError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _read_pid(settings: Settings) -> int | None:
+    path = settings.path(settings.server.pidfile)
+    try:
+        pid = int(path.read_text().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+@main.command()
+@click.option('--timeout', default=30.0, show_default=True, help='Seconds to wait for the server to exit.')
+@click.pass_context
+def stop(ctx: click.Context, timeout: float) -> None:
+    """Stop a running server gracefully (SIGTERM)."""
+    pid = _read_pid(_settings(ctx))
+    if pid is None:
+        raise click.ClickException('no server is running (no live pid in the pidfile)')
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            click.echo(f'stopped (pid {pid})')
+            return
+        time.sleep(0.1)
+    raise click.ClickException(f'server (pid {pid}) still running after {timeout:g} s')
+
+
+@main.command()
+@click.pass_context
+def status(ctx: click.Context) -> None:
+    """Show whether the server runs and what it serves."""
+    pid = _read_pid(_settings(ctx))
+    if pid is None:
+        click.echo('not running')
+        sys.exit(1)
+    try:
+        info = _client(ctx).call('GET', '/admin/status')
+    except ConduitError as e:
+        raise click.ClickException(f'pid {pid} is alive but the admin API failed: {e}') from None
+    click.echo(f"running: master pid {pid}, {info['services']} services, {info['channels']} channels, "
+               f"database {info['database']}")
+
+
+@main.command()
+@click.argument('name')
+@click.option('--data', default=None, help='JSON payload.')
+@click.option('--timeout', type=float, default=None, help='Seconds before the service is stopped.')
+@click.pass_context
+def invoke(ctx: click.Context, name: str, data: str | None, timeout: float | None) -> None:
+    """Invoke a service on the running server and print its response."""
+    try:
+        payload = json.loads(data) if data is not None else None
+    except json.JSONDecodeError as e:
+        raise click.ClickException(f'--data is not valid JSON: {e}') from None
+    path = f'/admin/services/{_quote(name)}/invoke' + (f'?timeout={timeout}' if timeout else '')
+    try:
+        result = _client(ctx).call('POST', path, payload)
+    except ConduitError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(json.dumps(result['response'], indent=2, default=str))
+
+
+@main.command()
+@click.argument('file', type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.pass_context
+def deploy(ctx: click.Context, file: Path) -> None:
+    """Deploy a service module to every worker of the running server."""
+    try:
+        result = _client(ctx).call('POST', '/admin/deploy', {'file_name': file.name,
+                                                             'source': file.read_text(encoding='utf-8')})
+    except ConduitError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"deployed: {', '.join(result['services']) or 'no services'}")
+
+
+@main.command()
+@click.argument('name')
+@click.pass_context
+def undeploy(ctx: click.Context, name: str) -> None:
+    """Remove a service from every worker of the running server."""
+    try:
+        _client(ctx).call('DELETE', f'/admin/services/{_quote(name)}')
+    except ConduitError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f'undeployed: {name}')
+
+
+@main.command()
+@click.pass_context
+def services(ctx: click.Context) -> None:
+    """List deployed services."""
+    try:
+        result = _client(ctx).call('GET', '/admin/services')
+    except ConduitError as e:
+        raise click.ClickException(str(e)) from None
+    table = Table('name', 'module', 'input', 'deployed at')
+    for s in result['services']:
+        inputs = ', '.join(s['input'] + [f'-{f}' for f in s['input_optional']])
+        table.add_row(s['name'], s['module'], inputs, s['deployed_at'])
+    _console.print(table)
+
+
+def _quote(name: str) -> str:
+    from urllib.parse import quote
+    return quote(name, safe='')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,191 @@
+"""Server configuration: ``config/server.toml`` plus ``CONDUIT_*`` environment overrides.
+
+Every key of every section can be overridden by ``CONDUIT_<SECTION>_<KEY>`` (upper case), e.g.
+``CONDUIT_DATABASE_URL`` or ``CONDUIT_SERVER_WORKERS``. The value is converted to the type of the
+key's default. Unknown sections or keys in the file are an error naming them, so a typo never
+silently falls back to a default. Relative paths are resolved against the project directory
+(the parent of the ``config/`` folder holding server.toml).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runtime.errors import ConfigError
+
+#: Environment variable naming the server.toml to use.
+CONFIG_ENV = 'CONDUIT_CONFIG'
+
+#: Prefix of every environment override.
+ENV_PREFIX = 'CONDUIT_'
+
+
+@dataclass
+class ServerSection:
+    """How gunicorn listens and runs."""
+
+    bind: str = '127.0.0.1:17010'
+    workers: int = 1
+    graceful_timeout_secs: float = 10.0
+    pidfile: str = 'var/conduit.pid'
+    certfile: str = ''
+    keyfile: str = ''
+
+
+@dataclass
+class DatabaseSection:
+    """Where the runtime stores its state."""
+
+    url: str = 'sqlite:///var/conduit.db'
+    pool_size: int = 10
+    #: SQLite's PRAGMA synchronous; FULL keeps committed data across a power loss.
+    sqlite_synchronous: str = 'FULL'
+    #: How long a SQLite writer waits for the lock before giving up.
+    sqlite_busy_timeout_ms: int = 10000
+
+
+@dataclass
+class HotDeploySection:
+    """Where services come from."""
+
+    dir: str = 'hot-deploy'
+    services_dir: str = 'services'
+    poll_interval_secs: float = 0.2
+    #: A file is loaded once its size and mtime were the same on this many polls in a row.
+    stable_polls: int = 2
+
+
+@dataclass
+class ObjectsSection:
+    """Declarative objects (channels, security, topics, jobs)."""
+
+    dir: str = 'config/objects'
+    poll_interval_secs: float = 1.0
+
+
+@dataclass
+class HttpSection:
+    """Limits of the HTTP layer."""
+
+    max_body_size: int = 5 * 1024 * 1024
+
+
+@dataclass
+class AdminSection:
+    """Credentials of the admin API; an empty password is generated once into password_file."""
+
+    username: str = 'admin'
+    password: str = ''
+    password_file: str = 'var/admin.password'
+
+
+@dataclass
+class SyncSection:
+    """How often a worker checks the database for changes made by other workers."""
+
+    interval_secs: float = 0.5
+
+
+@dataclass
+class LoggingSection:
+    """Log level and format of the server."""
+
+    level: str = 'INFO'
+    format: str = '%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s'
+
+
+@dataclass
+class Settings:
+    """All configuration of one server."""
+
+    base_dir: Path = field(default_factory=Path.cwd)
+    server: ServerSection = field(default_factory=ServerSection)
+    database: DatabaseSection = field(default_factory=DatabaseSection)
+    hot_deploy: HotDeploySection = field(default_factory=HotDeploySection)
+    objects: ObjectsSection = field(default_factory=ObjectsSection)
+    http: HttpSection = field(default_factory=HttpSection)
+    admin: AdminSection = field(default_factory=AdminSection)
+    sync: SyncSection = field(default_factory=SyncSection)
+    logging: LoggingSection = field(default_factory=LoggingSection)
+
+    def path(self, value: str) -> Path:
+        """Resolve a configured path against the project directory."""
+        p = Path(value)
+        return p if p.is_absolute() else self.base_dir / p
+
+    @property
+    def database_url(self) -> str:
+        """The database URL with a relative SQLite path made absolute."""
+        url = self.database.url
+        prefix = 'sqlite:///'
+        if url.startswith(prefix) and not url.startswith(prefix + '/') and ':memory:' not in url:
+            return prefix + str(self.path(url[len(prefix):]))
+        return url
+
+
+_SECTIONS = [f.name for f in dataclasses.fields(Settings) if f.name != 'base_dir']
+
+
+def _convert(raw: Any, default: Any, where: str) -> Any:
+    """Convert a file or environment value to the type of the key's default."""
+    kind = type(default)
+    if isinstance(raw, kind) and not (kind is int and isinstance(raw, bool)):
+        return raw
+    if isinstance(raw, str):
+        try:
+            if kind is bool:
+                lowered = raw.strip().lower()
+                if lowered not in ('1', '0', 'true', 'false', 'yes', 'no', 'on', 'off'):
+                    raise ValueError(raw)
+                return lowered in ('1', 'true', 'yes', 'on')
+            return kind(raw)
+        except ValueError:
+            raise ConfigError(where, f'expected {kind.__name__}, got {raw!r}') from None
+    if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
+        return float(raw)
+    raise ConfigError(where, f'expected {kind.__name__}, got {type(raw).__name__}')
+
+
+def default_config_path() -> Path:
+    """The server.toml to use: $CONDUIT_CONFIG, else ./config/server.toml."""
+    return Path(os.environ.get(CONFIG_ENV) or Path.cwd() / 'config' / 'server.toml')
+
+
+def load_settings(path: Path | str | None = None, env: dict[str, str] | None = None) -> Settings:
+    """Read server.toml (if it exists) and apply environment overrides."""
+    env = dict(os.environ if env is None else env)
+    path = Path(path) if path else default_config_path()
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text(encoding='utf-8'))
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(str(path), f'not valid TOML: {e}') from None
+    base_dir = path.resolve().parent.parent if path.parent.name == 'config' else path.resolve().parent
+    if not path.exists():
+        base_dir = Path.cwd()
+    settings = Settings(base_dir=base_dir)
+
+    for section_name, values in data.items():
+        if section_name not in _SECTIONS:
+            raise ConfigError(str(path), f'unknown section [{section_name}]')
+        if not isinstance(values, dict):
+            raise ConfigError(str(path), f'[{section_name}] must be a table')
+        section = getattr(settings, section_name)
+        for key, raw in values.items():
+            if not hasattr(section, key):
+                raise ConfigError(str(path), f'unknown key {key!r} in [{section_name}]')
+            setattr(section, key, _convert(raw, getattr(section, key), f'{path} [{section_name}] {key}'))
+
+    for section_name in _SECTIONS:
+        section = getattr(settings, section_name)
+        for f in dataclasses.fields(section):
+            var = f'{ENV_PREFIX}{section_name}_{f.name}'.upper()
+            if var in env:
+                setattr(section, f.name, _convert(env[var], getattr(section, f.name), var))
+    return settings

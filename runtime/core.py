@@ -1,0 +1,175 @@
+"""One runtime instance: what a gunicorn worker (a "server" in Zato's terms) runs.
+
+The runtime owns the service store, the invoker, the database engine, the in-memory copies of
+channels and security definitions, and the background greenlets that keep them current
+(hot-deploy watcher, object-file watcher, sync poller). It knows nothing of HTTP: the falcon
+app in ``runtime.http`` is built on top of it.
+
+Lifecycle (as Nameko's extensions): ``start()`` once, ``stop()`` once; ``stop`` never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from pathlib import Path
+from typing import Any
+
+import gevent
+from sqlalchemy import Engine, select
+
+from runtime.channels import Channel, ChannelRouter, parse_methods
+from runtime.config import Settings
+from runtime.db.engine import make_engine
+from runtime.db.migrate import upgrade
+from runtime.db.models import BasicAuthDef, RestChannel
+from runtime.errors import ConfigError
+from runtime.hot_deploy import SYNC_KEY as DEPLOYMENTS_KEY
+from runtime.hot_deploy import HotDeployer
+from runtime.invoke import Invoker
+from runtime.objects import CHANNELS_KEY, SECURITY_KEY, ObjectsApplier
+from runtime.security import BasicAuth, SecurityRegistry
+from runtime.spawn import Spawner
+from runtime.store import ServiceStore
+from runtime.sync import Synchronizer
+
+_log = logging.getLogger(__name__)
+
+#: Where the demo's extra objects live, relative to the project directory.
+DEMO_OBJECTS_DIR = 'config/demo'
+
+
+def admin_password(settings: Settings, create: bool = False) -> str:
+    """The admin API password: configured, else read from (or, with create, written to) its file."""
+    if settings.admin.password:
+        return settings.admin.password
+    path = settings.path(settings.admin.password_file)
+    if path.exists():
+        return path.read_text(encoding='utf-8').strip()
+    if not create:
+        raise ConfigError('admin.password', f'not set, and {path} does not exist yet (start the server once)')
+    path.parent.mkdir(parents=True, exist_ok=True)
+    password = secrets.token_urlsafe(18)
+    path.touch(mode=0o600)
+    path.write_text(password + '\n', encoding='utf-8')
+    return password
+
+
+def prepare_database(settings: Settings, demo: bool = False) -> None:
+    """Migrate the schema and apply object files once, before workers start."""
+    engine = make_engine(settings.database_url, pool_size=1)
+    try:
+        upgrade(engine)
+        ObjectsApplier(engine, objects_dirs(settings, demo)).apply()
+    finally:
+        engine.dispose()
+
+
+def objects_dirs(settings: Settings, demo: bool) -> list[Path]:
+    """Directories of object files: config/objects, plus config/demo in demo mode."""
+    dirs = [settings.path(settings.objects.dir)]
+    if demo:
+        dirs.append(settings.path(DEMO_OBJECTS_DIR))
+    return dirs
+
+
+class Runtime:
+    """Everything one worker runs, HTTP aside."""
+
+    def __init__(self, settings: Settings, demo: bool = False, engine: Engine | None = None) -> None:
+        self.settings = settings
+        self.demo = demo
+        self.user_config: dict[str, Any] = {}
+        db = settings.database
+        self.engine = engine or make_engine(settings.database_url, pool_size=db.pool_size,
+                                            sqlite_synchronous=db.sqlite_synchronous,
+                                            sqlite_busy_timeout_ms=db.sqlite_busy_timeout_ms)
+        self.spawner = Spawner()
+        self.store = ServiceStore()
+        self.invoker = Invoker(self)
+        self.hot_deployer = HotDeployer(self)
+        self.security = SecurityRegistry()
+        self.router = ChannelRouter()
+        self.objects = ObjectsApplier(self.engine, objects_dirs(settings, demo))
+        self.synchronizer = Synchronizer(self.engine)
+        self.synchronizer.register(DEPLOYMENTS_KEY, self.hot_deployer.apply_recorded)
+        self.synchronizer.register(CHANNELS_KEY, self.reload_channels)
+        self.synchronizer.register(SECURITY_KEY, self.reload_security)
+        self.started = False
+
+    # Lifecycle
+
+    def start(self, migrate: bool = True, watch: bool = True) -> None:
+        """Load everything and start the background greenlets."""
+        if migrate:
+            upgrade(self.engine)
+        self.objects.apply()
+        self.reload_security()
+        self.reload_channels()
+        hd = self.settings.hot_deploy
+        self.hot_deployer.load_directory(self.settings.path(hd.services_dir))
+        self.hot_deployer.apply_recorded()
+        pickup = self.settings.path(hd.dir)
+        self.hot_deployer.deploy_directory_now(pickup)
+        self.synchronizer.poll()
+        if watch:
+            self.spawner.spawn(self.hot_deployer.watch, pickup, hd.poll_interval_secs, hd.stable_polls,
+                               name='hot-deploy-watcher')
+            self.spawner.spawn(self._watch_objects, name='objects-watcher')
+            self.spawner.spawn(self.synchronizer.run, self.settings.sync.interval_secs, name='sync')
+        self.started = True
+        _log.info('runtime started: %d services', len(self.store.names()))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop background work and release the database; never raises."""
+        try:
+            self.spawner.stop(timeout)
+        except Exception:
+            _log.exception('stopping greenlets failed')
+        try:
+            self.engine.dispose()
+        except Exception:
+            _log.exception('disposing of the database engine failed')
+        self.started = False
+
+    def _watch_objects(self) -> None:
+        interval = self.settings.objects.poll_interval_secs
+        while True:
+            gevent.sleep(interval)
+            try:
+                if self.objects.changed_on_disk():
+                    for key in set(self.objects.apply()):
+                        self.synchronizer.changed(key)
+            except ConfigError as e:
+                _log.error('object files rejected, previous configuration stays: %s', e)
+            except Exception:
+                _log.exception('applying object files failed')
+
+    # Shared objects
+
+    def reload_channels(self) -> None:
+        """Rebuild the channel router from the database."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(RestChannel)).all()
+        channels = []
+        for r in rows:
+            try:
+                channels.append(Channel(name=r.name, service=r.service, url_path=r.url_path,
+                                        methods=parse_methods(r.methods), data_format=r.data_format,
+                                        security=r.security, is_active=r.is_active))
+            except ConfigError as e:
+                _log.error('channel %r skipped: %s', r.name, e)
+        self.router = ChannelRouter(channels)
+
+    def reload_security(self) -> None:
+        """Reload Basic Auth definitions from the database."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(BasicAuthDef)).all()
+        self.security.replace_all([BasicAuth(r.name, r.username, r.password_hash, r.realm, r.is_active)
+                                   for r in rows])
+
+    # Pub/sub
+
+    def pubsub_api(self, service: Any) -> Any:
+        """The pub/sub API bound to a service."""
+        raise NotImplementedError

@@ -1,0 +1,1 @@
+"""Storage: SQLAlchemy models, engine set-up and Alembic migrations."""

@@ -1,0 +1,204 @@
+"""Every error Conduit raises on purpose, under one root.
+
+The tree is shallow (at most three levels below ``ConduitError``) and each class carries the
+data that names the offending object, so that the HTTP layer can map the whole tree in one
+error handler (``runtime.http.errors``) and a user reading a log line knows what to fix::
+
+    try:
+        self.invoke('crm.customer.get', {'id': 1})
+    except ServiceNotFound as e:
+        self.logger.warning('no such service: %s', e.name)
+
+Classes that describe bad input also subclass ``ValueError`` so plain ``except ValueError``
+clauses keep working.
+"""
+
+from __future__ import annotations
+
+#: HTTP status each class maps to when it reaches the HTTP layer; subclasses override it.
+DEFAULT_HTTP_STATUS = 500
+
+
+class ConduitError(Exception):
+    """Root of every error Conduit raises on purpose."""
+
+    http_status: int = DEFAULT_HTTP_STATUS
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or type(self).__name__).strip())
+
+    @property
+    def details(self) -> str:
+        """The message shown to a client: safe to return, never contains secrets."""
+        return str(self)
+
+
+# Services and invocation
+
+
+class ServiceNotFound(ConduitError, LookupError):
+    """No service is deployed under that name."""
+
+    http_status = 404
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f'service not found: {name!r}')
+
+
+class InvalidService(ConduitError, ValueError):
+    """A Service class cannot be deployed as it is."""
+
+    def __init__(self, class_name: str, reason: str) -> None:
+        self.class_name = class_name
+        self.reason = reason
+        super().__init__(f'service class {class_name!r} is invalid: {reason}')
+
+
+class InvalidInput(ConduitError, ValueError):
+    """A request lacks a required input field or has a malformed one."""
+
+    http_status = 400
+
+    def __init__(self, field: str, reason: str = 'is required') -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f'input field {field!r} {reason}')
+
+
+class InvalidOutput(ConduitError):
+    """A service did not produce a required output field."""
+
+    def __init__(self, service: str, field: str) -> None:
+        self.service = service
+        self.field = field
+        super().__init__(f'service {service!r} did not set required output field {field!r}')
+
+
+class BadRequest(ConduitError, ValueError):
+    """The request cannot be processed as sent."""
+
+    http_status = 400
+
+
+class MethodNotAllowed(ConduitError):
+    """The service has no handler for this HTTP method."""
+
+    http_status = 405
+
+    def __init__(self, method: str, allowed: list[str] | None = None) -> None:
+        self.method = method
+        self.allowed = allowed or []
+        super().__init__(f'method {method} is not allowed')
+
+
+class RequestRejected(ConduitError):
+    """The service's accept() refused the request."""
+
+    http_status = 400
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+        super().__init__(f'request not accepted by service {service!r}')
+
+
+class SelfInvocation(ConduitError):
+    """A service tried to invoke itself."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f'service {name!r} may not invoke itself')
+
+
+class InvocationTimeout(ConduitError, TimeoutError):
+    """An invoked service did not finish in time and was stopped."""
+
+    http_status = 504
+
+    def __init__(self, name: str, timeout: float) -> None:
+        self.name = name
+        self.timeout = timeout
+        super().__init__(f'service {name!r} did not finish within {timeout:g} s')
+
+
+# Deployment
+
+
+class DeploymentError(ConduitError):
+    """A module could not be deployed; the previous version stays live."""
+
+    def __init__(self, file_name: str, reason: str, line: int | None = None) -> None:
+        self.file_name = file_name
+        self.reason = reason
+        self.line = line
+        where = f'{file_name}:{line}' if line else file_name
+        super().__init__(f'cannot deploy {where}: {reason}')
+
+
+# HTTP and security
+
+
+class ChannelNotFound(ConduitError, LookupError):
+    """No REST channel serves this path and method."""
+
+    http_status = 404
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f'no channel for path {path!r}')
+
+
+class Unauthorized(ConduitError):
+    """Credentials are missing, wrong or belong to an inactive definition."""
+
+    http_status = 401
+
+    def __init__(self, realm: str = 'Conduit', message: str = 'invalid or missing credentials') -> None:
+        self.realm = realm
+        super().__init__(message)
+
+
+class Forbidden(ConduitError):
+    """The caller is known but may not do this."""
+
+    http_status = 403
+
+
+class PayloadTooLarge(ConduitError):
+    """The request body is larger than the configured limit."""
+
+    http_status = 413
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f'request body of {size} bytes exceeds the limit of {limit} bytes')
+
+
+class StorageUnavailable(ConduitError):
+    """The database cannot be reached; nothing was stored."""
+
+    http_status = 503
+
+
+# Configuration
+
+
+class ConfigError(ConduitError, ValueError):
+    """A configuration file or value is invalid."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        self.where = where
+        self.reason = reason
+        super().__init__(f'{where}: {reason}')
+
+
+class ObjectNotFound(ConduitError, LookupError):
+    """A configured object (channel, security definition, ...) does not exist."""
+
+    http_status = 404
+
+    def __init__(self, kind: str, name: str) -> None:
+        self.kind = kind
+        self.name = name
+        super().__init__(f'{kind} not found: {name!r}')

@@ -1,0 +1,204 @@
+"""Running services: one invocation, sync ``invoke`` and RAM-only ``invoke_async``.
+
+``Invoker.run`` is the single place where a service instance is made and its hooks are called,
+whatever the channel (REST, invoke, pub/sub, scheduler). It is on the hot path of every call, so
+it does the least work it can: no locks, no copies of the payload, one instance per call.
+
+Async invocations live only in this worker's memory: a restart loses them, by design. Use
+``self.pubsub.publish`` for anything that must survive.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import gevent
+
+from runtime.errors import (
+    InvalidInput,
+    InvalidOutput,
+    InvocationTimeout,
+    MethodNotAllowed,
+    RequestRejected,
+    SelfInvocation,
+)
+from runtime.service import Bunch, HttpInfo, Request, Response, Service
+
+if TYPE_CHECKING:
+    from runtime.core import Runtime
+
+_log = logging.getLogger(__name__)
+
+#: Suffix of the service that receives async responses by convention.
+ASYNC_CALLBACK_SUFFIX = '-async-callback'
+
+#: Channel names a service can see in self.channel.
+CHANNEL_INVOKE = 'invoke'
+CHANNEL_INVOKE_ASYNC = 'invoke-async'
+CHANNEL_CALLBACK = 'invoke-async-callback'
+CHANNEL_REST = 'rest'
+
+
+def new_cid() -> str:
+    """A new correlation id: 24 hex characters of randomness."""
+    return os.urandom(12).hex()
+
+
+def _build_input(cls: type[Service], payload: Any) -> Bunch:
+    required, optional = cls._required_input, cls._optional_input
+    if not required and not optional:
+        return Bunch(payload) if isinstance(payload, dict) else Bunch()
+    if not isinstance(payload, dict):
+        if required:
+            raise InvalidInput(required[0], 'is required (the request is not a JSON object)')
+        return Bunch.fromkeys(optional)
+    result = Bunch()
+    for field in required:
+        value = payload.get(field)
+        if value is None or value == '':
+            raise InvalidInput(field)
+        result[field] = value
+    for field in optional:
+        result[field] = payload.get(field)
+    return result
+
+
+def _call_hook(svc: Service, hook: str) -> None:
+    try:
+        getattr(svc, hook)()
+    except Exception:
+        _log.exception('%s of service %s failed (cid %s); ignored', hook, svc.name, svc.cid)
+
+
+class Invoker:
+    """Makes service instances and runs them, in the caller's greenlet or in a new one."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._store = runtime.store
+
+    def run(self, cls: type[Service], payload: Any = None, *, channel: str = CHANNEL_INVOKE,
+            cid: str | None = None, raw_request: Any = None, http: HttpInfo | None = None) -> Service:
+        """Run one invocation of cls and return the finished instance (with its response)."""
+        svc = cls()
+        svc.cid = cid or new_cid()
+        svc.channel = channel
+        svc.invocation_time = datetime.now(UTC)
+        svc._runtime = self.runtime
+        request = svc.request = Request(payload, raw_request, http)
+        svc.response = Response()
+        try:
+            if http is None:
+                request.input = _build_input(cls, payload)
+            else:
+                # Over REST, input comes from the query string, the body and the path, later ones winning.
+                source = dict(http.params)
+                if isinstance(payload, dict):
+                    source.update(payload)
+                elif payload is not None and (cls._required_input or cls._optional_input):
+                    raise InvalidInput((cls._required_input or cls._optional_input)[0],
+                                       'cannot be read: the request body is not a JSON object')
+                source.update(http.path_params)
+                request.input = _build_input(cls, source)
+            if not svc.accept():
+                raise RequestRejected(cls.name)
+            _call_hook(svc, 'before_handle')
+            is_job = channel == 'scheduler'
+            if is_job:
+                _call_hook(svc, 'before_job')
+            method = http.method if http is not None else ''
+            if method in cls._verbs:
+                getattr(svc, f'handle_{method}')()
+            elif cls._has_handle:
+                svc.handle()
+            else:
+                raise MethodNotAllowed(method or channel, sorted(cls._verbs))
+            if cls._required_output:
+                self._check_output(svc)
+            _call_hook(svc, 'after_handle')
+            if is_job:
+                _call_hook(svc, 'after_job')
+        finally:
+            _call_hook(svc, 'finalize_handle')
+        return svc
+
+    @staticmethod
+    def _check_output(svc: Service) -> None:
+        payload = svc.response.payload
+        for field in svc._required_output:
+            if not isinstance(payload, dict) or field not in payload:
+                raise InvalidOutput(svc.name, field)
+
+    def invoke(self, name_or_class: str | type[Service], payload: Any = None, timeout: float | None = None,
+               caller: Service | None = None, channel: str = CHANNEL_INVOKE, cid: str | None = None) -> Any:
+        """Invoke a service synchronously and return its response payload.
+
+        The callee's exception propagates unchanged. With a timeout, the callee runs in its own
+        greenlet, which is killed when the time is up, and InvocationTimeout is raised.
+        """
+        cls = self._store.get(name_or_class)
+        if caller is not None and cls.name == caller.name:
+            raise SelfInvocation(cls.name)
+        if timeout is None:
+            return self.run(cls, payload, channel=channel, cid=cid).response.payload
+        g = self.runtime.spawner.spawn(self.run, cls, payload, channel=channel, cid=cid,
+                                        name=f'invoke:{cls.name}')
+        g.join(timeout)
+        if not g.ready():
+            g.kill(block=True, timeout=1)
+            raise InvocationTimeout(cls.name, timeout)
+        return g.get().response.payload
+
+    def invoke_async(self, name_or_class: str | type[Service], payload: Any = None, callback: Any = None,
+                     caller: Service | None = None, cid: str | None = None) -> str:
+        """Invoke a service in a new greenlet; return its cid at once.
+
+        When it ends, each callback service (a name, class or list of them; by default
+        ``<name>-async-callback`` if deployed) is invoked with a dict of ``cid``, ``source``,
+        ``target``, ``ok``, ``response`` and ``exception`` (the error text or None).
+        """
+        cls = self._store.get(name_or_class)
+        if caller is not None and cls.name == caller.name:
+            raise SelfInvocation(cls.name)
+        cid = cid or new_cid()
+        source = caller.name if caller is not None else None
+        self.runtime.spawner.spawn(self._run_async, cls, payload, cid, source, callback,
+                                    name=f'invoke-async:{cls.name}')
+        return cid
+
+    def _run_async(self, cls: type[Service], payload: Any, cid: str, source: str | None, callback: Any) -> None:
+        try:
+            response = self.run(cls, payload, channel=CHANNEL_INVOKE_ASYNC, cid=cid).response.payload
+            ok, error = True, None
+        except gevent.GreenletExit:
+            raise
+        except Exception as e:
+            _log.exception('async invocation of %s failed (cid %s)', cls.name, cid)
+            response, ok, error = None, False, f'{type(e).__name__}: {e}'
+        targets = self.callback_targets(cls.name, callback)
+        if not targets:
+            return
+        result = {'cid': cid, 'source': source, 'target': cls.name, 'ok': ok, 'response': response,
+                  'exception': error}
+        for target in targets:
+            try:
+                self.run(self._store.get(target), result, channel=CHANNEL_CALLBACK)
+            except Exception:
+                _log.exception('callback %s of async invocation %s failed', target, cid)
+
+    def callback_targets(self, name: str, callback: Any) -> list[str | type[Service]]:
+        """The callback services to call: explicit ones, else the by-convention one if deployed."""
+        if callback is None:
+            conventional = name + ASYNC_CALLBACK_SUFFIX
+            return [conventional] if self._store.has(conventional) else []
+        if isinstance(callback, (str, type)):
+            callback = [callback]
+        targets = list(callback) if isinstance(callback, Iterable) else [callback]
+        for target in targets:
+            self._store.get(target)  # fail early, in the caller, on an unknown callback
+        return targets
+

@@ -1,0 +1,150 @@
+"""Basic Auth security definitions: password hashing and request authentication.
+
+Passwords are stored as scrypt hashes (``scrypt$n$r$p$salt$hash``, base64) and compared in
+constant time. scrypt is slow on purpose (tens of milliseconds), so it runs in gevent's thread
+pool and does not freeze the hub; and a successful check is remembered, keyed by an HMAC of the
+credentials under a per-process random key, so that a client sending the same valid
+credentials again costs one HMAC instead of one scrypt. The memory is cleared whenever
+definitions change. Failed checks are never cached: each costs a full scrypt.
+
+Nothing here logs a password, a hash or the Authorization header.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import logging
+import os
+from dataclasses import dataclass
+
+import gevent
+
+from runtime.errors import Unauthorized
+
+_log = logging.getLogger(__name__)
+
+#: scrypt cost parameters: 2**14 * 8 * 128 bytes = 16 MiB of memory per check.
+SCRYPT_N = 2 ** 14
+SCRYPT_R = 8
+SCRYPT_P = 1
+SCRYPT_DKLEN = 32
+SALT_BYTES = 16
+
+#: Upper bound of remembered successful checks per worker.
+MAX_CACHED_CHECKS = 10_000
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode('ascii')
+
+
+def hash_password(password: str) -> str:
+    """A new scrypt hash of password, with a random salt."""
+    salt = os.urandom(SALT_BYTES)
+    digest = hashlib.scrypt(password.encode('utf-8'), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P,
+                            dklen=SCRYPT_DKLEN)
+    return f'scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${_b64(salt)}${_b64(digest)}'
+
+
+def verify_password(password: str, encoded: str) -> bool:
+    """Whether password matches an encoded hash; False for a malformed hash."""
+    try:
+        scheme, n, r, p, salt, digest = encoded.split('$')
+        if scheme != 'scrypt':
+            return False
+        expected = base64.b64decode(digest)
+        actual = hashlib.scrypt(password.encode('utf-8'), salt=base64.b64decode(salt), n=int(n), r=int(r),
+                                p=int(p), dklen=len(expected))
+    except (ValueError, binascii.Error):
+        return False
+    return hmac.compare_digest(actual, expected)
+
+
+def _in_pool(func, *args):  # type: ignore[no-untyped-def]
+    """Run a CPU-heavy call in gevent's thread pool so other greenlets keep running."""
+    return gevent.get_hub().threadpool.apply(func, args)
+
+
+@dataclass(frozen=True)
+class BasicAuth:
+    """One Basic Auth definition as a worker holds it in memory."""
+
+    name: str
+    username: str
+    password_hash: str
+    realm: str = 'Conduit'
+    is_active: bool = True
+
+
+def parse_basic_header(header: str | None) -> tuple[str, str] | None:
+    """Username and password from an Authorization header, or None if absent or malformed."""
+    if not header:
+        return None
+    scheme, _, value = header.partition(' ')
+    if scheme.lower() != 'basic' or not value:
+        return None
+    try:
+        decoded = base64.b64decode(value.strip(), validate=True).decode('utf-8')
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    username, sep, password = decoded.partition(':')
+    return (username, password) if sep else None
+
+
+class SecurityRegistry:
+    """The Basic Auth definitions of this worker, by name and by username."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, BasicAuth] = {}
+        self._by_username: dict[str, BasicAuth] = {}
+        self._ok_cache: dict[bytes, str] = {}
+        self._cache_key = os.urandom(32)
+
+    def replace_all(self, defs: list[BasicAuth]) -> None:
+        """Swap in a new set of definitions and forget remembered checks."""
+        self._by_name = {d.name: d for d in defs}
+        self._by_username = {d.username: d for d in defs}
+        self._ok_cache = {}
+
+    def get(self, name: str) -> BasicAuth | None:
+        """A definition by name."""
+        return self._by_name.get(name)
+
+    def names(self) -> list[str]:
+        """Every definition name, sorted."""
+        return sorted(self._by_name)
+
+    def authenticate(self, header: str | None, required: str | None = None, realm: str = 'Conduit') -> BasicAuth:
+        """The definition matching an Authorization header, or Unauthorized.
+
+        With ``required``, only that definition is accepted (a channel's own security).
+        """
+        if required is not None:
+            definition = self._by_name.get(required)
+            realm = definition.realm if definition else realm
+        creds = parse_basic_header(header)
+        if creds is None:
+            raise Unauthorized(realm)
+        username, password = creds
+        definition = self._by_username.get(username)
+        if definition is None or (required is not None and definition.name != required):
+            # Spend the same time as a real check so usernames cannot be probed by timing.
+            _in_pool(verify_password, password, _DUMMY_HASH)
+            raise Unauthorized(realm)
+        if not definition.is_active:
+            raise Unauthorized(realm, 'security definition is inactive')
+        key = hmac.new(self._cache_key, f'{username}\0{password}'.encode(), hashlib.sha256).digest()
+        if self._ok_cache.get(key) == definition.password_hash:
+            return definition
+        if not _in_pool(verify_password, password, definition.password_hash):
+            raise Unauthorized(realm)
+        if len(self._ok_cache) >= MAX_CACHED_CHECKS:
+            self._ok_cache.clear()
+        self._ok_cache[key] = definition.password_hash
+        return definition
+
+
+_DUMMY_HASH = hash_password(os.urandom(8).hex())

@@ -1,0 +1,77 @@
+"""The server: gunicorn run programmatically, gevent workers, one runtime per worker.
+
+The master migrates the database and applies the object files once, before forking, so that
+workers never race each other on the schema. Each worker then builds its own runtime after the
+gevent worker has monkey-patched the standard library (``load()`` runs in the worker), and stops
+it in ``worker_exit``. On SIGTERM gunicorn stops accepting connections and lets requests in flight
+finish for up to ``server.graceful_timeout_secs``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+
+from runtime.config import Settings
+from runtime.core import Runtime, admin_password, prepare_database
+
+_log = logging.getLogger(__name__)
+
+#: The runtime of this worker process (None in the master).
+_worker_runtime: Runtime | None = None
+
+
+def _worker_exit(server: Any, worker: Any) -> None:
+    if _worker_runtime is not None:
+        _worker_runtime.stop()
+
+
+class ConduitApplication(BaseApplication):
+    """gunicorn application whose WSGI app is a Conduit runtime."""
+
+    def __init__(self, settings: Settings, demo: bool = False) -> None:
+        self.settings = settings
+        self.demo = demo
+        super().__init__()
+
+    def load_config(self) -> None:
+        s = self.settings.server
+        options: dict[str, Any] = {
+            'bind': [s.bind],
+            'workers': s.workers,
+            'worker_class': 'gevent',
+            'worker_connections': 1000,
+            'graceful_timeout': max(1, round(s.graceful_timeout_secs)),
+            'timeout': 60,
+            'pidfile': str(self.settings.path(s.pidfile)),
+            'loglevel': self.settings.logging.level.lower(),
+            'worker_exit': _worker_exit,
+            'proc_name': 'conduit',
+        }
+        if 'control_socket_disable' in self.cfg.settings:
+            # gunicorn >= 25 opens a control socket in $HOME by default; several servers on one host
+            # (tests, clusters) would fight over it, and Conduit has its own admin API.
+            options['control_socket_disable'] = True
+        if s.certfile:
+            options['certfile'] = str(self.settings.path(s.certfile))
+            options['keyfile'] = str(self.settings.path(s.keyfile))
+        for key, value in options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        global _worker_runtime
+        from runtime.http import make_app
+        runtime = Runtime(self.settings, demo=self.demo)
+        runtime.start(migrate=False)
+        _worker_runtime = runtime
+        return make_app(runtime)
+
+
+def run(settings: Settings, demo: bool = False) -> None:
+    """Prepare the database and run gunicorn in the foreground until stopped."""
+    prepare_database(settings, demo)
+    admin_password(settings, create=True)
+    settings.path(settings.server.pidfile).parent.mkdir(parents=True, exist_ok=True)
+    ConduitApplication(settings, demo).run()

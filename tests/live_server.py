@@ -1,0 +1,124 @@
+"""A real Conduit server (gunicorn, gevent workers) in a subprocess, on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+#: The repository's root, whose services/ every test server deploys.
+REPO = Path(__file__).resolve().parent.parent
+
+ADMIN_USER = 'admin'
+ADMIN_PASSWORD = 'test-admin-password'
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """One server: its project directory, its URL, its log, and start/stop/kill."""
+
+    def __init__(self, base: Path, db_url: str, workers: int = 1, extra_config: str = '',
+                 env: dict[str, str] | None = None) -> None:
+        self.base = base
+        self.db_url = db_url
+        self.workers = workers
+        self.port = free_port()
+        self.url = f'http://127.0.0.1:{self.port}'
+        self.hot_deploy = base / 'hot-deploy'
+        self.objects = base / 'config' / 'objects'
+        self.log_path = base / 'server.log'
+        self.env = env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        for d in (self.hot_deploy, self.objects, base / 'var'):
+            d.mkdir(parents=True, exist_ok=True)
+        (base / 'config' / 'server.toml').write_text(f'''
+[server]
+bind = "127.0.0.1:{self.port}"
+workers = {workers}
+graceful_timeout_secs = 5
+[database]
+url = "{db_url}"
+[hot_deploy]
+dir = "hot-deploy"
+services_dir = "{REPO / 'services'}"
+poll_interval_secs = 0.1
+stable_polls = 2
+[objects]
+poll_interval_secs = 0.2
+[admin]
+username = "{ADMIN_USER}"
+password = "{ADMIN_PASSWORD}"
+[sync]
+interval_secs = 0.2
+{extra_config}
+''')
+
+    @property
+    def admin(self) -> tuple[str, str]:
+        """Admin credentials for requests' auth=."""
+        return ADMIN_USER, ADMIN_PASSWORD
+
+    def start(self, timeout: float = 30.0) -> LiveServer:
+        """Start the server and wait until /health answers."""
+        env = {**os.environ, 'CONDUIT_CONFIG': str(self.base / 'config' / 'server.toml'), **self.env}
+        env.pop('CONDUIT_DATABASE_URL', None)
+        log = open(self.log_path, 'ab')
+        self.proc = subprocess.Popen([sys.executable, '-m', 'runtime.cli', 'start'], cwd=self.base, env=env,
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f'server exited with {self.proc.returncode}:\n{self.log()}')
+            try:
+                if requests.get(self.url + '/health', timeout=1).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f'server did not answer within {timeout} s:\n{self.log()}')
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in time."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (master and workers) at once."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def log(self) -> str:
+        """Everything the server wrote so far."""
+        return self.log_path.read_text(errors='replace') if self.log_path.exists() else ''
+
+    def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """An HTTP request to this server."""
+        kwargs.setdefault('timeout', 10)
+        return requests.request(method, self.url + path, **kwargs)
+
+    def invoke(self, name: str, payload: Any = None) -> Any:
+        """Invoke a service through the admin API; returns its response payload."""
+        r = self.request('POST', f'/admin/services/{name}/invoke', json=payload, auth=self.admin)
+        assert r.status_code == 200, r.text
+        return r.json()['response']
