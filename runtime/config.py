@@ -92,6 +92,37 @@ class SyncSection:
 
 
 @dataclass
+class PubSubSection:
+    """Broker defaults; each subscription may override the delivery options."""
+
+    #: Publishing to an unknown topic creates it instead of failing.
+    auto_create_topics: bool = False
+    max_message_size: int = 5 * 1024 * 1024
+    #: Expiration of a message that does not set one (one year, as in Zato).
+    default_expiration_secs: int = 31536000
+    delivery_batch_size: int = 100
+    max_attempts: int = 25
+    #: First wait after a socket-level error (connection refused, timeout); grows per attempt.
+    wait_sock_err: float = 10.0
+    #: First wait after any other error; grows per attempt.
+    wait_non_sock_err: float = 3.0
+    #: Cap of the growing wait between attempts.
+    max_wait_secs: float = 600.0
+    err_should_block: bool = True
+    max_in_flight: int = 1
+    #: A worker owns a subscription's delivery for this long unless it renews the lease.
+    lease_ttl_secs: float = 10.0
+    lease_renew_secs: float = 2.0
+    #: How often a worker looks for messages other processes queued.
+    poll_interval_secs: float = 0.05
+    sweep_interval_secs: float = 30.0
+    #: Publications past a topic's max depth are appended here (one JSON line each).
+    overflow_dir: str = 'var/overflow'
+    #: Most publications one group commit writes.
+    group_commit_max: int = 1000
+
+
+@dataclass
 class LoggingSection:
     """Log level and format of the server."""
 
@@ -111,6 +142,7 @@ class Settings:
     http: HttpSection = field(default_factory=HttpSection)
     admin: AdminSection = field(default_factory=AdminSection)
     sync: SyncSection = field(default_factory=SyncSection)
+    pubsub: PubSubSection = field(default_factory=PubSubSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
 
     def path(self, value: str) -> Path:

@@ -28,6 +28,10 @@ from runtime.hot_deploy import SYNC_KEY as DEPLOYMENTS_KEY
 from runtime.hot_deploy import HotDeployer
 from runtime.invoke import Invoker
 from runtime.objects import CHANNELS_KEY, SECURITY_KEY, ObjectsApplier
+from runtime.pubsub.api import PubSubAPI
+from runtime.pubsub.broker import SYNC_KEY as PUBSUB_KEY
+from runtime.pubsub.broker import Broker
+from runtime.pubsub.objects import section_handlers as pubsub_sections
 from runtime.security import BasicAuth, SecurityRegistry
 from runtime.spawn import Spawner
 from runtime.store import ServiceStore
@@ -60,9 +64,17 @@ def prepare_database(settings: Settings, demo: bool = False) -> None:
     engine = make_engine(settings.database_url, pool_size=1)
     try:
         upgrade(engine)
-        ObjectsApplier(engine, objects_dirs(settings, demo)).apply()
+        make_objects_applier(settings, engine, demo).apply()
     finally:
         engine.dispose()
+
+
+def make_objects_applier(settings: Settings, engine: Engine, demo: bool) -> ObjectsApplier:
+    """The applier of object files with every section this server understands."""
+    applier = ObjectsApplier(engine, objects_dirs(settings, demo))
+    for handler in pubsub_sections(settings.pubsub):
+        applier.add_handler(handler)
+    return applier
 
 
 def objects_dirs(settings: Settings, demo: bool) -> list[Path]:
@@ -90,11 +102,13 @@ class Runtime:
         self.hot_deployer = HotDeployer(self)
         self.security = SecurityRegistry()
         self.router = ChannelRouter()
-        self.objects = ObjectsApplier(self.engine, objects_dirs(settings, demo))
+        self.objects = make_objects_applier(settings, self.engine, demo)
         self.synchronizer = Synchronizer(self.engine)
         self.synchronizer.register(DEPLOYMENTS_KEY, self.hot_deployer.apply_recorded)
         self.synchronizer.register(CHANNELS_KEY, self.reload_channels)
         self.synchronizer.register(SECURITY_KEY, self.reload_security)
+        self.broker = Broker(self)
+        self.synchronizer.register(PUBSUB_KEY, self.broker.reload)
         self.started = False
 
     # Lifecycle
@@ -111,6 +125,7 @@ class Runtime:
         self.hot_deployer.apply_recorded()
         pickup = self.settings.path(hd.dir)
         self.hot_deployer.deploy_directory_now(pickup)
+        self.broker.start(background=True)
         self.synchronizer.poll()
         if watch:
             self.spawner.spawn(self.hot_deployer.watch, pickup, hd.poll_interval_secs, hd.stable_polls,
@@ -122,6 +137,10 @@ class Runtime:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop background work and release the database; never raises."""
+        try:
+            self.broker.stop()
+        except Exception:
+            _log.exception('stopping the broker failed')
         try:
             self.spawner.stop(timeout)
         except Exception:
@@ -170,6 +189,6 @@ class Runtime:
 
     # Pub/sub
 
-    def pubsub_api(self, service: Any) -> Any:
+    def pubsub_api(self, service: Any) -> PubSubAPI:
         """The pub/sub API bound to a service."""
-        raise NotImplementedError
+        return PubSubAPI(self.broker, service)

@@ -181,6 +181,71 @@ class StorageUnavailable(ConduitError):
     http_status = 503
 
 
+# Publish/subscribe
+
+
+class TopicNotFound(ConduitError, LookupError):
+    """No topic of that name exists."""
+
+    http_status = 404
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f'topic not found: {name!r}')
+
+
+class TopicInactive(ConduitError):
+    """The topic exists but does not accept publications."""
+
+    http_status = 403
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f'topic {name!r} is inactive')
+
+
+class TopicFull(ConduitError):
+    """The topic reached its max depth and is configured to reject new messages."""
+
+    http_status = 503
+
+    def __init__(self, name: str, depth: int) -> None:
+        self.name = name
+        self.depth = depth
+        super().__init__(f'topic {name!r} is full ({depth} messages waiting)')
+
+
+class InvalidMessage(ConduitError, ValueError):
+    """A publication is malformed (a field of it is named)."""
+
+    http_status = 400
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f'{field} {reason}')
+
+
+class MessageTooLarge(ConduitError):
+    """A message is larger than pubsub.max_message_size."""
+
+    http_status = 413
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f'message of {size} bytes exceeds the limit of {limit} bytes')
+
+
+class SubscriptionNotFound(ConduitError, LookupError):
+    """No subscription matches; never names the sub_key, which is a secret."""
+
+    http_status = 404
+
+    def __init__(self, what: str = 'subscription') -> None:
+        super().__init__(f'{what} not found')
+
+
 # Configuration
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Integer, String, Text
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -80,3 +80,130 @@ class SyncState(Base):
     version: Mapped[int] = mapped_column(BigInteger, default=0)
     #: Free text, e.g. the hash of the config/objects files last applied.
     value: Mapped[str] = mapped_column(Text, default='')
+
+
+# Publish/subscribe. Times are UNIX epoch seconds (floats): cheap to compare in SQL on both
+# backends and free of time-zone conversions on the hot path.
+
+
+class Topic(Base):
+    """A pub/sub topic and its attributes (DESIGN §6)."""
+
+    __tablename__ = 'conduit_topic'
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200))
+    #: Lower-cased name: topics compare case-insensitively.
+    name_key: Mapped[str] = mapped_column(String(200), unique=True)
+    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    has_gd: Mapped[bool] = mapped_column(Boolean, default=True)
+    is_api_sub_allowed: Mapped[bool] = mapped_column(Boolean, default=True)
+    on_no_subs: Mapped[str] = mapped_column(String(16), default='accept')
+    max_depth_gd: Mapped[int] = mapped_column(Integer, default=10000)
+    max_depth_non_gd: Mapped[int] = mapped_column(Integer, default=1000)
+    on_max_depth: Mapped[str] = mapped_column(String(16), default='overflow')
+    depth_check_freq: Mapped[int] = mapped_column(Integer, default=100)
+    limit_retention: Mapped[int] = mapped_column(Integer, default=31536000)
+    limit_message_expiry: Mapped[int] = mapped_column(Integer, default=31536000)
+    hook_service: Mapped[str] = mapped_column(String(200), default='')
+    #: A topic made implicitly for publications to a service (/zato/s/to/...).
+    is_service_topic: Mapped[bool] = mapped_column(Boolean, default=False)
+    origin: Mapped[str] = mapped_column(String(16), default='api')
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Subscription(Base):
+    """A subscriber's subscription to a topic or a pattern, owning one queue."""
+
+    __tablename__ = 'conduit_subscription'
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    sub_key: Mapped[str] = mapped_column(String(64), unique=True)
+    #: A topic name or a pattern with * / ** wildcards, as given.
+    pattern: Mapped[str] = mapped_column(String(200))
+    #: 'service' (pushed to a service), 'rest_push' (POSTed to a URL), 'pull' (fetched by the client).
+    kind: Mapped[str] = mapped_column(String(16))
+    #: The service invoked (kind service), or the service that owns a pull subscription.
+    service: Mapped[str] = mapped_column(String(200), default='')
+    #: The security definition of a REST subscriber.
+    security: Mapped[str] = mapped_column(String(200), default='')
+    push_url: Mapped[str] = mapped_column(String(1000), default='')
+    #: JSON object of delivery options overriding the server's [pubsub] defaults.
+    options: Mapped[str] = mapped_column(Text, default='{}')
+    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    origin: Mapped[str] = mapped_column(String(16), default='api')
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Message(Base):
+    """A published message; kept while a queue, the topic or a dead-letter queue holds it."""
+
+    __tablename__ = 'conduit_message'
+    # AUTOINCREMENT: ids are never reused, so "everything after id N" is a reliable change feed.
+    __table_args__ = {'sqlite_autoincrement': True}
+
+    #: Publication order.
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, 'sqlite'), primary_key=True,
+                                    autoincrement=True)
+    msg_id: Mapped[str] = mapped_column(String(64), unique=True)
+    topic_id: Mapped[int] = mapped_column(Integer, index=True)
+    topic_name: Mapped[str] = mapped_column(String(200))
+    data: Mapped[str] = mapped_column(Text)
+    mime_type: Mapped[str] = mapped_column(String(100))
+    priority: Mapped[int] = mapped_column(Integer)
+    pub_time: Mapped[float] = mapped_column(Float)
+    expiration_time: Mapped[float] = mapped_column(Float)
+    publisher: Mapped[str] = mapped_column(String(200), default='')
+    correl_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    in_reply_to: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    ext_client_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    has_gd: Mapped[bool] = mapped_column(Boolean)
+    size: Mapped[int] = mapped_column(Integer)
+    #: Accepted by a topic with no subscribers; handed to the next subscription that appears.
+    in_topic: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+
+
+class QueueEntry(Base):
+    """One message waiting in one subscription's queue."""
+
+    __tablename__ = 'conduit_queue'
+    __table_args__ = (Index('ix_conduit_queue_order', 'sub_id', 'priority', 'message_id'),
+                      {'sqlite_autoincrement': True})
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, 'sqlite'), primary_key=True,
+                                    autoincrement=True)
+    sub_id: Mapped[int] = mapped_column(Integer)
+    message_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    #: Negated message priority, so that an ascending index gives high priority first.
+    priority: Mapped[int] = mapped_column(Integer)
+    delivery_count: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[float] = mapped_column(Float, default=0.0)
+    last_error: Mapped[str] = mapped_column(Text, default='')
+    #: For manual-ack pulls: the lease id and until when the client holds it.
+    ack_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    recv_time: Mapped[float] = mapped_column(Float)
+
+
+class DeadLetter(Base):
+    """A message a subscription gave up on, with its last error; can be edited and re-driven."""
+
+    __tablename__ = 'conduit_dead_letter'
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, 'sqlite'), primary_key=True,
+                                    autoincrement=True)
+    sub_id: Mapped[int] = mapped_column(Integer, index=True)
+    message_id: Mapped[int] = mapped_column(BigInteger, index=True)
+    delivery_count: Mapped[int] = mapped_column(Integer)
+    last_error: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(String(32))
+    dead_at: Mapped[float] = mapped_column(Float)
+
+
+class Lease(Base):
+    """Who does a once-only job (delivering one subscription, sweeping) until when."""
+
+    __tablename__ = 'conduit_lease'
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    expires_at: Mapped[float] = mapped_column(Float)

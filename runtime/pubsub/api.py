@@ -1,0 +1,52 @@
+"""``self.pubsub``: the publish/subscribe API a service sees.
+
+Services always may publish and receive their own messages: permissions (pub=/sub= patterns)
+apply to REST clients, not to services.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from runtime.pubsub.registry import KIND_PULL, KIND_SERVICE
+
+if TYPE_CHECKING:
+    from runtime.pubsub.broker import Broker, MsgId
+    from runtime.service import Service
+
+
+class PubSubAPI:
+    """Publish, subscribe and read messages on behalf of one service."""
+
+    __slots__ = ('_broker', '_service')
+
+    def __init__(self, broker: Broker, service: Service) -> None:
+        self._broker = broker
+        self._service = service
+
+    def publish(self, topic_or_service: str, data: Any = None, *, priority: int = 5,
+                expiration: float | None = None, has_gd: bool | None = None, correl_id: str | None = None,
+                in_reply_to: str | None = None, ext_client_id: str | None = None,
+                mime_type: str | None = None) -> MsgId:
+        """Publish data to a topic, or to a service through its implicit topic; returns the msg_id."""
+        return self._broker.publish(topic_or_service, data, priority=priority, expiration=expiration,
+                                    has_gd=has_gd, correl_id=correl_id, in_reply_to=in_reply_to,
+                                    ext_client_id=ext_client_id, mime_type=mime_type,
+                                    publisher=f'service:{self._service.name}')
+
+    def subscribe(self, topic_or_pattern: str, service: str | None = None, **options: Any) -> str:
+        """Subscribe a service (pushed to it) or, without service, this service's pull queue; returns sub_key."""
+        if service:
+            self._service._runtime.store.get(service)  # ServiceNotFound early
+            sub = self._broker.subscribe(topic_or_pattern, KIND_SERVICE, service=service, options=options)
+        else:
+            sub = self._broker.subscribe(topic_or_pattern, KIND_PULL, service=self._service.name, options=options)
+        return sub.sub_key
+
+    def unsubscribe(self, sub_key: str) -> None:
+        """Remove a subscription and its queue."""
+        self._broker.unsubscribe(sub_key)
+
+    def get_messages(self, sub_key: str, max_messages: int = 50) -> list[dict[str, Any]]:
+        """Take messages from a pull subscription (each with its data and metadata)."""
+        return self._broker.get_messages(sub_key, max_messages)

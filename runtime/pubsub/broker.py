@@ -1,0 +1,532 @@
+"""The broker of one worker: publishing, subscribing, and running the deliveries it owns.
+
+Publishing resolves the target (a topic, or a service and so its implicit topic), checks the
+message, finds the subscriptions through the registry's pattern index and stores the message with
+its queue entries through the group committer: ``publish`` returns only once that is durable.
+Guaranteed-delivery and non-GD messages take the same durable path in this version (non-GD ones
+are therefore kept across restarts too; see the README).
+
+Deliveries: a lease per service subscription decides which worker delivers it; this worker runs a
+``DeliveryLoop`` for each lease it holds and wakes it on local publications at once, and on
+other processes' publications within ``poll_interval_secs`` (a look at the newest queue id).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gevent
+from sqlalchemy import Connection, func, select
+from sqlalchemy.exc import IntegrityError
+
+from runtime.db.blocking import run_transaction
+from runtime.db.models import QueueEntry, Subscription
+from runtime.errors import (
+    ConfigError,
+    InvalidMessage,
+    MessageTooLarge,
+    SubscriptionNotFound,
+    TopicFull,
+    TopicInactive,
+    TopicNotFound,
+)
+from runtime.pubsub import store
+from runtime.pubsub.delivery import DeliveryLoop
+from runtime.pubsub.group_commit import GroupCommitter
+from runtime.pubsub.leases import LeaseManager
+from runtime.pubsub.registry import (
+    KIND_PULL,
+    KIND_SERVICE,
+    KINDS,
+    DeliveryOptions,
+    Registry,
+    SubInfo,
+    TopicInfo,
+    check_topic_attributes,
+    service_topic_name,
+)
+from runtime.pubsub.store import Delivery, Publication, SqlQueueBackend
+from runtime.pubsub.topics import validate_pattern, validate_topic_name
+from runtime.sync import bump
+
+if TYPE_CHECKING:
+    from runtime.core import Runtime
+
+_log = logging.getLogger(__name__)
+
+#: Sync key bumped whenever topics or subscriptions change.
+SYNC_KEY = 'pubsub'
+
+#: Lease held by the worker that sweeps expired and consumed messages.
+SWEEPER_LEASE = 'pubsub:sweeper'
+
+#: Channel name services see when a message is delivered to them.
+CHANNEL_PUBSUB = 'pubsub'
+CHANNEL_HOOK = 'pubsub-hook'
+
+BASE64_SUFFIX = ';base64'
+
+
+class MsgId(str):
+    """A message id, as returned to publishers; ``overflowed`` tells that it went to the overflow log."""
+
+    overflowed: bool = False
+
+
+class SkippedByHook(Exception):
+    """A hook service asked for the message to be delivered later."""
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def lease_name(sub_id: int) -> str:
+    """The lease of a subscription's delivery."""
+    return f'pubsub:sub:{sub_id}'
+
+
+def encode_data(data: Any, mime_type: str | None) -> tuple[str, str]:
+    """Data as stored (text) and its mime type; InvalidMessage for what cannot be stored."""
+    if data is None:
+        raise InvalidMessage('data', 'is required')
+    if isinstance(data, bytes):
+        return base64.b64encode(data).decode('ascii'), (mime_type or 'application/octet-stream') + BASE64_SUFFIX
+    if isinstance(data, str) and mime_type != 'application/json':
+        return data, mime_type or 'text/plain'
+    try:
+        return json.dumps(data, separators=(',', ':'), ensure_ascii=False), 'application/json'
+    except (TypeError, ValueError) as e:
+        raise InvalidMessage('data', f'cannot be serialised as JSON: {e}') from None
+
+
+def decode_data(data: str, mime_type: str) -> Any:
+    """Data as the publisher gave it."""
+    if mime_type == 'application/json':
+        return json.loads(data)
+    if mime_type.endswith(BASE64_SUFFIX):
+        return base64.b64decode(data)
+    return data
+
+
+def message_meta(d: Delivery, sub: SubInfo) -> dict[str, Any]:
+    """The message and its metadata as a subscriber sees it (request.raw_request)."""
+    mime = d.mime_type[:-len(BASE64_SUFFIX)] if d.mime_type.endswith(BASE64_SUFFIX) else d.mime_type
+    meta = {'msg_id': d.msg_id, 'topic_name': d.topic_name, 'data': decode_data(d.data, d.mime_type),
+            'mime_type': mime, 'priority': d.priority, 'size': d.size, 'has_gd': d.has_gd,
+            'pub_time': d.pub_time, 'pub_time_iso': _iso(d.pub_time),
+            'expiration': round(d.expiration_time - d.pub_time, 3), 'expiration_time_iso': _iso(d.expiration_time),
+            'recv_time_iso': _iso(d.recv_time), 'publisher': d.publisher, 'correl_id': d.correl_id,
+            'in_reply_to': d.in_reply_to, 'ext_client_id': d.ext_client_id, 'delivery_count': d.delivery_count,
+            'sub_key': sub.sub_key}
+    return meta
+
+
+class Broker:
+    """Publish/subscribe for one worker."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self.settings = runtime.settings.pubsub
+        self.engine = runtime.engine
+        self.registry = Registry()
+        self.leases = LeaseManager(self.engine, self.settings.lease_ttl_secs, self.settings.lease_renew_secs)
+        self._backend = SqlQueueBackend(self.engine)
+        self._loops: dict[int, tuple[DeliveryLoop, gevent.Greenlet]] = {}
+        self._committer: GroupCommitter | None = None
+        self._since_depth_check: dict[int, int] = {}
+        self._depths: dict[int, int] = {}
+        self._last_queue_id = 0
+        self._overflow_dir = runtime.settings.path(self.settings.overflow_dir)
+
+    # Lifecycle
+
+    def start(self, background: bool = True) -> None:
+        """Load topics and subscriptions; start committing, leasing, polling and sweeping."""
+        self.reload()
+        self._last_queue_id = run_transaction(self.engine, lambda c: c.execute(
+            select(func.coalesce(func.max(QueueEntry.id), 0))).scalar_one(), write=False)
+        spawn = self._runtime.spawner.spawn
+        self._committer = GroupCommitter(self.engine, self.settings.group_commit_max, spawn, self._committed)
+        if background:
+            spawn(self.leases.run, self._wanted_leases, self._leases_changed, name='pubsub-leases')
+            spawn(self._poll_queues, name='pubsub-poller')
+            spawn(self._sweep_forever, name='pubsub-sweeper')
+
+    def stop(self) -> None:
+        """Stop delivering and hand the leases back so another worker takes over at once."""
+        for loop, greenlet in list(self._loops.values()):
+            greenlet.kill(block=False)
+        self._loops.clear()
+        try:
+            self.leases.release_all()
+        except Exception as e:
+            _log.warning('releasing leases failed: %s', e)
+
+    def reload(self) -> None:
+        """Reload topics and subscriptions from the database."""
+        self.registry = run_transaction(self.engine, lambda c: store.load_registry(c, self.settings), write=False)
+        for sub_id, (loop, _greenlet) in list(self._loops.items()):
+            sub = self.registry.subs.get(sub_id)
+            if sub is None or not sub.is_active:
+                self._stop_loop(sub_id)
+            else:
+                loop.sub = sub
+
+    def _changed(self) -> None:
+        """This worker changed topics or subscriptions: reload here now (others follow by sync)."""
+        self.reload()
+
+    # Topics
+
+    def create_topic(self, name: str, origin: str = 'api', **attrs: Any) -> TopicInfo:
+        """Create a topic with the given attributes."""
+        validate_topic_name(name)
+        attrs = check_topic_attributes(attrs, f'topic {name!r}')
+
+        def work(conn: Connection) -> None:
+            store.create_topic(conn, name, attrs, origin=origin)
+            bump(conn, SYNC_KEY)
+        try:
+            run_transaction(self.engine, work)
+        except IntegrityError:
+            raise ConfigError(f'topic {name!r}', 'a topic of that name already exists') from None
+        self._changed()
+        topic = self.registry.topic(name)
+        assert topic is not None
+        return topic
+
+    def resolve(self, target: str, publisher: str = '') -> TopicInfo:
+        """The topic a publication goes to: a topic by name, else a service's own topic."""
+        topic = self.registry.topic(target) if isinstance(target, str) else None
+        if topic is not None:
+            return topic
+        validate_topic_name(target)
+        if self._runtime.store.has(target):
+            return self.ensure_service_topic(target)
+        if self.settings.auto_create_topics:
+            try:
+                return self.create_topic(target)
+            except ConfigError:
+                self._changed()  # created meanwhile by another worker
+                topic = self.registry.topic(target)
+                if topic is not None:
+                    return topic
+                raise
+        raise TopicNotFound(target)
+
+    def ensure_service_topic(self, service: str) -> TopicInfo:
+        """The implicit topic of a service and its subscription, made on first use."""
+        name = service_topic_name(service)
+        topic = self.registry.topic(name)
+        if topic is not None and self.registry.service_subscription(service) is not None:
+            return topic
+
+        def work(conn: Connection) -> None:
+            registry = store.load_registry(conn, self.settings)
+            if registry.topic(name) is None:
+                store.create_topic(conn, name, {'has_gd': True}, is_service_topic=True, origin='service')
+                registry = store.load_registry(conn, self.settings)
+            if registry.service_subscription(service) is None:
+                store.create_subscription(conn, registry, name, KIND_SERVICE, service=service, origin='service')
+            bump(conn, SYNC_KEY)
+        try:
+            run_transaction(self.engine, work)
+        except IntegrityError:
+            pass  # another worker made them at the same moment
+        self._changed()
+        topic = self.registry.topic(name)
+        if topic is None:
+            raise TopicNotFound(name)
+        return topic
+
+    # Publishing
+
+    def publish(self, target: str, data: Any, *, priority: int = 5, expiration: float | None = None,
+                has_gd: bool | None = None, correl_id: str | None = None, in_reply_to: str | None = None,
+                ext_client_id: str | None = None, mime_type: str | None = None, publisher: str = '',
+                sub_filter: Any = None) -> MsgId:
+        """Publish a message to a topic or a service; returns its msg_id once stored."""
+        topic = self.resolve(target, publisher)
+        if not topic.is_active:
+            raise TopicInactive(topic.name)
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+            raise InvalidMessage('priority', f'must be a whole number from 0 to 9, not {priority!r}')
+        if expiration is None:
+            expiration = self.settings.default_expiration_secs
+        if isinstance(expiration, bool) or not isinstance(expiration, (int, float)) or expiration <= 0:
+            raise InvalidMessage('expiration', f'must be a positive number of seconds, not {expiration!r}')
+        expiration = min(expiration, topic.limit_message_expiry)
+        text, mime = encode_data(data, mime_type)
+        size = len(text.encode('utf-8')) if not text.isascii() else len(text)
+        if size > self.settings.max_message_size:
+            raise MessageTooLarge(size, self.settings.max_message_size)
+        for name, value in (('correl_id', correl_id), ('in_reply_to', in_reply_to),
+                            ('ext_client_id', ext_client_id)):
+            if value is not None and (not isinstance(value, str) or len(value) > 200):
+                raise InvalidMessage(name, 'must be a string of at most 200 characters')
+        gd = True if topic.is_service_topic else (topic.has_gd if has_gd is None else bool(has_gd))
+        subs = self.registry.subscribers(topic.name)
+        if sub_filter is not None:
+            subs = [s for s in subs if sub_filter(s)]
+        now = time.time()
+        msg_id = MsgId('msg.' + os.urandom(12).hex())
+        pub = Publication(msg_id=msg_id, topic_id=topic.id, topic_name=topic.name, data=text, mime_type=mime,
+                          priority=priority, pub_time=now, expiration_time=now + expiration, publisher=publisher,
+                          correl_id=correl_id, in_reply_to=in_reply_to, ext_client_id=ext_client_id, has_gd=gd,
+                          size=size, sub_ids=[s.id for s in subs])
+        if not subs:
+            if topic.on_no_subs == 'drop':
+                _log.debug('message %s to %s dropped: no subscribers', msg_id, topic.name)
+                return msg_id
+            pub.in_topic = True
+            if self._topic_full(topic, gd):
+                if topic.on_max_depth == 'reject':
+                    raise TopicFull(topic.name, self._depths.get(topic.id, 0))
+                self._overflow(pub)
+                msg_id.overflowed = True
+                return msg_id
+        assert self._committer is not None, 'broker not started'
+        self._committer.submit(pub)
+        if pub.in_topic:
+            self._depths[topic.id] = self._depths.get(topic.id, 0) + 1
+        return msg_id
+
+    def _topic_full(self, topic: TopicInfo, gd: bool) -> bool:
+        limit = topic.max_depth_gd if gd else topic.max_depth_non_gd
+        count = self._since_depth_check.get(topic.id, topic.depth_check_freq)
+        if topic.id not in self._depths or count >= topic.depth_check_freq:
+            self._depths[topic.id] = run_transaction(self.engine, lambda c: store.topic_depth(c, topic.id, gd),
+                                                     write=False)
+            count = 0
+        self._since_depth_check[topic.id] = count + 1
+        return self._depths[topic.id] >= limit
+
+    def _overflow(self, pub: Publication) -> None:
+        """Append a publication past the topic's max depth to its overflow log (never re-read)."""
+        self._overflow_dir.mkdir(parents=True, exist_ok=True)
+        safe = ''.join(c if c.isalnum() or c in '._-' else '_' for c in pub.topic_name.strip('/')) or 'topic'
+        path = self._overflow_dir / f'{safe}.jsonl'
+        line = json.dumps({'msg_id': pub.msg_id, 'topic_name': pub.topic_name, 'data': pub.data,
+                           'mime_type': pub.mime_type, 'priority': pub.priority, 'pub_time': pub.pub_time,
+                           'expiration_time': pub.expiration_time, 'correl_id': pub.correl_id,
+                           'in_reply_to': pub.in_reply_to, 'ext_client_id': pub.ext_client_id,
+                           'publisher': pub.publisher}, ensure_ascii=False)
+        with open(path, 'a', encoding='utf-8') as f:
+            f.write(line + '\n')
+            f.flush()
+            os.fsync(f.fileno())
+        _log.warning('topic %s is at its max depth: message %s written to %s', pub.topic_name, pub.msg_id, path)
+
+    def _committed(self, pubs: list[Publication]) -> None:
+        for pub in pubs:
+            for sub_id in pub.sub_ids:
+                entry = self._loops.get(sub_id)
+                if entry is not None:
+                    entry[0].wake()
+
+    # Subscriptions
+
+    def subscribe(self, pattern: str, kind: str = KIND_SERVICE, *, service: str = '', security: str = '',
+                  push_url: str = '', options: dict[str, Any] | None = None, origin: str = 'api') -> SubInfo:
+        """Subscribe to a topic or pattern; messages the topics held for a subscriber are handed over."""
+        validate_pattern(pattern)
+        if kind not in KINDS:
+            raise ConfigError('subscription', f'kind must be one of {", ".join(KINDS)}, not {kind!r}')
+        if kind == KIND_SERVICE and not service:
+            raise ConfigError('subscription', 'a service subscription needs the service to invoke')
+        DeliveryOptions.from_settings(self.settings, options, f'subscription to {pattern!r}')
+
+        def work(conn: Connection) -> str:
+            registry = store.load_registry(conn, self.settings)
+            _sub_id, sub_key = store.create_subscription(conn, registry, pattern, kind, service=service,
+                                                         security=security, push_url=push_url, options=options,
+                                                         origin=origin)
+            bump(conn, SYNC_KEY)
+            return sub_key
+        sub_key = run_transaction(self.engine, work)
+        self._changed()
+        sub = self.registry.subs_by_key[sub_key]
+        self._poll_once()  # the handed-over backlog, if this worker delivers it
+        return sub
+
+    def unsubscribe(self, sub_key: str) -> None:
+        """Remove a subscription with its queue."""
+        sub = self.registry.subs_by_key.get(sub_key)
+        if sub is None:
+            self._changed()
+            sub = self.registry.subs_by_key.get(sub_key)
+            if sub is None:
+                raise SubscriptionNotFound()
+
+        def work(conn: Connection) -> None:
+            store.delete_subscription(conn, sub.id)
+            bump(conn, SYNC_KEY)
+        run_transaction(self.engine, work)
+        self._changed()
+
+    def set_active(self, sub_key: str, is_active: bool) -> None:
+        """Pause or resume a subscription's delivery."""
+        sub = self.registry.subs_by_key.get(sub_key)
+        if sub is None:
+            raise SubscriptionNotFound()
+
+        def work(conn: Connection) -> None:
+            conn.execute(Subscription.__table__.update().where(Subscription.id == sub.id).values(is_active=is_active))
+            bump(conn, SYNC_KEY)
+        run_transaction(self.engine, work)
+        self._changed()
+
+    def get_messages(self, sub_key: str, max_messages: int = 50) -> list[dict[str, Any]]:
+        """Take up to max_messages from a pull subscription's queue (removed as they are handed over)."""
+        sub = self.registry.subs_by_key.get(sub_key)
+        if sub is None or sub.kind != KIND_PULL:
+            raise SubscriptionNotFound('pull subscription')
+
+        def work(conn: Connection) -> list[dict[str, Any]]:
+            batch = store.fetch_batch(conn, sub.id, max(1, min(max_messages, 1000)), due_before=time.time())
+            now = time.time()
+            live = [d for d in batch if d.expiration_time > now]
+            store.ack(conn, [d.entry_id for d in batch])
+            for d in live:
+                d.delivery_count += 1
+            return [message_meta(d, sub) for d in live]
+        return run_transaction(self.engine, work)
+
+    def queue_depth(self, sub_key: str) -> int:
+        """How many messages wait in a subscription's queue."""
+        sub = self.registry.subs_by_key.get(sub_key)
+        if sub is None:
+            raise SubscriptionNotFound()
+        return run_transaction(self.engine, lambda c: store.queue_depth(c, sub.id), write=False)
+
+    def dead_letters(self, sub_key: str) -> list[dict[str, Any]]:
+        """A subscription's dead letters with their errors."""
+        sub = self.registry.subs_by_key.get(sub_key)
+        if sub is None:
+            raise SubscriptionNotFound()
+        return run_transaction(self.engine, lambda c: store.dead_letters(c, sub.id), write=False)
+
+    # Delivery
+
+    def _wanted_leases(self) -> set[str]:
+        wanted = {lease_name(s.id) for s in self.registry.subs.values() if s.kind == KIND_SERVICE and s.is_active}
+        wanted.add(SWEEPER_LEASE)
+        return wanted
+
+    def _leases_changed(self, gained: set[str], lost: set[str]) -> None:
+        for name in lost:
+            if name.startswith('pubsub:sub:'):
+                self._stop_loop(int(name.rsplit(':', 1)[1]))
+        for name in gained:
+            if name.startswith('pubsub:sub:'):
+                sub = self.registry.subs.get(int(name.rsplit(':', 1)[1]))
+                if sub is not None:
+                    self._start_loop(sub)
+
+    def _start_loop(self, sub: SubInfo) -> None:
+        if sub.id in self._loops:
+            return
+        name = lease_name(sub.id)
+        loop = DeliveryLoop(sub, self._backend, self._deliver_to_service, lambda: self.leases.owns(name))
+        greenlet = self._runtime.spawner.spawn(loop.run, name=f'delivery:{sub.label}')
+        greenlet.link(lambda _g, sub_id=sub.id: self._loop_ended(sub_id, greenlet))
+        self._loops[sub.id] = (loop, greenlet)
+        _log.info('delivering %s in this worker', sub.label)
+
+    def _loop_ended(self, sub_id: int, greenlet: gevent.Greenlet) -> None:
+        entry = self._loops.get(sub_id)
+        if entry is not None and entry[1] is greenlet:
+            del self._loops[sub_id]
+            self.leases.held.discard(lease_name(sub_id))  # taken again at the next refresh if still ours
+
+    def _stop_loop(self, sub_id: int) -> None:
+        entry = self._loops.pop(sub_id, None)
+        if entry is not None:
+            entry[1].kill(block=False)
+
+    def _deliver_to_service(self, sub: SubInfo, d: Delivery) -> bool | None:
+        """Invoke a subscribed service with one message; raises on failure."""
+        meta = message_meta(d, sub)
+        invoker = self._runtime.invoker
+        topic = self.registry.topic(d.topic_name)
+        for hook in (topic.hook_service if topic else '', sub.options.hook_service):
+            if hook:
+                answer = invoker.run(self._runtime.store.get(hook), {'data': meta['data'], 'meta': meta},
+                                     channel=CHANNEL_HOOK).response.payload or {}
+                action = answer.get('action', 'deliver') if isinstance(answer, dict) else 'deliver'
+                if action == 'delete':
+                    _log.info('%s: message %s deleted by hook %s', sub.label, d.msg_id, hook)
+                    return False
+                if action == 'skip':
+                    raise SkippedByHook(f'skipped by hook service {hook!r}')
+                if isinstance(answer, dict) and 'data' in answer:
+                    meta['data'] = answer['data']
+        invoker.run(self._runtime.store.get(sub.service), meta['data'], channel=CHANNEL_PUBSUB, raw_request=meta)
+        return None
+
+    def _poll_queues(self) -> None:
+        """Wake local loops for entries other processes queued (one indexed look per interval)."""
+        while True:
+            gevent.sleep(self.settings.poll_interval_secs)
+            try:
+                self._poll_once()
+            except gevent.GreenletExit:
+                raise
+            except Exception as e:
+                _log.warning('queue poll failed: %s: %s', type(e).__name__, e)
+
+    def _poll_once(self) -> None:
+        if not self._loops:
+            return
+        last = self._last_queue_id
+        rows = run_transaction(self.engine, lambda c: c.execute(
+            select(QueueEntry.sub_id, func.max(QueueEntry.id)).where(QueueEntry.id > last)
+            .group_by(QueueEntry.sub_id)).all(), write=False)
+        for sub_id, max_id in rows:
+            self._last_queue_id = max(self._last_queue_id, max_id)
+            entry = self._loops.get(sub_id)
+            if entry is not None:
+                entry[0].wake()
+
+    # Sweeping
+
+    def _sweep_forever(self) -> None:
+        while True:
+            gevent.sleep(self.settings.sweep_interval_secs)
+            if not self.leases.owns(SWEEPER_LEASE):
+                continue
+            try:
+                self.sweep()
+            except gevent.GreenletExit:
+                raise
+            except Exception as e:
+                _log.warning('sweep failed: %s: %s', type(e).__name__, e)
+
+    def sweep(self) -> dict[str, int]:
+        """Dead-letter expired queue entries; delete expired, over-retention and consumed messages."""
+        now = time.time()
+        registry = self.registry
+
+        def work(conn: Connection) -> dict[str, int]:
+            expired = store.expired_entries(conn, now)
+            for d in expired:
+                store.dead_letter(conn, d, 'expired', d.last_error or 'the message expired before delivery')
+            counts = {'expired_in_queues': len(expired)}
+            retained = 0
+            for topic in registry.topics.values():
+                retained += store.retention_expired_in_topic(conn, topic.id, now - topic.limit_retention)
+            counts['over_retention'] = retained
+            counts.update(store.sweep(conn, now))
+            return counts
+        counts = run_transaction(self.engine, work)
+        if any(counts.values()):
+            _log.info('pub/sub sweep: %s', counts)
+        return counts

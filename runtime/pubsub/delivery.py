@@ -1,0 +1,168 @@
+"""The delivery loop: one greenlet per subscription this worker owns.
+
+The loop takes a batch from the head of the queue (high priority first, then publication
+order), records the attempt, hands each message to the subscriber and then, in one transaction,
+acks what succeeded, schedules what failed for a later attempt, and dead-letters what ran out of
+attempts or expired. A message leaves the queue only after the subscriber succeeded, so a crash
+anywhere means redelivery of at most one batch (at-least-once).
+
+With ``err_should_block`` (the default, as in Zato) a failed message holds back the ones behind
+it until it succeeds or is dead-lettered; otherwise later messages keep flowing. ``max_in_flight``
+above 1 hands a batch's messages to that many greenlets at once, with no ordering promise.
+
+The loop knows nothing of SQL or HTTP: storage is the ``QueueBackend`` it is given and the
+subscriber is the ``deliver`` callable, which raises on failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import gevent
+from gevent.event import Event
+from gevent.pool import Pool
+
+from runtime.pubsub.registry import SubInfo
+from runtime.pubsub.retry import RedeliveryDecision, decide
+from runtime.pubsub.store import Delivery
+
+_log = logging.getLogger(__name__)
+
+#: Longest an idle loop sleeps before looking at its queue again, whatever the wake-ups say.
+IDLE_RECHECK_SECS = 30.0
+
+
+class QueueBackend(Protocol):
+    """Storage as the delivery loop needs it."""
+
+    def fetch(self, sub_id: int, limit: int, due_before: float | None) -> list[Delivery]: ...
+
+    def count_attempt(self, entry_ids: list[int]) -> None: ...
+
+    def settle(self, acked: list[int], retries: list[tuple[Delivery, float, str]],
+               dead: list[tuple[Delivery, str, str]], uncount: list[int]) -> None: ...
+
+    def next_due(self, sub_id: int) -> float | None: ...
+
+
+class Outcome:
+    """What happened to one message of a batch."""
+
+    __slots__ = ('delivery', 'ok', 'error', 'decision', 'drop')
+
+    def __init__(self, delivery: Delivery, ok: bool, error: BaseException | None = None,
+                 drop: bool = False) -> None:
+        self.delivery = delivery
+        self.ok = ok
+        self.error = error
+        self.drop = drop
+        self.decision: RedeliveryDecision | None = None
+
+
+class DeliveryLoop:
+    """Delivers one subscription's queue for as long as this worker owns it."""
+
+    def __init__(self, sub: SubInfo, backend: QueueBackend, deliver: Callable[[SubInfo, Delivery], bool | None],
+                 still_owner: Callable[[], bool]) -> None:
+        self.sub = sub
+        self._backend = backend
+        self._deliver = deliver
+        self._still_owner = still_owner
+        self._wake = Event()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """New messages may be waiting: look now."""
+        self._wake.set()
+
+    def run(self) -> None:
+        """Deliver until killed or until this worker no longer owns the subscription."""
+        while True:
+            self._wake.clear()
+            if not self._still_owner():
+                _log.info('%s: lease lost, delivery stops here', self.sub.label)
+                return
+            try:
+                wait = self._one_batch()
+            except gevent.GreenletExit:
+                raise
+            except Exception as e:
+                _log.error('%s: delivery batch failed (%s: %s); retrying shortly', self.sub.label,
+                           type(e).__name__, e)
+                wait = 1.0
+            if wait:
+                self._wake.wait(timeout=wait)
+
+    def _one_batch(self) -> float:
+        """Deliver one batch; returns how long to wait before the next (0 = at once)."""
+        opts = self.sub.options
+        now = time.time()
+        batch = self._backend.fetch(self.sub.id, opts.delivery_batch_size,
+                                    None if opts.err_should_block else now)
+        if not batch:
+            due = self._backend.next_due(self.sub.id)
+            return IDLE_RECHECK_SECS if due is None else max(0.01, min(due - now, IDLE_RECHECK_SECS))
+        if opts.err_should_block:
+            # Strict order: stop at the first message not due yet and wait for it.
+            for i, d in enumerate(batch):
+                if d.next_attempt_at > now:
+                    batch = batch[:i]
+                    if not batch:
+                        return max(0.01, min(d.next_attempt_at - now, IDLE_RECHECK_SECS))
+                    break
+        expired = [d for d in batch if d.expiration_time <= now]
+        live = [d for d in batch if d.expiration_time > now]
+        if live:
+            self._backend.count_attempt([d.entry_id for d in live])
+            for d in live:
+                d.delivery_count += 1
+        outcomes = self._deliver_all(live, opts.max_in_flight, opts.err_should_block)
+        tried = {o.delivery.entry_id for o in outcomes}
+        uncount = [d.entry_id for d in live if d.entry_id not in tried]
+        acked, retries, dead = [], [], []
+        for o in outcomes:
+            d = o.delivery
+            if o.ok or o.drop:
+                acked.append(d.entry_id)
+                continue
+            error = f'{type(o.error).__name__}: {o.error}'
+            decision = decide(opts, d.delivery_count, o.error, time.time(), d.expiration_time)  # type: ignore[arg-type]
+            if decision.dead_letter:
+                dead.append((d, decision.reason, error))
+                _log.warning('%s: message %s dead-lettered after %d attempt(s) (%s): %s', self.sub.label,
+                             d.msg_id, d.delivery_count, decision.reason, error)
+            else:
+                retries.append((d, decision.at, error))
+                _log.info('%s: message %s failed (attempt %d), next attempt in %.2f s: %s', self.sub.label,
+                          d.msg_id, d.delivery_count, decision.at - time.time(), error)
+        for d in expired:
+            dead.append((d, 'expired', d.last_error or 'the message expired before it could be delivered'))
+        self._backend.settle(acked, retries, dead, uncount)
+        if retries and opts.err_should_block:
+            return max(0.01, min(at for _, at, _ in retries) - time.time())
+        return 0
+
+    def _deliver_all(self, batch: list[Delivery], max_in_flight: int, block: bool) -> list[Outcome]:
+        if max_in_flight <= 1:
+            outcomes = []
+            for d in batch:
+                outcome = self._deliver_one(d)
+                outcomes.append(outcome)
+                if not outcome.ok and not outcome.drop and block:
+                    break
+            return outcomes
+        pool = Pool(max_in_flight)
+        return list(pool.imap(self._deliver_one, batch))
+
+    def _deliver_one(self, d: Delivery) -> Outcome:
+        try:
+            delivered = self._deliver(self.sub, d)
+        except gevent.GreenletExit:
+            raise
+        except Exception as e:
+            return Outcome(d, False, e)
+        # The subscriber (or a hook) may answer False: "drop it without delivering".
+        return Outcome(d, True, drop=delivered is False)

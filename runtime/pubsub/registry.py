@@ -1,0 +1,190 @@
+"""Topics and subscriptions as one worker holds them in memory, with the pattern index.
+
+The registry is rebuilt from the database whenever the ``pubsub`` sync key moves (see
+``runtime.sync``) and swapped in whole, so a publication always sees one consistent set.
+Finding the subscriptions of a topic goes through ``PatternIndex``: its cost depends on the
+topic's depth, not on how many pattern subscriptions exist.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from runtime.config import PubSubSection
+from runtime.errors import ConfigError
+from runtime.pubsub.topics import PatternIndex, normalize
+
+#: Prefix of the topics made for publications to a service.
+SERVICE_TOPIC_PREFIX = '/zato/s/to/'
+
+#: Subscriber kinds.
+KIND_SERVICE = 'service'
+KIND_PULL = 'pull'
+KIND_REST_PUSH = 'rest_push'
+KINDS = (KIND_SERVICE, KIND_PULL, KIND_REST_PUSH)
+
+
+def service_topic_name(service: str) -> str:
+    """The implicit topic of a service: /zato/s/to/<name with dots as underscores>."""
+    return SERVICE_TOPIC_PREFIX + service.replace('.', '_')
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic's attributes."""
+
+    id: int
+    name: str
+    is_active: bool = True
+    has_gd: bool = True
+    is_api_sub_allowed: bool = True
+    on_no_subs: str = 'accept'
+    max_depth_gd: int = 10000
+    max_depth_non_gd: int = 1000
+    on_max_depth: str = 'overflow'
+    depth_check_freq: int = 100
+    limit_retention: int = 31536000
+    limit_message_expiry: int = 31536000
+    hook_service: str = ''
+    is_service_topic: bool = False
+
+
+#: Topic attributes a user may set (config objects, admin API).
+TOPIC_ATTRIBUTES = tuple(f.name for f in fields(TopicInfo) if f.name not in ('id', 'name', 'is_service_topic'))
+
+
+def check_topic_attributes(attrs: dict[str, Any], where: str) -> dict[str, Any]:
+    """Validate user-given topic attributes; returns them typed. ConfigError names the bad one."""
+    out: dict[str, Any] = {}
+    defaults = TopicInfo(0, '')
+    for key, value in attrs.items():
+        if key not in TOPIC_ATTRIBUTES:
+            raise ConfigError(where, f'unknown topic attribute {key!r}')
+        default = getattr(defaults, key)
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(where, f'{key} must be true or false')
+        elif isinstance(default, int):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(where, f'{key} must be a whole number ≥ 0')
+        elif not isinstance(value, str):
+            raise ConfigError(where, f'{key} must be a string')
+        out[key] = value
+    if out.get('on_no_subs', 'accept') not in ('accept', 'drop'):
+        raise ConfigError(where, "on_no_subs must be 'accept' or 'drop'")
+    if out.get('on_max_depth', 'overflow') not in ('overflow', 'reject'):
+        raise ConfigError(where, "on_max_depth must be 'overflow' or 'reject'")
+    if out.get('depth_check_freq', 100) < 100:
+        raise ConfigError(where, 'depth_check_freq must be at least 100')
+    return out
+
+
+@dataclass(frozen=True)
+class DeliveryOptions:
+    """How one subscription's messages are delivered."""
+
+    delivery_batch_size: int = 100
+    max_attempts: int = 25
+    wait_sock_err: float = 10.0
+    wait_non_sock_err: float = 3.0
+    max_wait_secs: float = 600.0
+    err_should_block: bool = True
+    max_in_flight: int = 1
+    hook_service: str = ''
+    # REST push (issue of the REST layer): method, batching and timeout towards the endpoint.
+    push_method: str = 'POST'
+    wrap_one_msg_in_list: bool = False
+    push_timeout_secs: float = 10.0
+    push_security: str = ''
+
+    @classmethod
+    def from_settings(cls, settings: PubSubSection, overrides: dict[str, Any] | None = None,
+                      where: str = 'subscription') -> DeliveryOptions:
+        """Server defaults with a subscription's own options on top."""
+        base = cls(**{f.name: getattr(settings, f.name) for f in fields(cls) if hasattr(settings, f.name)})
+        return base.with_overrides(overrides or {}, where)
+
+    def with_overrides(self, overrides: dict[str, Any], where: str) -> DeliveryOptions:
+        """A copy with some options changed; ConfigError names an unknown or mistyped one."""
+        typed: dict[str, Any] = {}
+        for key, value in overrides.items():
+            if not hasattr(self, key):
+                raise ConfigError(where, f'unknown delivery option {key!r}')
+            default = getattr(self, key)
+            if isinstance(default, bool):
+                ok = isinstance(value, bool)
+            elif isinstance(default, (int, float)):
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+                if ok and isinstance(default, int) and not isinstance(default, bool):
+                    ok = float(value).is_integer()
+                    value = int(value) if ok else value
+            else:
+                ok = isinstance(value, str)
+            if not ok:
+                raise ConfigError(where, f'delivery option {key} has an invalid value {value!r}')
+            typed[key] = value
+        result = replace(self, **typed)
+        if result.delivery_batch_size < 1 or result.max_attempts < 1 or result.max_in_flight < 1:
+            raise ConfigError(where, 'delivery_batch_size, max_attempts and max_in_flight must be at least 1')
+        return result
+
+
+@dataclass(frozen=True)
+class SubInfo:
+    """A subscription as delivery and publication see it."""
+
+    id: int
+    sub_key: str
+    pattern: str
+    kind: str
+    service: str = ''
+    security: str = ''
+    push_url: str = ''
+    is_active: bool = True
+    options: DeliveryOptions = field(default_factory=DeliveryOptions)
+
+    @property
+    def label(self) -> str:
+        """How logs name the subscriber (never the sub_key)."""
+        who = self.service or self.security or self.push_url or '?'
+        return f'sub#{self.id}({self.kind}:{who} on {self.pattern})'
+
+
+def parse_options(raw: str) -> dict[str, Any]:
+    """A subscription's stored options."""
+    value = json.loads(raw or '{}')
+    return value if isinstance(value, dict) else {}
+
+
+class Registry:
+    """An immutable snapshot of topics and subscriptions."""
+
+    def __init__(self, topics: list[TopicInfo] | None = None, subs: list[SubInfo] | None = None) -> None:
+        self.topics: dict[str, TopicInfo] = {normalize(t.name): t for t in topics or []}
+        self.topics_by_id: dict[int, TopicInfo] = {t.id: t for t in topics or []}
+        self.subs: dict[int, SubInfo] = {s.id: s for s in subs or []}
+        self.subs_by_key: dict[str, SubInfo] = {s.sub_key: s for s in subs or []}
+        self._index: PatternIndex[int] = PatternIndex()
+        self._service_subs: dict[str, SubInfo] = {}
+        for s in subs or []:
+            self._index.add(s.pattern, s.id)
+            if s.kind == KIND_SERVICE and normalize(s.pattern) == normalize(service_topic_name(s.service)):
+                self._service_subs[s.service] = s
+
+    def topic(self, name: str) -> TopicInfo | None:
+        """A topic by name, case-insensitively."""
+        return self.topics.get(normalize(name))
+
+    def subscribers(self, topic_name: str) -> list[SubInfo]:
+        """Active subscriptions whose topic or pattern matches, in id order."""
+        return [self.subs[i] for i in sorted(self._index.match(topic_name)) if self.subs[i].is_active]
+
+    def all_subscribers(self, topic_name: str) -> list[SubInfo]:
+        """Every subscription (paused ones too) whose topic or pattern matches."""
+        return [self.subs[i] for i in sorted(self._index.match(topic_name))]
+
+    def service_subscription(self, service: str) -> SubInfo | None:
+        """The implicit subscription of a service to its own topic."""
+        return self._service_subs.get(service)

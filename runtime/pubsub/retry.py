@@ -1,0 +1,61 @@
+"""When to try a failed delivery again, and when to give up.
+
+Socket-level errors (the subscriber could not be reached: connection refused or reset, timeouts)
+start from ``wait_sock_err``; any other error from ``wait_non_sock_err``. The wait doubles with
+each attempt, is capped by ``max_wait_secs``, and gets ±20 % jitter so that many failed messages
+do not all come back at the same instant. After ``max_attempts``, or once the message has
+expired, the decision is to dead-letter it.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+import socket
+from dataclasses import dataclass
+
+from runtime.pubsub.registry import DeliveryOptions
+
+#: Share of the wait added or removed at random.
+JITTER = 0.2
+
+_SOCKET_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.EHOSTUNREACH,
+                  errno.ENETUNREACH, errno.ETIMEDOUT, errno.EPIPE}
+
+
+def is_socket_error(exc: BaseException) -> bool:
+    """Whether an error means the subscriber could not be reached (rather than that it failed)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (ConnectionError, socket.timeout, TimeoutError, socket.gaierror)):
+            return True
+        if isinstance(exc, OSError) and exc.errno in _SOCKET_ERRNOS:
+            return True
+        if type(exc).__module__.startswith(('requests', 'urllib3')) and 'Connect' in type(exc).__name__:
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
+@dataclass(frozen=True)
+class RedeliveryDecision:
+    """What to do with a message whose delivery failed."""
+
+    dead_letter: bool
+    at: float = 0.0
+    reason: str = ''
+
+
+def decide(options: DeliveryOptions, delivery_count: int, exc: BaseException, now: float,
+           expiration_time: float) -> RedeliveryDecision:
+    """Retry at a time, or dead-letter (with the reason)."""
+    if delivery_count >= options.max_attempts:
+        return RedeliveryDecision(True, reason='max_attempts')
+    base = options.wait_sock_err if is_socket_error(exc) else options.wait_non_sock_err
+    wait = min(base * (2 ** (delivery_count - 1)), options.max_wait_secs)
+    wait *= 1 + random.uniform(-JITTER, JITTER)
+    at = now + wait
+    if at >= expiration_time:
+        return RedeliveryDecision(True, reason='expired')
+    return RedeliveryDecision(False, at=at)

@@ -1,0 +1,313 @@
+"""Every SQL statement of the broker: topics, subscriptions, messages, queues, dead letters.
+
+Functions take an open ``Connection`` inside the caller's transaction, so that what must be
+atomic (a message and its queue entries; a dead letter and the queue entry it replaces) is one
+transaction. Nothing here decides policy: the broker and the delivery loop do.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, delete, exists, func, insert, select, update
+
+from runtime.config import PubSubSection
+from runtime.db.blocking import run_transaction
+from runtime.db.models import DeadLetter, Message, QueueEntry, Subscription, Topic
+from runtime.pubsub.registry import DeliveryOptions, Registry, SubInfo, TopicInfo, parse_options
+from runtime.pubsub.topics import matches, normalize
+
+#: Columns of a message handed to subscribers.
+_MESSAGE_COLUMNS = (Message.id, Message.msg_id, Message.topic_name, Message.data, Message.mime_type,
+                    Message.priority, Message.pub_time, Message.expiration_time, Message.publisher,
+                    Message.correl_id, Message.in_reply_to, Message.ext_client_id, Message.has_gd, Message.size)
+
+
+def new_sub_key() -> str:
+    """A new secret subscription key: 160 bits of randomness."""
+    return 'sk.' + secrets.token_hex(20)
+
+
+@dataclass
+class Publication:
+    """One message about to be stored, with the subscriptions it goes to."""
+
+    msg_id: str
+    topic_id: int
+    topic_name: str
+    data: str
+    mime_type: str
+    priority: int
+    pub_time: float
+    expiration_time: float
+    publisher: str
+    correl_id: str | None
+    in_reply_to: str | None
+    ext_client_id: str | None
+    has_gd: bool
+    size: int
+    sub_ids: list[int]
+    #: No subscriber: the topic keeps it until one appears.
+    in_topic: bool = False
+
+
+@dataclass
+class Delivery:
+    """A queue entry with its message, as the delivery loop and pullers see it."""
+
+    entry_id: int
+    sub_id: int
+    delivery_count: int
+    next_attempt_at: float
+    last_error: str
+    recv_time: float
+    message_id: int
+    msg_id: str
+    topic_name: str
+    data: str
+    mime_type: str
+    priority: int
+    pub_time: float
+    expiration_time: float
+    publisher: str
+    correl_id: str | None
+    in_reply_to: str | None
+    ext_client_id: str | None
+    has_gd: bool
+    size: int
+
+    def payload(self) -> Any:
+        """The data as the publisher gave it (JSON decoded when it was JSON)."""
+        if self.mime_type == 'application/json':
+            return json.loads(self.data)
+        return self.data
+
+
+# Registry
+
+
+def load_registry(conn: Connection, settings: PubSubSection) -> Registry:
+    """Every topic and subscription, as a Registry."""
+    topics = [TopicInfo(id=r.id, name=r.name, is_active=r.is_active, has_gd=r.has_gd,
+                        is_api_sub_allowed=r.is_api_sub_allowed, on_no_subs=r.on_no_subs,
+                        max_depth_gd=r.max_depth_gd, max_depth_non_gd=r.max_depth_non_gd,
+                        on_max_depth=r.on_max_depth, depth_check_freq=r.depth_check_freq,
+                        limit_retention=r.limit_retention, limit_message_expiry=r.limit_message_expiry,
+                        hook_service=r.hook_service, is_service_topic=r.is_service_topic)
+              for r in conn.execute(select(Topic)).all()]
+    subs = []
+    for r in conn.execute(select(Subscription)).all():
+        options = DeliveryOptions.from_settings(settings, parse_options(r.options), f'subscription #{r.id}')
+        subs.append(SubInfo(id=r.id, sub_key=r.sub_key, pattern=r.pattern, kind=r.kind, service=r.service,
+                            security=r.security, push_url=r.push_url, is_active=r.is_active, options=options))
+    return Registry(topics, subs)
+
+
+def create_topic(conn: Connection, name: str, attrs: dict[str, Any], is_service_topic: bool = False,
+                 origin: str = 'api') -> int:
+    """Insert a topic; IntegrityError if one of that name (case-insensitively) exists."""
+    return conn.execute(insert(Topic).values(name=name, name_key=normalize(name), created_at=time.time(),
+                                             is_service_topic=is_service_topic, origin=origin, **attrs)
+                        ).inserted_primary_key[0]
+
+
+def create_subscription(conn: Connection, registry: Registry, pattern: str, kind: str, service: str = '',
+                        security: str = '', push_url: str = '', options: dict[str, Any] | None = None,
+                        origin: str = 'api') -> tuple[int, str]:
+    """Insert a subscription and hand it the messages its topics accepted with no subscriber."""
+    sub_key = new_sub_key()
+    sub_id = conn.execute(insert(Subscription).values(
+        sub_key=sub_key, pattern=pattern, kind=kind, service=service, security=security, push_url=push_url,
+        options=json.dumps(options or {}), origin=origin, created_at=time.time())).inserted_primary_key[0]
+    topic_ids = [t.id for t in registry.topics.values() if matches(pattern, t.name)]
+    if topic_ids:
+        hand_over_backlog(conn, sub_id, topic_ids)
+    return sub_id, sub_key
+
+
+def hand_over_backlog(conn: Connection, sub_id: int, topic_ids: list[int]) -> int:
+    """Move messages waiting in these topics into a subscription's queue; returns how many."""
+    now = time.time()
+    rows = conn.execute(select(Message.id, Message.priority).where(
+        Message.in_topic.is_(True), Message.topic_id.in_(topic_ids), Message.expiration_time > now)
+        .order_by(Message.id)).all()
+    if not rows:
+        return 0
+    conn.execute(insert(QueueEntry), [{'sub_id': sub_id, 'message_id': r.id, 'priority': -r.priority,
+                                       'next_attempt_at': 0.0, 'recv_time': now, 'delivery_count': 0,
+                                       'last_error': ''} for r in rows])
+    conn.execute(update(Message).where(Message.id.in_([r.id for r in rows])).values(in_topic=False))
+    return len(rows)
+
+
+def delete_subscription(conn: Connection, sub_id: int) -> None:
+    """Remove a subscription with its queue and dead letters."""
+    conn.execute(delete(QueueEntry).where(QueueEntry.sub_id == sub_id))
+    conn.execute(delete(DeadLetter).where(DeadLetter.sub_id == sub_id))
+    conn.execute(delete(Subscription).where(Subscription.id == sub_id))
+
+
+# Publishing
+
+
+def insert_publications(conn: Connection, pubs: list[Publication]) -> None:
+    """Store messages and their queue entries (one round trip per table)."""
+    rows = [{'msg_id': p.msg_id, 'topic_id': p.topic_id, 'topic_name': p.topic_name, 'data': p.data,
+             'mime_type': p.mime_type, 'priority': p.priority, 'pub_time': p.pub_time,
+             'expiration_time': p.expiration_time, 'publisher': p.publisher, 'correl_id': p.correl_id,
+             'in_reply_to': p.in_reply_to, 'ext_client_id': p.ext_client_id, 'has_gd': p.has_gd,
+             'size': p.size, 'in_topic': p.in_topic} for p in pubs]
+    ids = conn.execute(insert(Message).returning(Message.id, sort_by_parameter_order=True), rows).scalars().all()
+    entries = [{'sub_id': sub_id, 'message_id': message_id, 'priority': -p.priority, 'next_attempt_at': 0.0,
+                'recv_time': p.pub_time, 'delivery_count': 0, 'last_error': ''}
+               for p, message_id in zip(pubs, ids, strict=True) for sub_id in p.sub_ids]
+    if entries:
+        conn.execute(insert(QueueEntry), entries)
+
+
+def topic_depth(conn: Connection, topic_id: int, has_gd: bool) -> int:
+    """Messages waiting in a topic (accepted with no subscriber, not yet in any queue)."""
+    return conn.execute(select(func.count()).select_from(Message).where(
+        Message.topic_id == topic_id, Message.in_topic.is_(True), Message.has_gd.is_(has_gd))).scalar_one()
+
+
+# Delivering
+
+
+def _delivery_query(sub_id: int) -> Any:
+    return (select(QueueEntry.id, QueueEntry.sub_id, QueueEntry.delivery_count, QueueEntry.next_attempt_at,
+                   QueueEntry.last_error, QueueEntry.recv_time, *_MESSAGE_COLUMNS)
+            .join(Message, Message.id == QueueEntry.message_id)
+            .where(QueueEntry.sub_id == sub_id))
+
+
+def fetch_batch(conn: Connection, sub_id: int, limit: int, due_before: float | None = None) -> list[Delivery]:
+    """The head of a queue: high priority first, then publication order.
+
+    With due_before, only entries whose next attempt is due by then (err_should_block=false);
+    without it, the head whether due or not (strict order: the caller waits for it).
+    """
+    query = _delivery_query(sub_id).where(QueueEntry.ack_id.is_(None))
+    if due_before is not None:
+        query = query.where(QueueEntry.next_attempt_at <= due_before)
+    rows = conn.execute(query.order_by(QueueEntry.priority, QueueEntry.message_id).limit(limit)).all()
+    return [Delivery(*row) for row in rows]
+
+
+def next_due(conn: Connection, sub_id: int) -> float | None:
+    """When the earliest waiting entry of a queue is due, or None for an empty queue."""
+    return conn.execute(select(func.min(QueueEntry.next_attempt_at)).where(
+        QueueEntry.sub_id == sub_id, QueueEntry.ack_id.is_(None))).scalar()
+
+
+def count_attempt(conn: Connection, entry_ids: list[int]) -> None:
+    """Record that delivery of these entries starts now (counted even if the process dies)."""
+    conn.execute(update(QueueEntry).where(QueueEntry.id.in_(entry_ids))
+                 .values(delivery_count=QueueEntry.delivery_count + 1))
+
+
+def ack(conn: Connection, entry_ids: list[int]) -> None:
+    """Remove delivered entries from their queue."""
+    conn.execute(delete(QueueEntry).where(QueueEntry.id.in_(entry_ids)))
+
+
+def schedule_retry(conn: Connection, entry_id: int, at: float, error: str) -> None:
+    """Keep an entry for a later attempt, with the error of the last one."""
+    conn.execute(update(QueueEntry).where(QueueEntry.id == entry_id)
+                 .values(next_attempt_at=at, last_error=error[:4000]))
+
+
+def dead_letter(conn: Connection, d: Delivery, reason: str, error: str) -> None:
+    """Move an entry to its subscription's dead-letter queue."""
+    conn.execute(insert(DeadLetter).values(sub_id=d.sub_id, message_id=d.message_id,
+                                           delivery_count=d.delivery_count, last_error=error[:4000],
+                                           reason=reason, dead_at=time.time()))
+    conn.execute(delete(QueueEntry).where(QueueEntry.id == d.entry_id))
+
+
+def queue_depth(conn: Connection, sub_id: int) -> int:
+    """How many messages wait in a subscription's queue."""
+    return conn.execute(select(func.count()).select_from(QueueEntry).where(QueueEntry.sub_id == sub_id)
+                        ).scalar_one()
+
+
+def dead_letters(conn: Connection, sub_id: int) -> list[dict[str, Any]]:
+    """A subscription's dead letters, oldest first."""
+    rows = conn.execute(select(DeadLetter.id, DeadLetter.delivery_count, DeadLetter.last_error, DeadLetter.reason,
+                               DeadLetter.dead_at, Message.msg_id, Message.data, Message.mime_type)
+                        .join(Message, Message.id == DeadLetter.message_id)
+                        .where(DeadLetter.sub_id == sub_id).order_by(DeadLetter.id)).all()
+    return [dict(r._mapping) for r in rows]
+
+
+# Sweeping
+
+
+def sweep(conn: Connection, now: float, limit: int = 10000) -> dict[str, int]:
+    """Remove what nobody will read: expired topic messages, and messages no queue holds."""
+    counts = {}
+    expired_in_topic = select(Message.id).where(Message.in_topic.is_(True), Message.expiration_time <= now)
+    counts['expired_in_topic'] = conn.execute(delete(Message).where(
+        Message.id.in_(expired_in_topic.limit(limit).scalar_subquery()))).rowcount
+    orphans = (select(Message.id).where(
+        Message.in_topic.is_(False),
+        ~exists().where(QueueEntry.message_id == Message.id),
+        ~exists().where(DeadLetter.message_id == Message.id)).limit(limit))
+    counts['consumed'] = conn.execute(delete(Message).where(Message.id.in_(orphans.scalar_subquery()))).rowcount
+    return counts
+
+
+def expired_entries(conn: Connection, now: float, limit: int = 1000) -> list[Delivery]:
+    """Queue entries whose message expired (they go to the dead-letter queue, never to subscribers)."""
+    query = (select(QueueEntry.id, QueueEntry.sub_id, QueueEntry.delivery_count, QueueEntry.next_attempt_at,
+                    QueueEntry.last_error, QueueEntry.recv_time, *_MESSAGE_COLUMNS)
+             .join(Message, and_(Message.id == QueueEntry.message_id, Message.expiration_time <= now))
+             .limit(limit))
+    return [Delivery(*row) for row in conn.execute(query).all()]
+
+
+def retention_expired_in_topic(conn: Connection, topic_id: int, before: float) -> int:
+    """Delete messages that waited in a topic longer than its retention."""
+    return conn.execute(delete(Message).where(Message.topic_id == topic_id, Message.in_topic.is_(True),
+                                              Message.pub_time < before)).rowcount
+
+
+
+
+class SqlQueueBackend:
+    """The delivery loop's storage, over the functions above (off the hub for SQLite)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def fetch(self, sub_id: int, limit: int, due_before: float | None) -> list[Delivery]:
+        """The head of a queue."""
+        return run_transaction(self._engine, lambda c: fetch_batch(c, sub_id, limit, due_before), write=False)
+
+    def count_attempt(self, entry_ids: list[int]) -> None:
+        """Record attempts before delivering."""
+        run_transaction(self._engine, lambda c: count_attempt(c, entry_ids))
+
+    def settle(self, acked: list[int], retries: list[tuple[Delivery, float, str]],
+               dead: list[tuple[Delivery, str, str]], uncount: list[int]) -> None:
+        """Apply a batch's outcomes in one transaction."""
+        def work(conn: Connection) -> None:
+            if acked:
+                ack(conn, acked)
+            for d, at, error in retries:
+                schedule_retry(conn, d.entry_id, at, error)
+            for d, reason, error in dead:
+                dead_letter(conn, d, reason, error)
+            if uncount:
+                conn.execute(update(QueueEntry).where(QueueEntry.id.in_(uncount))
+                             .values(delivery_count=QueueEntry.delivery_count - 1))
+        if acked or retries or dead or uncount:
+            run_transaction(self._engine, work)
+
+    def next_due(self, sub_id: int) -> float | None:
+        """When the queue's earliest entry is due."""
+        return run_transaction(self._engine, lambda c: next_due(c, sub_id), write=False)
