@@ -20,7 +20,7 @@ from sqlalchemy import Engine, select
 
 from runtime.channels import Channel, ChannelRouter, parse_methods
 from runtime.config import Settings
-from runtime.db.engine import make_engine
+from runtime.db.engine import make_engine, make_psycopg_cooperative
 from runtime.db.migrate import upgrade
 from runtime.db.models import BasicAuthDef, RestChannel
 from runtime.errors import ConfigError
@@ -93,6 +93,7 @@ class Runtime:
         self.demo = demo
         self.user_config: dict[str, Any] = {}
         db = settings.database
+        make_psycopg_cooperative()
         self.engine = engine or make_engine(settings.database_url, pool_size=db.pool_size,
                                             sqlite_synchronous=db.sqlite_synchronous,
                                             sqlite_busy_timeout_ms=db.sqlite_busy_timeout_ms)

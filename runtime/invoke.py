@@ -36,6 +36,9 @@ _log = logging.getLogger(__name__)
 #: Suffix of the service that receives async responses by convention.
 ASYNC_CALLBACK_SUFFIX = '-async-callback'
 
+#: How long a timed-out callee may take to unwind (its finally blocks, finalize_handle) once killed.
+KILL_WAIT_SECS = 1.0
+
 #: Channel names a service can see in self.channel.
 CHANNEL_INVOKE = 'invoke'
 CHANNEL_INVOKE_ASYNC = 'invoke-async'
@@ -145,13 +148,36 @@ class Invoker:
             raise SelfInvocation(cls.name)
         if timeout is None:
             return self.run(cls, payload, channel=channel, cid=cid).response.payload
-        g = self.runtime.spawner.spawn(self.run, cls, payload, channel=channel, cid=cid,
-                                        name=f'invoke:{cls.name}')
-        g.join(timeout)
-        if not g.ready():
-            g.kill(block=True, timeout=1)
+        return self._invoke_with_timeout(cls, payload, timeout, channel, cid)
+
+    def _invoke_with_timeout(self, cls: type[Service], payload: Any, timeout: float, channel: str,
+                             cid: str | None) -> Any:
+        g = self.runtime.spawner.spawn(self._run_capturing, cls, payload, channel, cid,
+                                       name=f'invoke:{cls.name}')
+        try:
+            g.join(timeout)
+            timed_out = not g.ready()
+        finally:
+            # Time is up, or the caller itself is being killed: the callee must not outlive the wait.
+            if not g.ready():
+                g.kill(block=True, timeout=KILL_WAIT_SECS)
+        if timed_out:
             raise InvocationTimeout(cls.name, timeout)
-        return g.get().response.payload
+        outcome = g.value
+        if isinstance(outcome, BaseException):  # killed from outside, e.g. by Spawner.stop
+            raise outcome
+        svc, error = outcome
+        if error is not None:
+            raise error  # the callee's own exception object, with its traceback
+        return svc.response.payload
+
+    def _run_capturing(self, cls: type[Service], payload: Any, channel: str,
+                       cid: str | None) -> tuple[Service | None, Exception | None]:
+        # The caller re-raises the error; letting it escape the greenlet would also log it as a crash.
+        try:
+            return self.run(cls, payload, channel=channel, cid=cid), None
+        except Exception as e:
+            return None, e
 
     def invoke_async(self, name_or_class: str | type[Service], payload: Any = None, callback: Any = None,
                      caller: Service | None = None, cid: str | None = None) -> str:
@@ -159,18 +185,21 @@ class Invoker:
 
         When it ends, each callback service (a name, class or list of them; by default
         ``<name>-async-callback`` if deployed) is invoked with a dict of ``cid``, ``source``,
-        ``target``, ``ok``, ``response`` and ``exception`` (the error text or None).
+        ``target``, ``ok``, ``response`` and ``exception`` (the error text or None). Callbacks are
+        looked up here, so an unknown one raises ServiceNotFound before anything runs.
         """
         cls = self._store.get(name_or_class)
         if caller is not None and cls.name == caller.name:
             raise SelfInvocation(cls.name)
+        targets = self.callback_targets(cls.name, callback)  # an unknown callback fails here, in the caller
         cid = cid or new_cid()
         source = caller.name if caller is not None else None
-        self.runtime.spawner.spawn(self._run_async, cls, payload, cid, source, callback,
-                                    name=f'invoke-async:{cls.name}')
+        self.runtime.spawner.spawn(self._run_async, cls, payload, cid, source, targets,
+                                   name=f'invoke-async:{cls.name}')
         return cid
 
-    def _run_async(self, cls: type[Service], payload: Any, cid: str, source: str | None, callback: Any) -> None:
+    def _run_async(self, cls: type[Service], payload: Any, cid: str, source: str | None,
+                   targets: list[str | type[Service]]) -> None:
         try:
             response = self.run(cls, payload, channel=CHANNEL_INVOKE_ASYNC, cid=cid).response.payload
             ok, error = True, None
@@ -179,14 +208,14 @@ class Invoker:
         except Exception as e:
             _log.exception('async invocation of %s failed (cid %s)', cls.name, cid)
             response, ok, error = None, False, f'{type(e).__name__}: {e}'
-        targets = self.callback_targets(cls.name, callback)
         if not targets:
             return
         result = {'cid': cid, 'source': source, 'target': cls.name, 'ok': ok, 'response': response,
                   'exception': error}
         for target in targets:
             try:
-                self.run(self._store.get(target), result, channel=CHANNEL_CALLBACK)
+                # A copy each, so that a callback changing its payload cannot change the next one's.
+                self.run(self._store.get(target), dict(result), channel=CHANNEL_CALLBACK)
             except Exception:
                 _log.exception('callback %s of async invocation %s failed', target, cid)
 

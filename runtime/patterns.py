@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
+from runtime.errors import SelfInvocation
 from runtime.invoke import CHANNEL_CALLBACK, Invoker, new_cid
 
 if TYPE_CHECKING:
@@ -32,6 +33,15 @@ def _as_list(callbacks: Any) -> list[Any]:
     if isinstance(callbacks, (str, type)):
         return [callbacks]
     return list(callbacks) if isinstance(callbacks, Iterable) else [callbacks]
+
+
+def _fresh_copy(data: dict[str, Any]) -> dict[str, Any]:
+    # New dicts for every callback, so that one changing its payload cannot change what the next one,
+    # or on_final, receives. Responses are not copied, as invoke() does not copy them either.
+    fresh = dict(data)
+    if 'data' in fresh:
+        fresh['data'] = {target: dict(result) for target, result in fresh['data'].items()}
+    return fresh
 
 
 class _ParallelBase:
@@ -56,6 +66,7 @@ class _ParallelBase:
 
     def _run(self, classes: dict[str, Any], targets: dict[str, Any], final: list[Any], per_target: list[Any],
              cid: str) -> None:
+        req_ts = _now_iso()
         spawn = self._invoker.runtime.spawner.spawn
         jobs = [spawn(self._one, name, classes[name], payload, per_target, cid, name=f'patterns:{cid}:{name}')
                 for name, payload in targets.items()]
@@ -64,7 +75,7 @@ class _ParallelBase:
             return
         results = {job.value['target']: job.value for job in jobs if job.successful() and job.value}
         data = {'phase': 'on_final', 'source': self._source.name, 'cid': cid, 'data': results,
-                'ok': all(r['ok'] for r in results.values()), 'req_ts_utc': None, 'resp_ts_utc': _now_iso()}
+                'ok': all(r['ok'] for r in results.values()), 'req_ts_utc': req_ts, 'resp_ts_utc': _now_iso()}
         self._callbacks(final, data)
 
     def _one(self, name: str, cls: Any, payload: Any, per_target: list[Any], cid: str) -> dict[str, Any]:
@@ -87,7 +98,7 @@ class _ParallelBase:
         store = self._invoker.runtime.store
         for cb in callbacks:
             try:
-                self._invoker.run(store.get(cb), data, channel=CHANNEL_CALLBACK)
+                self._invoker.run(store.get(cb), _fresh_copy(data), channel=CHANNEL_CALLBACK)
             except Exception:
                 _log.exception('callback %s of parallel invocation %s failed', cb, data['cid'])
 
@@ -137,6 +148,9 @@ class InvokeRetry:
         if wait < 0:
             raise ValueError('the wait between attempts must not be negative')
         cls = self._invoker.runtime.store.get(target)
+        if cls.name == self._source.name:
+            # Checked before the first attempt: retrying cannot fix it, nor may the background hide it.
+            raise SelfInvocation(cls.name)
         callbacks = _as_list(callback)
         for cb in callbacks:
             self._invoker.runtime.store.get(cb)
@@ -188,7 +202,8 @@ class InvokeRetry:
             result['exception'] = f'{type(error).__name__}: {error}'
         for cb in callbacks:
             try:
-                self._invoker.run(self._invoker.runtime.store.get(cb), result, channel=CHANNEL_CALLBACK)
+                # A copy each, so that a callback changing its payload cannot change the next one's.
+                self._invoker.run(self._invoker.runtime.store.get(cb), dict(result), channel=CHANNEL_CALLBACK)
             except Exception:
                 _log.exception('callback %s of invoke_retry %s failed', cb, cid)
 

@@ -34,6 +34,10 @@ class Spawner:
     def __len__(self) -> int:
         return len(self._group)
 
+    def running(self, prefix: str = '') -> list[str]:
+        """Names of the greenlets still running, or of those whose name starts with prefix."""
+        return sorted(g.name for g in self._group if g.name.startswith(prefix))
+
     def stop(self, timeout: float = 5.0) -> None:
         """Kill every greenlet still running, waiting at most timeout seconds."""
         self._group.kill(timeout=timeout, block=True)

@@ -36,12 +36,17 @@ class ServiceStore:
         self._by_class: dict[type[Service], str] = {}
 
     def services_in_module(self, module: ModuleType) -> list[type[Service]]:
-        """Service subclasses defined in this module itself, in source order."""
+        """Service subclasses defined in this module itself, in source order.
+
+        Private classes (``_Name``) and abstract bases (``__abstract__ = True`` in their own body)
+        are left out.
+        """
         found = []
         for _, obj in vars(module).items():
             if (inspect.isclass(obj) and issubclass(obj, Service) and obj is not Service
                     and obj.__module__ == module.__name__ and not obj.__name__.startswith('_')
-                    and not inspect.isabstract(obj) and not getattr(obj, '__abstract__', False)
+                    and not inspect.isabstract(obj)
+                    # Only the class's own marker counts: subclasses of an abstract base are concrete.
                     and obj.__dict__.get('__abstract__') is not True):
                 found.append(obj)
         return found

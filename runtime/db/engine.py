@@ -23,6 +23,26 @@ from sqlalchemy.engine import make_url
 from runtime.errors import ConfigError
 
 
+def make_psycopg_cooperative() -> None:
+    """Make psycopg wait through gevent even if it was imported before monkey-patching.
+
+    psycopg picks its wait function when ``psycopg.waiting`` is first imported: the C one, which
+    blocks the whole process, unless ``select`` is already patched. gunicorn imports the runtime
+    (and so psycopg) in the master, and the gevent worker patches only after the fork, so every
+    query would freeze the worker's hub. This rebinds the choice once the worker is patched.
+    """
+    import gevent.monkey
+    if not gevent.monkey.is_module_patched('select'):
+        return
+    import select
+    import selectors
+
+    from psycopg import waiting
+    waiting.wait = waiting.wait_poll if hasattr(select, 'poll') else waiting.wait_select
+    if hasattr(waiting, 'DefaultSelector'):
+        waiting.DefaultSelector = selectors.DefaultSelector
+
+
 def normalize_url(url: str) -> str:
     """Use psycopg 3 for plain postgresql:// URLs."""
     if url.startswith('postgresql://') or url.startswith('postgres://'):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gevent
+import psycopg
 from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import IntegrityError
 
@@ -72,6 +73,9 @@ CHANNEL_PUBSUB = 'pubsub'
 CHANNEL_HOOK = 'pubsub-hook'
 
 BASE64_SUFFIX = ';base64'
+
+#: With LISTEN/NOTIFY working, how often PostgreSQL workers still look for missed entries.
+PG_SAFETY_POLL_SECS = 1.0
 
 
 class MsgId(str):
@@ -145,6 +149,7 @@ class Broker:
         self._depths: dict[int, int] = {}
         self._last_queue_id = 0
         self._overflow_dir = runtime.settings.path(self.settings.overflow_dir)
+        self._listening = False
 
     # Lifecycle
 
@@ -157,6 +162,8 @@ class Broker:
         self._committer = GroupCommitter(self.engine, self.settings.group_commit_max, spawn, self._committed)
         if background:
             spawn(self.leases.run, self._wanted_leases, self._leases_changed, name='pubsub-leases')
+            if self.engine.dialect.name == 'postgresql':
+                spawn(self._listen, name='pubsub-listener')
             spawn(self._poll_queues, name='pubsub-poller')
             spawn(self._sweep_forever, name='pubsub-sweeper')
 
@@ -472,10 +479,41 @@ class Broker:
         invoker.run(self._runtime.store.get(sub.service), meta['data'], channel=CHANNEL_PUBSUB, raw_request=meta)
         return None
 
-    def _poll_queues(self) -> None:
-        """Wake local loops for entries other processes queued (one indexed look per interval)."""
+    def _listen(self) -> None:
+        """PostgreSQL: wake local loops as soon as another process commits entries for them."""
+        url = self.engine.url.set(drivername='postgresql').render_as_string(hide_password=False)
         while True:
-            gevent.sleep(self.settings.poll_interval_secs)
+            try:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute(f'LISTEN {store.NOTIFY_CHANNEL}')
+                    self._listening = True
+                    for note in conn.notifies():
+                        self._wake_listed(note.payload)
+            except gevent.GreenletExit:
+                raise
+            except Exception as e:
+                _log.warning('LISTEN connection failed (%s: %s); polling until it is back', type(e).__name__, e)
+            finally:
+                self._listening = False
+            gevent.sleep(1.0)
+
+    def _wake_listed(self, payload: str) -> None:
+        if payload == '*':
+            for loop, _greenlet in list(self._loops.values()):
+                loop.wake()
+            return
+        for part in payload.split(','):
+            entry = self._loops.get(int(part)) if part.isdigit() else None
+            if entry is not None:
+                entry[0].wake()
+
+    def _poll_queues(self) -> None:
+        """Wake local loops for entries other processes queued (one indexed look per interval).
+
+        On PostgreSQL, LISTEN/NOTIFY does this at once and the poll is only a slow safety net.
+        """
+        while True:
+            gevent.sleep(self.settings.poll_interval_secs if not self._listening else PG_SAFETY_POLL_SECS)
             try:
                 self._poll_once()
             except gevent.GreenletExit:

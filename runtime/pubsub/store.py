@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, delete, exists, func, insert, select, update
+from sqlalchemy import Connection, Engine, and_, delete, exists, func, insert, select, text, update
 
 from runtime.config import PubSubSection
 from runtime.db.blocking import run_transaction
@@ -141,6 +141,7 @@ def hand_over_backlog(conn: Connection, sub_id: int, topic_ids: list[int]) -> in
                                        'next_attempt_at': 0.0, 'recv_time': now, 'delivery_count': 0,
                                        'last_error': ''} for r in rows])
     conn.execute(update(Message).where(Message.id.in_([r.id for r in rows])).values(in_topic=False))
+    notify_subscribers(conn, {sub_id})
     return len(rows)
 
 
@@ -167,6 +168,23 @@ def insert_publications(conn: Connection, pubs: list[Publication]) -> None:
                for p, message_id in zip(pubs, ids, strict=True) for sub_id in p.sub_ids]
     if entries:
         conn.execute(insert(QueueEntry), entries)
+        notify_subscribers(conn, {e['sub_id'] for e in entries})
+
+
+#: PostgreSQL channel on which commits announce the subscriptions that got new queue entries.
+NOTIFY_CHANNEL = 'conduit_queue'
+
+#: Longest NOTIFY payload we send; past it we send '*' (wake every loop), as PostgreSQL caps payloads.
+MAX_NOTIFY_PAYLOAD = 7000
+
+
+def notify_subscribers(conn: Connection, sub_ids: set[int]) -> None:
+    """On PostgreSQL, tell other workers (at commit) which queues got entries; a no-op on SQLite."""
+    if not sub_ids or conn.dialect.name != 'postgresql':
+        return
+    payload = ','.join(map(str, sorted(sub_ids)))
+    conn.execute(text('SELECT pg_notify(:channel, :payload)'),
+                 {'channel': NOTIFY_CHANNEL, 'payload': payload if len(payload) <= MAX_NOTIFY_PAYLOAD else '*'})
 
 
 def topic_depth(conn: Connection, topic_id: int, has_gd: bool) -> int:
