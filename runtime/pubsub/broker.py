@@ -3,8 +3,9 @@
 Publishing resolves the target (a topic, or a service and so its implicit topic), checks the
 message, finds the subscriptions through the registry's pattern index and stores the message with
 its queue entries through the group committer: ``publish`` returns only once that is durable.
-Guaranteed-delivery and non-GD messages take the same durable path in this version (non-GD ones
-are therefore kept across restarts too; see the README).
+Non-GD messages skip storage for the subscriptions this worker delivers: they wait in the
+delivery loop's memory and are lost if the worker stops (as documented). Subscriptions delivered by
+another process, pull queues and a topic's own backlog get them through the database.
 
 Deliveries: a lease per service subscription decides which worker delivers it; this worker runs a
 ``DeliveryLoop`` for each lease it holds and wakes it on local publications at once, and on
@@ -14,6 +15,7 @@ other processes' publications within ``poll_interval_secs`` (a look at the newes
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import logging
 import os
@@ -150,6 +152,8 @@ class Broker:
         self._last_queue_id = 0
         self._overflow_dir = runtime.settings.path(self.settings.overflow_dir)
         self._listening = False
+        #: Entry ids of in-memory (non-GD) queue entries: negative, so they never clash with stored ones.
+        self._ram_ids = itertools.count(-1, -1)
 
     # Lifecycle
 
@@ -180,6 +184,7 @@ class Broker:
     def reload(self) -> None:
         """Reload topics and subscriptions from the database."""
         self.registry = run_transaction(self.engine, lambda c: store.load_registry(c, self.settings), write=False)
+        self._depths.clear()  # a new subscription may have taken a topic's backlog: count again
         for sub_id, (loop, _greenlet) in list(self._loops.items()):
             sub = self.registry.subs.get(sub_id)
             if sub is None or not sub.is_active:
@@ -280,7 +285,8 @@ class Broker:
             if value is not None and (not isinstance(value, str) or len(value) > 200):
                 raise InvalidMessage(name, 'must be a string of at most 200 characters')
         gd = True if topic.is_service_topic else (topic.has_gd if has_gd is None else bool(has_gd))
-        subs = self.registry.subscribers(topic.name)
+        # A paused subscription (is_active false) still queues: only its delivery waits.
+        subs = self.registry.all_subscribers(topic.name)
         if sub_filter is not None:
             subs = [s for s in subs if sub_filter(s)]
         now = time.time()
@@ -300,11 +306,36 @@ class Broker:
                 self._overflow(pub)
                 msg_id.overflowed = True
                 return msg_id
+        if not gd and subs:
+            pub.sub_ids = self._hold_in_memory(pub, subs)
+            if not pub.sub_ids:
+                return msg_id
         assert self._committer is not None, 'broker not started'
         self._committer.submit(pub)
         if pub.in_topic:
             self._depths[topic.id] = self._depths.get(topic.id, 0) + 1
         return msg_id
+
+    def _hold_in_memory(self, pub: Publication, subs: list[SubInfo]) -> list[int]:
+        """Queue a non-GD message in the RAM of the loops this worker runs; returns the other subs.
+
+        Another process's memory cannot be reached, so subscriptions delivered elsewhere (or by
+        nobody yet, or pulled by clients) get the message through the database instead.
+        """
+        remote = []
+        for sub in subs:
+            entry = self._loops.get(sub.id)
+            if entry is None or not self.leases.owns(lease_name(sub.id)):
+                remote.append(sub.id)
+                continue
+            entry[0].push(Delivery(
+                entry_id=next(self._ram_ids), sub_id=sub.id, delivery_count=0, next_attempt_at=0.0, last_error='',
+                recv_time=pub.pub_time, message_id=0, msg_id=pub.msg_id, topic_name=pub.topic_name, data=pub.data,
+                mime_type=pub.mime_type, priority=pub.priority, pub_time=pub.pub_time,
+                expiration_time=pub.expiration_time, publisher=pub.publisher, correl_id=pub.correl_id,
+                in_reply_to=pub.in_reply_to, ext_client_id=pub.ext_client_id, has_gd=False, size=pub.size,
+                topic_id=pub.topic_id))
+        return remote
 
     def _topic_full(self, topic: TopicInfo, gd: bool) -> bool:
         limit = topic.max_depth_gd if gd else topic.max_depth_non_gd
@@ -401,7 +432,10 @@ class Broker:
             batch = store.fetch_batch(conn, sub.id, max(1, min(max_messages, 1000)), due_before=time.time())
             now = time.time()
             live = [d for d in batch if d.expiration_time > now]
-            store.ack(conn, [d.entry_id for d in batch])
+            store.ack(conn, [d.entry_id for d in live])
+            for d in batch:
+                if d.expiration_time <= now:  # never handed over: dead-lettered, as the sweeper does
+                    store.dead_letter(conn, d, 'expired', d.last_error or 'the message expired before it was read')
             for d in live:
                 d.delivery_count += 1
             return [message_meta(d, sub) for d in live]
@@ -435,7 +469,7 @@ class Broker:
         for name in gained:
             if name.startswith('pubsub:sub:'):
                 sub = self.registry.subs.get(int(name.rsplit(':', 1)[1]))
-                if sub is not None:
+                if sub is not None and sub.is_active:  # paused while the lease was being taken
                     self._start_loop(sub)
 
     def _start_loop(self, sub: SubInfo) -> None:

@@ -73,10 +73,22 @@ class DeliveryLoop:
         self._still_owner = still_owner
         self._wake = Event()
         self._wake.set()
+        #: Non-GD messages held in this worker's memory only (negative entry ids).
+        self._ram: list[Delivery] = []
 
     def wake(self) -> None:
         """New messages may be waiting: look now."""
         self._wake.set()
+
+    def push(self, delivery: Delivery) -> None:
+        """Queue a non-GD message in memory (lost if this worker stops, by design)."""
+        self._ram.append(delivery)
+        self._wake.set()
+
+    @property
+    def ram_depth(self) -> int:
+        """How many non-GD messages wait in memory."""
+        return len(self._ram)
 
     def run(self) -> None:
         """Deliver until killed or until this worker no longer owns the subscription."""
@@ -102,8 +114,15 @@ class DeliveryLoop:
         now = time.time()
         batch = self._backend.fetch(self.sub.id, opts.delivery_batch_size,
                                     None if opts.err_should_block else now)
+        if self._ram:
+            ram = [d for d in self._ram if opts.err_should_block or d.next_attempt_at <= now]
+            # One order across both queues: priority first, then publication time.
+            batch = sorted(batch + ram, key=lambda d: (-d.priority, d.pub_time))[:opts.delivery_batch_size]
         if not batch:
             due = self._backend.next_due(self.sub.id)
+            if self._ram:
+                ram_due = min(d.next_attempt_at for d in self._ram)
+                due = ram_due if due is None else min(due, ram_due)
             return IDLE_RECHECK_SECS if due is None else max(0.01, min(due - now, IDLE_RECHECK_SECS))
         if opts.err_should_block:
             # Strict order: stop at the first message not due yet and wait for it.
@@ -116,7 +135,9 @@ class DeliveryLoop:
         expired = [d for d in batch if d.expiration_time <= now]
         live = [d for d in batch if d.expiration_time > now]
         if live:
-            self._backend.count_attempt([d.entry_id for d in live])
+            stored = [d.entry_id for d in live if d.entry_id > 0]
+            if stored:
+                self._backend.count_attempt(stored)
             for d in live:
                 d.delivery_count += 1
         outcomes = self._deliver_all(live, opts.max_in_flight, opts.err_should_block)
@@ -140,10 +161,32 @@ class DeliveryLoop:
                           d.msg_id, d.delivery_count, decision.at - time.time(), error)
         for d in expired:
             dead.append((d, 'expired', d.last_error or 'the message expired before it could be delivered'))
+        if self._ram:
+            acked, retries, uncount = self._settle_in_memory(acked, retries, dead, uncount)
         self._backend.settle(acked, retries, dead, uncount)
         if retries and opts.err_should_block:
             return max(0.01, min(at for _, at, _ in retries) - time.time())
         return 0
+
+    def _settle_in_memory(self, acked: list[int], retries: list[tuple[Delivery, float, str]],
+                          dead: list[tuple[Delivery, str, str]], uncount: list[int]
+                          ) -> tuple[list[int], list[tuple[Delivery, float, str]], list[int]]:
+        """Apply outcomes of in-memory entries here; return what is left for storage.
+
+        Dead in-memory entries stay in ``dead``: the backend stores them with their message.
+        """
+        gone = {i for i in acked if i < 0} | {d.entry_id for d, _, _ in dead if d.entry_id < 0}
+        for d, at, error in retries:
+            if d.entry_id < 0:
+                d.next_attempt_at, d.last_error = at, error
+        by_id = {d.entry_id: d for d in self._ram}
+        for entry_id in uncount:
+            if entry_id < 0:
+                by_id[entry_id].delivery_count -= 1
+        if gone:
+            self._ram = [d for d in self._ram if d.entry_id not in gone]
+        return ([i for i in acked if i > 0], [r for r in retries if r[0].entry_id > 0],
+                [i for i in uncount if i > 0])
 
     def _deliver_all(self, batch: list[Delivery], max_in_flight: int, block: bool) -> list[Outcome]:
         if max_in_flight <= 1:

@@ -24,7 +24,8 @@ from runtime.pubsub.topics import matches, normalize
 #: Columns of a message handed to subscribers.
 _MESSAGE_COLUMNS = (Message.id, Message.msg_id, Message.topic_name, Message.data, Message.mime_type,
                     Message.priority, Message.pub_time, Message.expiration_time, Message.publisher,
-                    Message.correl_id, Message.in_reply_to, Message.ext_client_id, Message.has_gd, Message.size)
+                    Message.correl_id, Message.in_reply_to, Message.ext_client_id, Message.has_gd, Message.size,
+                    Message.topic_id)
 
 
 def new_sub_key() -> str:
@@ -79,6 +80,7 @@ class Delivery:
     ext_client_id: str | None
     has_gd: bool
     size: int
+    topic_id: int = 0
 
     def payload(self) -> Any:
         """The data as the publisher gave it (JSON decoded when it was JSON)."""
@@ -240,11 +242,23 @@ def schedule_retry(conn: Connection, entry_id: int, at: float, error: str) -> No
 
 
 def dead_letter(conn: Connection, d: Delivery, reason: str, error: str) -> None:
-    """Move an entry to its subscription's dead-letter queue."""
-    conn.execute(insert(DeadLetter).values(sub_id=d.sub_id, message_id=d.message_id,
+    """Move an entry to its subscription's dead-letter queue.
+
+    An in-memory (non-GD) entry has a negative id and no stored message: its message is stored
+    now, so that the dead letter can be inspected and re-driven like any other.
+    """
+    message_id = d.message_id
+    if d.entry_id < 0:
+        message_id = conn.execute(insert(Message).values(
+            msg_id=d.msg_id, topic_id=d.topic_id, topic_name=d.topic_name, data=d.data, mime_type=d.mime_type,
+            priority=d.priority, pub_time=d.pub_time, expiration_time=d.expiration_time, publisher=d.publisher,
+            correl_id=d.correl_id, in_reply_to=d.in_reply_to, ext_client_id=d.ext_client_id, has_gd=False,
+            size=d.size, in_topic=False)).inserted_primary_key[0]
+    conn.execute(insert(DeadLetter).values(sub_id=d.sub_id, message_id=message_id,
                                            delivery_count=d.delivery_count, last_error=error[:4000],
                                            reason=reason, dead_at=time.time()))
-    conn.execute(delete(QueueEntry).where(QueueEntry.id == d.entry_id))
+    if d.entry_id > 0:
+        conn.execute(delete(QueueEntry).where(QueueEntry.id == d.entry_id))
 
 
 def queue_depth(conn: Connection, sub_id: int) -> int:

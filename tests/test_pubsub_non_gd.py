@@ -1,0 +1,65 @@
+"""Non-GD messages: held in the delivering worker's memory, never written unless dead-lettered."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from runtime import Service
+from runtime.db.models import Message
+from runtime.testing import make_settings, wait_until
+
+seen: list[tuple[int, int]] = []
+
+
+class Target(Service):
+    """Records (n, delivery_count); n == 2 always fails."""
+
+    name = 'ngd.target'
+
+    def handle(self):
+        seen.append((self.request.payload['n'], self.request.raw_request['delivery_count']))
+        if self.request.payload['n'] == 2:
+            raise ValueError('poison')
+
+
+def _runtime(runtime_factory, tmp_path, db_url):  # type: ignore[no-untyped-def]
+    (tmp_path / 'rt').mkdir()
+    settings = make_settings(tmp_path / 'rt', db_url)
+    settings.pubsub.wait_non_sock_err = 0.02
+    settings.pubsub.lease_renew_secs = 0.1
+    seen.clear()
+    return runtime_factory(Target, settings=settings)
+
+
+def _stored_messages(rt) -> int:  # type: ignore[no-untyped-def]
+    with rt.engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(Message)).scalar_one()
+
+
+def test_non_gd_messages_stay_in_memory_and_keep_priority_order(runtime_factory, tmp_path, db_url):
+    rt = _runtime(runtime_factory, tmp_path, db_url)
+    rt.broker.create_topic('ngd.topic', has_gd=False)
+    sub = rt.broker.subscribe('ngd.topic', 'service', service='ngd.target',
+                              options={'max_attempts': 2, 'err_should_block': False})
+    wait_until(lambda: sub.id in rt.broker._loops, message='this worker delivering the subscription')
+    for n in range(5):
+        rt.broker.publish('ngd.topic', {'n': n}, priority=9 if n == 4 else 5)
+    assert _stored_messages(rt) == 0
+
+    wait_until(lambda: len(rt.broker.dead_letters(sub.sub_key)) == 1, message='poison message dead-lettered')
+    wait_until(lambda: len([s for s in seen if s[0] != 2]) == 4, message='the others delivered')
+    assert seen[0] == (4, 1), 'priority 9 first'
+    assert [n for n, _ in seen if n != 2] == [4, 0, 1, 3]
+    dead = rt.broker.dead_letters(sub.sub_key)[0]
+    assert dead['delivery_count'] == 2 and 'poison' in dead['last_error']
+    # Only the dead letter's message was written, so that it can be inspected and re-driven.
+    assert _stored_messages(rt) == 1
+
+
+def test_gd_flag_on_publication_overrides_topic_default(runtime_factory, tmp_path, db_url):
+    rt = _runtime(runtime_factory, tmp_path, db_url)
+    rt.broker.create_topic('ngd.topic', has_gd=False)
+    sub = rt.broker.subscribe('ngd.topic', 'service', service='ngd.target')
+    rt.broker.set_active(sub.sub_key, False)  # keep it queued so that it can be counted
+    rt.broker.publish('ngd.topic', {'n': 10}, has_gd=True)
+    assert _stored_messages(rt) == 1
