@@ -21,7 +21,6 @@ import logging
 import os
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gevent
@@ -173,7 +172,7 @@ class Broker:
 
     def stop(self) -> None:
         """Stop delivering and hand the leases back so another worker takes over at once."""
-        for loop, greenlet in list(self._loops.values()):
+        for _loop, greenlet in list(self._loops.values()):
             greenlet.kill(block=False)
         self._loops.clear()
         try:

@@ -9,6 +9,7 @@ one commit per message, as before; a hundred concurrent ones pay about one commi
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 
@@ -52,7 +53,7 @@ class GroupCommitter:
                     break
             pubs = [p for p, _ in batch]
             try:
-                run_transaction(self._engine, lambda conn: self._write(conn, pubs))
+                run_transaction(self._engine, functools.partial(self._write, pubs=pubs))
             except gevent.GreenletExit:
                 for _, result in batch:
                     result.set_exception(StorageUnavailable('the server is stopping; nothing was stored'))
