@@ -1,4 +1,4 @@
-"""Demo CRM flow: create and read customers.
+"""Demo CRM flow: create and read customers; a new customer is welcomed through pub/sub.
 
 Customers live in this worker's memory (the demo runs one worker); a real flow would store them
 in its own system of record.
@@ -25,6 +25,8 @@ class CreateCustomer(Service):
             self.response.payload = {'customer_id': None, 'error': 'email must contain @'}
             return
         customer = self.invoke('crm.customer.store', dict(self.request.input))
+        # Durable and asynchronous: the welcome runs after this answer, and again if it fails.
+        self.publish('crm.customer.welcome', {'customer_id': customer['id']})
         self.response.status_code = 201
         self.response.payload = {'customer_id': customer['id']}
 
@@ -38,6 +40,19 @@ class StoreCustomer(Service):
         customer = dict(self.request.payload, id=next(_ids))
         _customers[customer['id']] = customer
         self.response.payload = customer
+
+
+class WelcomeCustomer(Service):
+    """Receives a message for each new customer (published to this service) and marks it welcomed."""
+
+    name = 'crm.customer.welcome'
+
+    def handle(self):
+        customer = _customers.get(self.request.payload['customer_id'])
+        if customer is not None:
+            customer['welcomed'] = True
+            self.logger.info('welcomed customer %s (msg %s, attempt %s)', customer['id'],
+                             self.request.raw_request['msg_id'], self.request.raw_request['delivery_count'])
 
 
 class GetCustomer(Service):
