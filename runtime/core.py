@@ -32,6 +32,9 @@ from runtime.pubsub.api import PubSubAPI
 from runtime.pubsub.broker import SYNC_KEY as PUBSUB_KEY
 from runtime.pubsub.broker import Broker
 from runtime.pubsub.objects import section_handlers as pubsub_sections
+from runtime.scheduler import SYNC_KEY as SCHEDULER_KEY
+from runtime.scheduler import Scheduler
+from runtime.scheduler.objects import section_handler as scheduler_section
 from runtime.security import BasicAuth, SecurityRegistry
 from runtime.spawn import Spawner
 from runtime.store import ServiceStore
@@ -74,6 +77,7 @@ def make_objects_applier(settings: Settings, engine: Engine, demo: bool) -> Obje
     applier = ObjectsApplier(engine, objects_dirs(settings, demo))
     for handler in pubsub_sections(settings.pubsub):
         applier.add_handler(handler)
+    applier.add_handler(scheduler_section(settings.scheduler))
     return applier
 
 
@@ -110,6 +114,8 @@ class Runtime:
         self.synchronizer.register(SECURITY_KEY, self.reload_security)
         self.broker = Broker(self)
         self.synchronizer.register(PUBSUB_KEY, self.broker.reload)
+        self.scheduler = Scheduler(self)
+        self.synchronizer.register(SCHEDULER_KEY, self.scheduler.wake)
         self.started = False
 
     # Lifecycle
@@ -128,6 +134,7 @@ class Runtime:
         self.hot_deployer.deploy_directory_now(pickup)
         self.broker.start(background=True)
         self.synchronizer.poll()
+        self.scheduler.start()
         if watch:
             self.spawner.spawn(self.hot_deployer.watch, pickup, hd.poll_interval_secs, hd.stable_polls,
                                name='hot-deploy-watcher')
@@ -138,6 +145,10 @@ class Runtime:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop background work and release the database; never raises."""
+        try:
+            self.scheduler.stop()  # first: jobs still running may publish
+        except Exception:
+            _log.exception('stopping the scheduler failed')
         try:
             self.broker.stop()
         except Exception:

@@ -194,6 +194,23 @@ class TopicNotFound(ConduitError, LookupError):
         super().__init__(f'topic not found: {name!r}')
 
 
+class InvalidTopicName(ConduitError, ValueError):
+    """A topic name or pattern breaks the naming rules."""
+
+    http_status = 400
+
+    #: Longest repr of the offending name shown in the message.
+    MAX_SHOWN_CHARS = 60
+
+    def __init__(self, name: object, reason: str, *, kind: str = 'topic name') -> None:
+        self.name = name
+        self.reason = reason
+        shown = repr(name)
+        if len(shown) > self.MAX_SHOWN_CHARS:
+            shown = shown[: self.MAX_SHOWN_CHARS - 3] + '...'
+        super().__init__(f'{kind} {shown} {reason}')
+
+
 class TopicInactive(ConduitError):
     """The topic exists but does not accept publications."""
 
@@ -267,3 +284,28 @@ class ObjectNotFound(ConduitError, LookupError):
         self.kind = kind
         self.name = name
         super().__init__(f'{kind} not found: {name!r}')
+
+
+# Scheduler
+
+
+class InvalidJob(ConduitError, ValueError):
+    """A scheduler job definition is invalid (the job and the field are named)."""
+
+    http_status = 400
+
+    def __init__(self, job: str, field: str, reason: str) -> None:
+        self.job = job
+        self.field = field
+        self.reason = reason
+        super().__init__(f'job {job!r}: {field!r} {reason}')
+
+
+class JobExists(ConduitError):
+    """A scheduler job of that name already exists."""
+
+    http_status = 409
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f'job {name!r} already exists')

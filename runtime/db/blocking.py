@@ -31,8 +31,15 @@ def run_transaction(engine: Engine, work: Callable[[Connection], T], write: bool
             with conn.begin():
                 return work(conn)
 
-        if sqlite:
-            return gevent.get_hub().threadpool.apply(in_transaction)
-        return in_transaction()
+        if not sqlite:
+            return in_transaction()
+        task = gevent.get_hub().threadpool.spawn(in_transaction)
+        try:
+            return task.get()
+        except BaseException:
+            # Killed while waiting (a stopping loop, a lost lease): the thread still uses the
+            # connection, so it must finish before the connection goes back to the pool.
+            task.wait()
+            raise
     finally:
         conn.close()

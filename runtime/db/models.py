@@ -207,3 +207,72 @@ class Lease(Base):
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     owner: Mapped[str] = mapped_column(String(200))
     expires_at: Mapped[float] = mapped_column(Float)
+
+
+# Scheduler (DESIGN §9). Times are UNIX epoch seconds, as in pub/sub.
+
+
+class Job(Base):
+    """A scheduled job: its definition and how far its schedule has got."""
+
+    __tablename__ = 'conduit_job'
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    service: Mapped[str] = mapped_column(String(200))
+    #: 'one_time', 'interval_based' or 'cron_style'.
+    job_type: Mapped[str] = mapped_column(String(16))
+    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    start_date: Mapped[float | None] = mapped_column(Float, nullable=True)
+    weeks: Mapped[float] = mapped_column(Float, default=0.0)
+    days: Mapped[float] = mapped_column(Float, default=0.0)
+    hours: Mapped[float] = mapped_column(Float, default=0.0)
+    minutes: Mapped[float] = mapped_column(Float, default=0.0)
+    seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    #: Most scheduled runs; None runs forever.
+    repeats: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cron_definition: Mapped[str] = mapped_column(String(200), default='')
+    #: IANA time zone of the crontab line and of a start date given without an offset.
+    timezone: Mapped[str] = mapped_column(String(64), default='UTC')
+    #: JSON of the payload each run receives.
+    extra: Mapped[str] = mapped_column(Text, default='null')
+    jitter_secs: Mapped[float] = mapped_column(Float, default=0.0)
+    #: 0 means no limit.
+    max_execution_time_secs: Mapped[float] = mapped_column(Float, default=0.0)
+    on_success: Mapped[str] = mapped_column(String(200), default='')
+    on_error: Mapped[str] = mapped_column(String(200), default='')
+    skip_if_running: Mapped[bool] = mapped_column(Boolean, default=False)
+    catch_up: Mapped[bool] = mapped_column(Boolean, default=False)
+    origin: Mapped[str] = mapped_column(String(16), default='api')
+    created_at: Mapped[float] = mapped_column(Float)
+    #: The next firing; None when the job is paused or will not fire again.
+    next_run_time: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
+    #: Scheduled runs so far (skipped firings and manual runs do not count), for repeats.
+    run_count: Mapped[int] = mapped_column(Integer, default=0)
+    last_fire_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: Bumped by every claim and edit: a claim is a compare-and-set on it.
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class JobRun(Base):
+    """One firing of a job: claimed by one worker, with its outcome once it ended."""
+
+    __tablename__ = 'conduit_job_run'
+    __table_args__ = (Index('ix_conduit_job_run_fire', 'job_id', 'fire_time', unique=True),
+                      {'sqlite_autoincrement': True})
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, 'sqlite'), primary_key=True,
+                                    autoincrement=True)
+    job_id: Mapped[int] = mapped_column(Integer)
+    #: 'schedule' or 'manual' (run now).
+    kind: Mapped[str] = mapped_column(String(16))
+    fire_time: Mapped[float] = mapped_column(Float)
+    #: The worker that ran it.
+    owner: Mapped[str] = mapped_column(String(200), default='')
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: 'running', 'ok', 'error', 'timeout' or 'skipped'.
+    outcome: Mapped[str] = mapped_column(String(16), index=True)
+    error: Mapped[str] = mapped_column(Text, default='')
+    cid: Mapped[str] = mapped_column(String(64), default='')

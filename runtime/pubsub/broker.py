@@ -434,7 +434,7 @@ class Broker:
             store.ack(conn, [d.entry_id for d in live])
             for d in batch:
                 if d.expiration_time <= now:  # never handed over: dead-lettered, as the sweeper does
-                    store.dead_letter(conn, d, 'expired', d.last_error or 'the message expired before it was read')
+                    store.dead_letter(conn, d, 'expired', d.last_error or 'the message expired unread')
             for d in live:
                 d.delivery_count += 1
             return [message_meta(d, sub) for d in live]
@@ -585,9 +585,10 @@ class Broker:
         """Dead-letter expired queue entries; delete expired, over-retention and consumed messages."""
         now = time.time()
         registry = self.registry
+        delivered = {s.id for s in registry.subs.values() if s.kind == KIND_SERVICE and s.is_active}
 
         def work(conn: Connection) -> dict[str, int]:
-            expired = store.expired_entries(conn, now)
+            expired = store.expired_entries(conn, now, skip_sub_ids=delivered)
             for d in expired:
                 store.dead_letter(conn, d, 'expired', d.last_error or 'the message expired before delivery')
             counts = {'expired_in_queues': len(expired)}

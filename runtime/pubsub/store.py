@@ -293,12 +293,19 @@ def sweep(conn: Connection, now: float, limit: int = 10000) -> dict[str, int]:
     return counts
 
 
-def expired_entries(conn: Connection, now: float, limit: int = 1000) -> list[Delivery]:
-    """Queue entries whose message expired (they go to the dead-letter queue, never to subscribers)."""
+def expired_entries(conn: Connection, now: float, limit: int = 1000,
+                    skip_sub_ids: set[int] | None = None) -> list[Delivery]:
+    """Queue entries whose message expired (they go to the dead-letter queue, never to subscribers).
+
+    ``skip_sub_ids``: queues whose delivery loops handle expiry themselves (a loop may be
+    delivering such an entry at this moment).
+    """
     query = (select(QueueEntry.id, QueueEntry.sub_id, QueueEntry.delivery_count, QueueEntry.next_attempt_at,
                     QueueEntry.last_error, QueueEntry.recv_time, *_MESSAGE_COLUMNS)
-             .join(Message, and_(Message.id == QueueEntry.message_id, Message.expiration_time <= now))
-             .limit(limit))
+             .join(Message, and_(Message.id == QueueEntry.message_id, Message.expiration_time <= now)))
+    if skip_sub_ids:
+        query = query.where(QueueEntry.sub_id.not_in(skip_sub_ids))
+    query = query.limit(limit)
     return [Delivery(*row) for row in conn.execute(query).all()]
 
 

@@ -37,25 +37,13 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
+from runtime.errors import InvalidTopicName
+
 T = TypeVar('T')
 
 #: Longest topic name or pattern accepted, in characters.
 MAX_NAME_LEN_CHARS = 200
 
-#: Longest repr of an offending name quoted in an error message, in characters.
-_MAX_SHOWN_CHARS = 60
-
-
-class InvalidTopicName(ValueError):
-    """A topic name or pattern breaks the naming rules."""
-
-    def __init__(self, name: object, reason: str, *, kind: str = 'topic name') -> None:
-        self.name = name
-        self.reason = reason
-        shown = repr(name)
-        if len(shown) > _MAX_SHOWN_CHARS:
-            shown = shown[: _MAX_SHOWN_CHARS - 3] + '...'
-        super().__init__(f'{kind} {shown} {reason}')
 
 
 def normalize(name: str) -> str:

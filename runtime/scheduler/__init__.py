@@ -1,0 +1,22 @@
+"""The scheduler: jobs stored in the database, each firing run exactly once across all workers.
+
+See ``runner`` for how firings are claimed, ``jobs`` for job types and fire times, ``store`` for
+the SQL, and ``objects`` for the ``scheduler`` section of the object files.
+"""
+
+from runtime.scheduler.jobs import CRON_STYLE, INTERVAL_BASED, JOB_TYPES, ONE_TIME, JobDefinition
+from runtime.scheduler.runner import CHANNEL_SCHEDULER, Scheduler
+from runtime.scheduler.store import SYNC_KEY
+
+__all__ = [
+    # Jobs
+    'JobDefinition',
+    'JOB_TYPES',
+    'ONE_TIME',
+    'INTERVAL_BASED',
+    'CRON_STYLE',
+    # Running
+    'Scheduler',
+    'CHANNEL_SCHEDULER',
+    'SYNC_KEY',
+]
