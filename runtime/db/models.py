@@ -276,3 +276,17 @@ class JobRun(Base):
     outcome: Mapped[str] = mapped_column(String(16), index=True)
     error: Mapped[str] = mapped_column(Text, default='')
     cid: Mapped[str] = mapped_column(String(64), default='')
+
+
+class PubSubPermission(Base):
+    """What one security definition may publish to and subscribe to (Zato's pub=/sub= lines)."""
+
+    __tablename__ = 'conduit_pubsub_permission'
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    #: Name of a BasicAuthDef.
+    security: Mapped[str] = mapped_column(String(200), unique=True)
+    #: JSON list of topic names or patterns, in the order they are tried.
+    pub: Mapped[str] = mapped_column(Text, default='[]')
+    sub: Mapped[str] = mapped_column(Text, default='[]')
+    origin: Mapped[str] = mapped_column(String(16), default='api')

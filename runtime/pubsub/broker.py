@@ -42,6 +42,7 @@ from runtime.errors import (
 from runtime.pubsub import store
 from runtime.pubsub.delivery import DeliveryLoop
 from runtime.pubsub.group_commit import GroupCommitter
+from runtime.pubsub.hooks import HookChain
 from runtime.pubsub.leases import LeaseManager
 from runtime.pubsub.registry import (
     KIND_PULL,
@@ -151,6 +152,8 @@ class Broker:
         self._last_queue_id = 0
         self._overflow_dir = runtime.settings.path(self.settings.overflow_dir)
         self._listening = False
+        #: Observers of publications and deliveries (metrics, archive): see runtime.pubsub.hooks.
+        self.hooks = HookChain()
         #: Entry ids of in-memory (non-GD) queue entries: negative, so they never clash with stored ones.
         self._ram_ids = itertools.count(-1, -1)
 
@@ -163,6 +166,7 @@ class Broker:
             select(func.coalesce(func.max(QueueEntry.id), 0))).scalar_one(), write=False)
         spawn = self._runtime.spawner.spawn
         self._committer = GroupCommitter(self.engine, self.settings.group_commit_max, spawn, self._committed)
+        self.hooks.emit('on_start')
         if background:
             spawn(self.leases.run, self._wanted_leases, self._leases_changed, name='pubsub-leases')
             if self.engine.dialect.name == 'postgresql':
@@ -175,6 +179,7 @@ class Broker:
         for _loop, greenlet in list(self._loops.values()):
             greenlet.kill(block=False)
         self._loops.clear()
+        self.hooks.emit('on_stop')
         try:
             self.leases.release_all()
         except Exception as e:
@@ -304,13 +309,17 @@ class Broker:
                     raise TopicFull(topic.name, self._depths.get(topic.id, 0))
                 self._overflow(pub)
                 msg_id.overflowed = True
+                self.hooks.emit('after_publish', pub, True)
                 return msg_id
         if not gd and subs:
-            pub.sub_ids = self._hold_in_memory(pub, subs)
-            if not pub.sub_ids:
+            remote = self._hold_in_memory(pub, subs)
+            if not remote:
+                self.hooks.emit('after_publish', pub, False)
                 return msg_id
+            pub.sub_ids = remote
         assert self._committer is not None, 'broker not started'
         self._committer.submit(pub)
+        self.hooks.emit('after_publish', pub, False)
         if pub.in_topic:
             self._depths[topic.id] = self._depths.get(topic.id, 0) + 1
         return msg_id
@@ -475,7 +484,7 @@ class Broker:
         if sub.id in self._loops:
             return
         name = lease_name(sub.id)
-        loop = DeliveryLoop(sub, self._backend, self._deliver_to_service, lambda: self.leases.owns(name))
+        loop = DeliveryLoop(sub, self._backend, self._deliver_to_service, lambda: self.leases.owns(name), self.hooks)
         greenlet = self._runtime.spawner.spawn(loop.run, name=f'delivery:{sub.label}')
         greenlet.link(lambda _g, sub_id=sub.id: self._loop_ended(sub_id, greenlet))
         self._loops[sub.id] = (loop, greenlet)

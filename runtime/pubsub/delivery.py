@@ -25,6 +25,7 @@ import gevent
 from gevent.event import Event
 from gevent.pool import Pool
 
+from runtime.pubsub.hooks import HookChain
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.retry import RedeliveryDecision, decide
 from runtime.pubsub.store import Delivery
@@ -66,8 +67,9 @@ class DeliveryLoop:
     """Delivers one subscription's queue for as long as this worker owns it."""
 
     def __init__(self, sub: SubInfo, backend: QueueBackend, deliver: Callable[[SubInfo, Delivery], bool | None],
-                 still_owner: Callable[[], bool]) -> None:
+                 still_owner: Callable[[], bool], hooks: HookChain | None = None) -> None:
         self.sub = sub
+        self._hooks = hooks or HookChain()
         self._backend = backend
         self._deliver = deliver
         self._still_owner = still_owner
@@ -164,6 +166,8 @@ class DeliveryLoop:
         if self._ram:
             acked, retries, uncount = self._settle_in_memory(acked, retries, dead, uncount)
         self._backend.settle(acked, retries, dead, uncount)
+        for d, reason, error in dead:
+            self._hooks.emit('after_dead_letter', self.sub, d, reason, error)
         if retries and opts.err_should_block:
             return max(0.01, min(at for _, at, _ in retries) - time.time())
         return 0
@@ -201,11 +205,14 @@ class DeliveryLoop:
         return list(pool.imap(self._deliver_one, batch))
 
     def _deliver_one(self, d: Delivery) -> Outcome:
+        started = time.perf_counter()
         try:
             delivered = self._deliver(self.sub, d)
         except gevent.GreenletExit:
             raise
         except Exception as e:
+            self._hooks.emit('after_deliver', self.sub, d, False, e, time.perf_counter() - started)
             return Outcome(d, False, e)
+        self._hooks.emit('after_deliver', self.sub, d, True, None, time.perf_counter() - started)
         # The subscriber (or a hook) may answer False: "drop it without delivering".
         return Outcome(d, True, drop=delivered is False)

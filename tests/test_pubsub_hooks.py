@@ -1,0 +1,68 @@
+"""Delivery hooks observe publications, attempts and dead letters; a broken hook changes nothing."""
+
+from __future__ import annotations
+
+from runtime import Service
+from runtime.pubsub.hooks import DeliveryHook
+from runtime.testing import make_settings, wait_until
+
+handled: list[int] = []
+
+
+class Flaky(Service):
+    """Fails for n == 0, succeeds otherwise."""
+
+    name = 'hooks.flaky'
+
+    def handle(self):
+        if self.request.payload['n'] == 0:
+            raise ValueError('no zero')
+        handled.append(self.request.payload['n'])
+
+
+class Recording(DeliveryHook):
+    """Remembers every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def after_publish(self, pub, overflowed):  # type: ignore[no-untyped-def]
+        self.calls.append(('publish', pub.msg_id, overflowed))
+
+    def after_deliver(self, sub, delivery, ok, error, duration_secs):  # type: ignore[no-untyped-def]
+        assert duration_secs >= 0
+        self.calls.append(('deliver', delivery.msg_id, ok, type(error).__name__ if error else None))
+
+    def after_dead_letter(self, sub, delivery, reason, error):  # type: ignore[no-untyped-def]
+        self.calls.append(('dead', delivery.msg_id, reason))
+
+
+class Broken(DeliveryHook):
+    """Raises from every method."""
+
+    def after_publish(self, pub, overflowed):  # type: ignore[no-untyped-def]
+        raise RuntimeError('broken hook')
+
+    after_deliver = after_dead_letter = after_publish  # type: ignore[assignment]
+
+
+def test_hooks_see_publications_attempts_and_dead_letters(runtime_factory, tmp_path, db_url, caplog):
+    (tmp_path / 'rt').mkdir()
+    settings = make_settings(tmp_path / 'rt', db_url)
+    settings.pubsub.wait_non_sock_err = 0.02
+    settings.pubsub.max_attempts = 2
+    settings.pubsub.err_should_block = False
+    handled.clear()
+    rt = runtime_factory(Flaky, settings=settings)
+    recording = Recording()
+    rt.broker.hooks.add(recording)
+    rt.broker.hooks.add(Broken())
+
+    bad = rt.broker.publish('hooks.flaky', {'n': 0})
+    good = rt.broker.publish('hooks.flaky', {'n': 1})
+    wait_until(lambda: ('dead', bad, 'max_attempts') in recording.calls, message='dead letter seen by the hook')
+    assert handled == [1], 'the broken hook changed nothing'
+    assert ('publish', bad, False) in recording.calls and ('publish', good, False) in recording.calls
+    assert ('deliver', good, True, None) in recording.calls
+    assert recording.calls.count(('deliver', bad, False, 'ValueError')) == 2
+    assert any('delivery hook' in r.message and r.levelname == 'CRITICAL' for r in caplog.records)
