@@ -77,6 +77,11 @@ def _definition(values: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def _short(iso_time: str | None) -> str:
+    """An ISO time as 'YYYY-MM-DD HH:MM:SS' (UTC), for tables."""
+    return iso_time[:19].replace('T', ' ') if iso_time else '-'
+
+
 def _print_job(job: dict[str, Any]) -> None:
     click.echo(json.dumps(job, indent=2, default=str))
 
@@ -90,11 +95,14 @@ def job() -> None:
 @click.pass_context
 def list_jobs(ctx: click.Context) -> None:
     """List jobs with their schedule, next run and last outcome."""
-    table = Table('name', 'service', 'schedule', 'active', 'next run (UTC)', 'runs', 'last outcome')
+    table = Table()
+    table.add_column('name', no_wrap=True)  # never cut: it is what the other commands take
+    for title in ('service', 'schedule', 'active', 'next run (UTC)', 'runs', 'last'):
+        table.add_column(title)
     for j in _call(ctx, 'GET', '/admin/jobs')['jobs']:
         last = j.get('last_run') or {}
         table.add_row(j['name'], j['service'], j['schedule'], 'yes' if j['is_active'] else 'paused',
-                      j['next_run_time'] or '-', str(j['run_count']), last.get('outcome', '-'))
+                      _short(j['next_run_time']), str(j['run_count']), last.get('outcome', '-'))
     _console.print(table)
 
 
@@ -172,6 +180,6 @@ def runs(ctx: click.Context, name: str, limit: int) -> None:
     table = Table('run', 'kind', 'fire time (UTC)', 'started', 'secs', 'outcome', 'error')
     for r in _call(ctx, 'GET', _path(name, f'/runs?limit={limit}'))['runs']:
         duration = f'{r["duration_secs"]:.3f}' if r['duration_secs'] is not None else '-'
-        table.add_row(str(r['id']), r['kind'], r['fire_time'] or '-', r['started_at'] or '-', duration,
+        table.add_row(str(r['id']), r['kind'], _short(r['fire_time']), _short(r['started_at']), duration,
                       r['outcome'], (r['error'] or '')[:120])
     _console.print(table)

@@ -1,0 +1,108 @@
+"""The admin API of the scheduler, under /admin/jobs.
+
+- ``GET /admin/jobs`` every job, with its next run and last run; ``POST`` creates one (201).
+- ``GET|PATCH|DELETE /admin/jobs/{name}``: one job; PATCH changes the attributes given.
+- ``POST /admin/jobs/{name}/pause``, ``/resume``: stop and restart firing (firings due while a
+  job is paused are not made up).
+- ``POST /admin/jobs/{name}/run[?wait=true&timeout=s]``: run now, in the worker that got the
+  request; with wait, answer once the run ended (or the timeout passed).
+- ``GET /admin/jobs/{name}/runs[?limit=n]``: the run history, newest first.
+
+Changes take effect at once on every worker (they share the database and the sync key).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import falcon
+
+from runtime.errors import BadRequest
+from runtime.http.admin import AdminResource
+from runtime.http.body import parse_json, read_body
+
+if TYPE_CHECKING:
+    from runtime.core import Runtime
+
+#: Longest a run-now request waits for the run to end.
+MAX_WAIT_SECS = 300.0
+
+
+def _object_body(req: falcon.Request, runtime: Runtime) -> dict[str, Any]:
+    body = parse_json(read_body(req, runtime.settings.http.max_body_size))
+    if not isinstance(body, dict):
+        raise BadRequest('body must be a JSON object of job attributes')
+    return body
+
+
+class JobsResource(AdminResource):
+    """GET /admin/jobs: every job; POST: create one."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = {'is_ok': True, 'jobs': self._runtime.scheduler.jobs()}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        job = self._runtime.scheduler.create(_object_body(req, self._runtime))
+        resp.status = falcon.HTTP_201
+        resp.media = {'is_ok': True, 'job': job}
+
+
+class JobResource(AdminResource):
+    """GET /admin/jobs/{name}: one job; PATCH: change it; DELETE: delete it with its history."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        resp.media = {'is_ok': True, 'job': self._runtime.scheduler.get(name)}
+
+    def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        resp.media = {'is_ok': True, 'job': self._runtime.scheduler.edit(name, _object_body(req, self._runtime))}
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        self._runtime.scheduler.delete(name)
+        resp.media = {'is_ok': True, 'deleted': name}
+
+
+class JobPauseResource(AdminResource):
+    """POST /admin/jobs/{name}/pause."""
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        resp.media = {'is_ok': True, 'job': self._runtime.scheduler.set_active(name, False)}
+
+
+class JobResumeResource(AdminResource):
+    """POST /admin/jobs/{name}/resume."""
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        resp.media = {'is_ok': True, 'job': self._runtime.scheduler.set_active(name, True)}
+
+
+class JobRunResource(AdminResource):
+    """POST /admin/jobs/{name}/run: run the job now."""
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        wait = req.get_param_as_bool('wait') or False
+        timeout = req.get_param_as_float('timeout', min_value=0.0, max_value=MAX_WAIT_SECS) or 30.0
+        scheduler = self._runtime.scheduler
+        run_id, greenlet = scheduler.run_now(name)
+        if wait:
+            greenlet.join(timeout)
+        resp.media = {'is_ok': True, 'run': scheduler.run(run_id)}
+
+
+class JobRunsResource(AdminResource):
+    """GET /admin/jobs/{name}/runs: the latest runs, newest first."""
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        limit = req.get_param_as_int('limit', min_value=1, max_value=10000) or 50
+        resp.media = {'is_ok': True, 'runs': self._runtime.scheduler.runs(name, limit)}
+
+
+def routes(runtime: Runtime) -> dict[str, AdminResource]:
+    """The scheduler's admin routes, for runtime.http.admin.add_routes."""
+    return {
+        '/admin/jobs': JobsResource(runtime),
+        '/admin/jobs/{name}': JobResource(runtime),
+        '/admin/jobs/{name}/pause': JobPauseResource(runtime),
+        '/admin/jobs/{name}/resume': JobResumeResource(runtime),
+        '/admin/jobs/{name}/run': JobRunResource(runtime),
+        '/admin/jobs/{name}/runs': JobRunsResource(runtime),
+    }

@@ -1,0 +1,227 @@
+"""The scheduler inside real servers: exactly once across workers and servers, the admin API, restarts, CLI.
+
+Jobs run a hot-deployed service that appends one JSON line per invocation to a file shared by
+every process, so the test counts what really ran.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from runtime.cli import main
+from tests.live_server import LiveServer, poll
+
+#: Scheduler settings that make the tests' waits short.
+FAST_SCHEDULER = '''
+[scheduler]
+poll_interval_secs = 0.1
+heartbeat_secs = 0.5
+'''
+
+SERVICES = '''
+import json
+import os
+import time
+
+from runtime import Service
+
+OUT = os.environ['CONDUIT_TEST_OUT']
+
+
+def record(kind, svc):
+    line = json.dumps({'kind': kind, 'pid': os.getpid(), 'at': time.time(), 'payload': svc.request.payload,
+                       'raw': svc.request.raw_request})
+    with open(OUT, 'a') as f:
+        f.write(line + '\\n')
+
+
+class Job(Service):
+    """Records each invocation."""
+
+    name = 'test.job'
+
+    def handle(self):
+        record('job', self)
+        self.response.payload = {'ok': True}
+'''
+
+
+def _records(path: Path, kind: str = 'job') -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [r for r in (json.loads(line) for line in path.read_text().splitlines() if line) if r['kind'] == kind]
+
+
+def _make(server_factory, tmp_path: Path, workers: int = 1, name: str = '') -> tuple[LiveServer, Path]:  # type: ignore[no-untyped-def]
+    out = tmp_path / 'invocations.jsonl'
+    server = server_factory(workers=workers, extra_config=FAST_SCHEDULER, env={'CONDUIT_TEST_OUT': str(out)},
+                            name=name)
+    (server.hot_deploy / 'job_services.py').write_text(textwrap.dedent(SERVICES))
+    return server, out
+
+
+def _api(server: LiveServer, method: str, path: str, body: Any = None, status: int = 200) -> dict[str, Any]:
+    r = server.request(method, path, json=body, auth=server.admin)
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+def _both_workers_up(server: LiveServer) -> None:
+    poll(lambda: len({server.request('GET', '/admin/status', auth=server.admin).json()['pid']
+                      for _ in range(20)}) == 2, 30, message='both workers answering')
+
+
+def _assert_each_firing_ran_once(server: LiveServer, out: Path, name: str, repeats: int) -> None:
+    def finished() -> bool:
+        job = _api(server, 'GET', f'/admin/jobs/{name}')['job']
+        runs = _api(server, 'GET', f'/admin/jobs/{name}/runs')['runs']
+        return job['run_count'] == repeats and all(r['outcome'] != 'running' for r in runs)
+    poll(finished, 30, message=f'{repeats} runs of {name} ended')
+    time.sleep(0.5)  # nothing else may come
+    fire_times = [r['raw']['fire_time'] for r in _records(out) if r['raw']['job_name'] == name]
+    assert len(fire_times) == repeats, f'{len(fire_times)} invocations for {repeats} firings'
+    assert len(set(fire_times)) == repeats, 'a firing ran more than once'
+    runs = _api(server, 'GET', f'/admin/jobs/{name}/runs')['runs']
+    assert sorted(r['fire_time'] for r in runs if r['outcome'] == 'ok') == sorted(fire_times)
+
+
+INTERVAL_JOB = {'service': 'test.job', 'job_type': 'interval_based', 'seconds': 0.3, 'repeats': 8}
+
+
+def test_two_workers_run_each_firing_once(server_factory, tmp_path):
+    server, out = _make(server_factory, tmp_path, workers=2)
+    server.start()
+    _both_workers_up(server)
+    _api(server, 'POST', '/admin/jobs', {'name': 'twice.guarded', **INTERVAL_JOB}, status=201)
+    _assert_each_firing_ran_once(server, out, 'twice.guarded', 8)
+
+
+def test_two_servers_run_each_firing_once(server_factory, tmp_path):
+    a, out = _make(server_factory, tmp_path, workers=2, name='a')
+    b, _ = _make(server_factory, tmp_path, workers=2, name='b')
+    a.start()
+    b.start()
+    _api(a, 'POST', '/admin/jobs', {'name': 'cluster.job', **INTERVAL_JOB}, status=201)
+    _assert_each_firing_ran_once(b, out, 'cluster.job', 8)
+    assert len({r['pid'] for r in _records(out)}) >= 1
+
+
+def test_admin_api_pause_resume_run_now_edit_delete(server_factory, tmp_path):
+    server, out = _make(server_factory, tmp_path, workers=2)
+    server.start()
+    _both_workers_up(server)
+    created = _api(server, 'POST', '/admin/jobs', {'name': 'api.job', 'service': 'test.job',
+                                                   'job_type': 'interval_based', 'seconds': 0.3,
+                                                   'extra': {'v': 1}}, status=201)['job']
+    assert created['schedule'] == 'every 0.3s' and created['next_run_time']
+    poll(lambda: len(_records(out)) >= 2, 10, message='two runs')
+
+    _api(server, 'POST', '/admin/jobs/api.job/pause')
+    time.sleep(0.5)  # a run claimed just before the pause may still end
+    paused_count = len(_records(out))
+    time.sleep(1.2)
+    assert len(_records(out)) == paused_count, 'a paused job fired'
+
+    run = _api(server, 'POST', '/admin/jobs/api.job/run?wait=true&timeout=10')['run']
+    assert (run['kind'], run['outcome']) == ('manual', 'ok')
+    assert _records(out)[-1]['raw']['kind'] == 'manual'
+
+    edited = _api(server, 'PATCH', '/admin/jobs/api.job', {'extra': {'v': 2}, 'seconds': 0.2})['job']
+    assert (edited['extra'], edited['seconds'], edited['is_active']) == ({'v': 2}, 0.2, False)
+    _api(server, 'POST', '/admin/jobs/api.job/resume')
+    poll(lambda: [r for r in _records(out) if r['payload'] == {'v': 2} and r['raw']['kind'] == 'schedule'], 10,
+         message='a scheduled run with the edited payload')
+
+    runs = _api(server, 'GET', '/admin/jobs/api.job/runs?limit=500')['runs']
+    assert {r['kind'] for r in runs} == {'schedule', 'manual'} and {r['outcome'] for r in runs} <= {'ok', 'running'}
+    listed = _api(server, 'GET', '/admin/jobs')['jobs']
+    assert [j['name'] for j in listed] == ['api.job'] and listed[0]['last_run']['outcome'] in ('ok', 'running')
+
+    # Errors a user can make are named.
+    assert 'already exists' in _api(server, 'POST', '/admin/jobs', {'name': 'api.job', **INTERVAL_JOB},
+                                     status=409)['details']
+    details = _api(server, 'PATCH', '/admin/jobs/api.job', {'seconds': 'often'}, status=400)['details']
+    assert "job 'api.job'" in details and "'seconds'" in details
+    assert "'nope'" in _api(server, 'GET', '/admin/jobs/nope', status=404)['details']
+    assert server.request('GET', '/admin/jobs').status_code == 401
+
+    _api(server, 'DELETE', '/admin/jobs/api.job')
+    time.sleep(0.5)
+    count = len(_records(out))
+    time.sleep(1.0)
+    assert len(_records(out)) == count, 'a deleted job fired'
+    _api(server, 'GET', '/admin/jobs/api.job', status=404)
+
+
+def test_job_survives_a_restart_without_a_burst(server_factory, tmp_path):
+    server, out = _make(server_factory, tmp_path)
+    server.start()
+    _api(server, 'POST', '/admin/jobs', {'name': 'steady', 'service': 'test.job', 'job_type': 'interval_based',
+                                         'seconds': 0.5, 'extra': {'keep': 'me'}}, status=201)
+    poll(lambda: len(_records(out)) >= 2, 10, message='two runs before the restart')
+    server.stop()
+    before = len(_records(out))
+    time.sleep(1.5)  # with the start-up, at least three firings are missed
+    restarted_at = time.time()
+    server.start()
+    job = _api(server, 'GET', '/admin/jobs/steady')['job']
+    assert (job['extra'], job['seconds'], job['is_active']) == ({'keep': 'me'}, 0.5, True)
+    poll(lambda: len(_records(out)) >= before + 3, 15, message='three runs after the restart')
+    after = [r['at'] for r in _records(out)[before:] if r['at'] >= restarted_at]
+    # Coalesced, the missed firings make one late run, perhaps followed closely by an on-time one.
+    first = [t for t in after if t - after[0] < 0.45]
+    assert len(first) <= 2, f'{len(first)} runs within 0.45 s of the restart: a burst'
+    runs = _api(server, 'GET', '/admin/jobs/steady/runs')['runs']
+    [skipped] = [r for r in runs if r['outcome'] == 'skipped']
+    assert 'missed' in skipped['error'] and int(skipped['error'].split()[0]) >= 2
+
+
+def test_jobs_from_object_files_change_at_run_time(server_factory, tmp_path):
+    server, out = _make(server_factory, tmp_path)
+    server.start()
+    server.write_objects('jobs.yaml', textwrap.dedent('''
+        scheduler:
+          - name: from.file
+            service: test.job
+            job_type: interval_based
+            seconds: 0.3
+            extra: {source: file}
+            is_active: true
+    '''))
+    poll(lambda: [r for r in _records(out) if r['payload'] == {'source': 'file'}], 10, message='the file job ran')
+    assert _api(server, 'GET', '/admin/jobs/from.file')['job']['origin'] == 'config'
+    server.write_objects('jobs.yaml', 'scheduler: []\n')
+    poll(lambda: server.request('GET', '/admin/jobs/from.file', auth=server.admin).status_code == 404, 10,
+         message='the job removed with its file entry')
+
+
+def test_cli_job_commands(server_factory, tmp_path):
+    server, out = _make(server_factory, tmp_path)
+    server.start()
+    config = str(server.base / 'config' / 'server.toml')
+    runner = CliRunner()
+
+    def cli(*args: str, code: int = 0) -> str:
+        result = runner.invoke(main, ['--config', config, 'job', *args], env={'COLUMNS': '200'})
+        assert result.exit_code == code, result.output
+        return result.output
+
+    assert json.loads(cli('add', 'cli.job', '--service', 'test.job', '--type', 'interval_based', '--hours', '1',
+                          '--extra', '{"from": "cli"}'))['schedule'] == 'every 1h'
+    assert 'cli.job' in cli('list') and 'every 1h' in cli('list')
+    assert json.loads(cli('edit', 'cli.job', '--minutes', '30', '--skip-if-running'))['skip_if_running'] is True
+    assert 'paused: cli.job' in cli('pause', 'cli.job')
+    assert 'paused' in cli('list')
+    assert 'resumed: cli.job' in cli('resume', 'cli.job')
+    assert cli('run', 'cli.job').endswith(': ok\n')
+    assert _records(out)[-1]['payload'] == {'from': 'cli'}
+    assert 'manual' in cli('runs', 'cli.job')
+    assert "'seconds'" in cli('add', 'bad.job', '--service', 'test.job', '--type', 'interval_based', code=1)
+    assert 'deleted: cli.job' in cli('delete', 'cli.job')
+    assert 'not found' in cli('runs', 'cli.job', code=1)
