@@ -1,4 +1,8 @@
-"""A small client of the admin API, used by the CLI (stdlib only, so the CLI starts fast)."""
+"""A small client of the admin API, used by the CLI (stdlib only, so the CLI starts fast).
+
+Nothing here may import the server stack (runtime.core, SQLAlchemy, gevent): every CLI command
+that talks to a running server would pay for loading it.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,7 @@ import urllib.request
 from typing import Any
 
 from runtime.config import Settings
-from runtime.core import admin_password
-from runtime.errors import ConduitError
+from runtime.errors import ConduitError, ConfigError
 
 
 class AdminCallFailed(ConduitError):
@@ -31,12 +34,23 @@ def base_url(settings: Settings) -> str:
     return f'{scheme}://{host}:{port}'
 
 
+def _admin_password(settings: Settings) -> str:
+    """The admin password: configured, else the one the server generated into its file."""
+    if settings.admin.password:
+        return settings.admin.password
+    path = settings.path(settings.admin.password_file)
+    try:
+        return path.read_text(encoding='utf-8').strip()
+    except FileNotFoundError:
+        raise ConfigError('admin.password', f'not set, and {path} does not exist yet (start the server once)') from None
+
+
 class AdminClient:
     """Calls /admin endpoints with the admin credentials."""
 
     def __init__(self, settings: Settings, timeout: float = 30.0) -> None:
         self._url = base_url(settings)
-        creds = f'{settings.admin.username}:{admin_password(settings)}'.encode()
+        creds = f'{settings.admin.username}:{_admin_password(settings)}'.encode()
         self._auth = 'Basic ' + base64.b64encode(creds).decode()
         self._timeout = timeout
         self._ssl = ssl._create_unverified_context() if self._url.startswith('https') else None

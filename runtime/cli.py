@@ -10,15 +10,21 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from runtime.cli_jobs import job
+from runtime.cli_spark import spark
 from runtime.config import Settings, load_settings
 from runtime.errors import ConduitError
 
 _console = Console()
+
+#: Width of tables written to a pipe or file: wide enough that scripts never see a cut name.
+PIPED_TABLE_WIDTH = 10_000
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -59,18 +65,35 @@ def start(ctx: click.Context, workers: int | None, bind: str | None, demo: bool)
     from runtime.admin_client import base_url
     from runtime.server import run
     url = base_url(settings)
-    click.echo(f'Conduit on {url} ({settings.server.workers} worker(s), database {settings.database.url})')
+    click.echo(f'Conduit on {url} ({settings.server.workers} worker(s), '
+               f'database {_without_password(settings.database.url)})')
     click.echo(f'Drop service modules into {settings.path(settings.hot_deploy.dir)}; admin password in '
                f'{settings.path(settings.admin.password_file)}')
     if demo:
         click.echo('Try the demo:\n'
                    f"  curl -s -u demo:demo-password -X POST {url}/api/crm/customer "
                    "-d '{\"name\": \"Ada Lovelace\", \"email\": \"ada@example.com\"}'\n"
-                   f'  curl -s -u demo:demo-password {url}/api/crm/customer/1')
+                   f'  curl -s -u demo:demo-password {url}/api/crm/customer/1\n'
+                   '  conduit job runs demo.payroll.reconcile    # the scheduled payroll reconciliation')
     try:
         run(settings, demo=demo)
     except ConduitError as e:
         raise click.ClickException(str(e)) from None
+
+
+def _without_password(url: str) -> str:
+    """A database URL fit for a log: the password, if any, replaced by ***."""
+    netloc = urlsplit(url).netloc
+    userinfo, at, host = netloc.rpartition('@')
+    if not at or ':' not in userinfo:
+        return url
+    return url.replace(netloc, f"{userinfo.split(':', 1)[0]}:***@{host}", 1)
+
+
+def _print_table(table: Table) -> None:
+    # Output piped into grep or a script must not be cut at the width of a terminal.
+    console = _console if _console.is_terminal else Console(width=PIPED_TABLE_WIDTH)
+    console.print(table)
 
 
 def _read_pid(settings: Settings) -> int | None:
@@ -172,15 +195,22 @@ def services(ctx: click.Context) -> None:
     except ConduitError as e:
         raise click.ClickException(str(e)) from None
     table = Table('name', 'module', 'input', 'deployed at')
+    # A service's name is what users copy from the list: never shorten it, shorten the rest.
+    table.columns[0].no_wrap = True
+    table.columns[0].min_width = max((len(s['name']) for s in result['services']), default=4)
     for s in result['services']:
         inputs = ', '.join(s['input'] + [f'-{f}' for f in s['input_optional']])
         table.add_row(s['name'], s['module'], inputs, s['deployed_at'])
-    _console.print(table)
+    _print_table(table)
 
 
 def _quote(name: str) -> str:
     from urllib.parse import quote
     return quote(name, safe='')
+
+
+main.add_command(job)
+main.add_command(spark)
 
 
 if __name__ == '__main__':

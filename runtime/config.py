@@ -2,9 +2,11 @@
 
 Every key of every section can be overridden by ``CONDUIT_<SECTION>_<KEY>`` (upper case), e.g.
 ``CONDUIT_DATABASE_URL`` or ``CONDUIT_SERVER_WORKERS``. The value is converted to the type of the
-key's default. Unknown sections or keys in the file are an error naming them, so a typo never
-silently falls back to a default. Relative paths are resolved against the project directory
-(the parent of the ``config/`` folder holding server.toml).
+key's default. Unknown sections or keys in the file are an error naming them, and so are a
+variable naming a known section but an unknown key and a config file named explicitly
+(``--config``, $CONDUIT_CONFIG) that does not exist, so a typo never silently falls back to a
+default. Relative paths are resolved against the project directory (the parent of the
+``config/`` folder holding server.toml).
 """
 
 from __future__ import annotations
@@ -123,6 +125,72 @@ class PubSubSection:
 
 
 @dataclass
+class SchedulerSection:
+    """The scheduler: how often a worker looks for due jobs, and what counts as missed or lost."""
+
+    #: Whether this server's workers fire jobs (the admin API and run-now work either way).
+    enabled: bool = True
+    #: Longest sleep between looks at the jobs; a worker also wakes for the earliest next firing.
+    poll_interval_secs: float = 0.5
+    #: A firing later than this (e.g. after a restart) is skipped unless the job has catch_up.
+    misfire_grace_secs: float = 30.0
+    #: Time zone of jobs that do not name one.
+    timezone: str = 'UTC'
+    #: A running job's worker says it is alive this often; silent for stale_run_secs, the run is lost.
+    heartbeat_secs: float = 5.0
+    stale_run_secs: float = 30.0
+    sweep_interval_secs: float = 60.0
+    #: Runs kept per job in the history.
+    history_per_job: int = 1000
+
+
+@dataclass
+class SparkSection:
+    """Spark pipelines: where spark-submit sends them, and how their jobs are kept."""
+
+    #: Any Spark master URL, passed through: local[*], local[2], spark://host:7077, yarn, k8s://...
+    master: str = 'local[*]'
+    #: Extra --conf settings for every job: key=value items separated by ';' or new lines.
+    conf: str = 'spark.ui.showConsoleProgress=false'
+    #: The pipeline modules (one per pipeline, each with main(args)).
+    pipelines_dir: str = 'spark_pipeline'
+    #: Per job: the driver's log and the pipeline's result file.
+    jobs_dir: str = 'var/spark/jobs'
+    #: Per job, <output_dir>/<pipeline>/<job_id>: where a pipeline writes its results.
+    output_dir: str = 'var/spark/output'
+    #: The spark-submit to run; empty: the one inside the installed pyspark package.
+    spark_submit: str = ''
+    #: A job running longer is killed and recorded as killed (0: no limit); each submission may override it.
+    default_timeout_secs: float = 3600.0
+    #: How long a job may take to exit after SIGTERM before it is sent SIGKILL.
+    kill_grace_secs: float = 5.0
+    #: How often the worker running a job reports it alive (and sees kill requests made elsewhere).
+    heartbeat_secs: float = 2.0
+    #: A running job whose worker was silent this long is recorded as failed (the worker died).
+    stale_job_secs: float = 30.0
+    #: Lines of the driver's log in the admin API's job details.
+    log_tail_lines: int = 50
+    #: Finished jobs kept in the history; older ones are removed with their logs (not their output).
+    history_max_jobs: int = 1000
+
+
+@dataclass
+class ArchiveSection:
+    """The message archive: delivered GD messages and dead letters, as JSON Lines per topic and day."""
+
+    enabled: bool = True
+    dir: str = 'var/archive'
+    #: Whether records carry the message's data (pipelines such as the procurement demo read it).
+    include_data: bool = True
+    #: Buffered records are written at least this often.
+    flush_interval_secs: float = 1.0
+    #: A buffer of this many records is written at once, without waiting for the interval.
+    max_buffer: int = 5000
+    #: A part file larger than this is closed and the next one started.
+    max_file_bytes: int = 128 * 1024 * 1024
+
+
+@dataclass
 class LoggingSection:
     """Log level and format of the server."""
 
@@ -143,6 +211,9 @@ class Settings:
     admin: AdminSection = field(default_factory=AdminSection)
     sync: SyncSection = field(default_factory=SyncSection)
     pubsub: PubSubSection = field(default_factory=PubSubSection)
+    scheduler: SchedulerSection = field(default_factory=SchedulerSection)
+    spark: SparkSection = field(default_factory=SparkSection)
+    archive: ArchiveSection = field(default_factory=ArchiveSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
 
     def path(self, value: str) -> Path:
@@ -183,23 +254,48 @@ def _convert(raw: Any, default: Any, where: str) -> Any:
     raise ConfigError(where, f'expected {kind.__name__}, got {type(raw).__name__}')
 
 
-def default_config_path() -> Path:
+def default_config_path(env: dict[str, str] | None = None) -> Path:
     """The server.toml to use: $CONDUIT_CONFIG, else ./config/server.toml."""
-    return Path(os.environ.get(CONFIG_ENV) or Path.cwd() / 'config' / 'server.toml')
+    env = os.environ if env is None else env
+    return Path(env.get(CONFIG_ENV) or Path.cwd() / 'config' / 'server.toml')
+
+
+def _keys(section: Any) -> set[str]:
+    return {f.name for f in dataclasses.fields(section)}
+
+
+def _check_env_names(settings: Settings, env: dict[str, str]) -> None:
+    """A CONDUIT_<SECTION>_<KEY> variable whose section exists but key does not is a typo: say so."""
+    # Longest section names first, so that a section named like another's prefix gets its own variables.
+    prefixes = sorted(((f'{ENV_PREFIX}{name}_'.upper(), name) for name in _SECTIONS), key=lambda p: -len(p[0]))
+    for var in env:
+        for prefix, name in prefixes:
+            if var.startswith(prefix):
+                if var[len(prefix):].lower() not in _keys(getattr(settings, name)):
+                    raise ConfigError(var, f'[{name}] has no key {var[len(prefix):].lower()!r}')
+                break
 
 
 def load_settings(path: Path | str | None = None, env: dict[str, str] | None = None) -> Settings:
-    """Read server.toml (if it exists) and apply environment overrides."""
+    """Read server.toml and apply environment overrides.
+
+    A file named explicitly (path, or $CONDUIT_CONFIG) must exist; without a name, a project with
+    no config/server.toml runs on the defaults.
+    """
     env = dict(os.environ if env is None else env)
-    path = Path(path) if path else default_config_path()
+    named = bool(path) or bool(env.get(CONFIG_ENV))
+    path = Path(path) if path else default_config_path(env)
     data: dict[str, Any] = {}
     if path.exists():
         try:
             data = tomllib.loads(path.read_text(encoding='utf-8'))
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(str(path), f'not valid TOML: {e}') from None
-    base_dir = path.resolve().parent.parent if path.parent.name == 'config' else path.resolve().parent
-    if not path.exists():
+        resolved = path.resolve()
+        base_dir = resolved.parent.parent if resolved.parent.name == 'config' else resolved.parent
+    elif named:
+        raise ConfigError(str(path), 'no such file')
+    else:
         base_dir = Path.cwd()
     settings = Settings(base_dir=base_dir)
 
@@ -210,10 +306,11 @@ def load_settings(path: Path | str | None = None, env: dict[str, str] | None = N
             raise ConfigError(str(path), f'[{section_name}] must be a table')
         section = getattr(settings, section_name)
         for key, raw in values.items():
-            if not hasattr(section, key):
+            if key not in _keys(section):
                 raise ConfigError(str(path), f'unknown key {key!r} in [{section_name}]')
             setattr(section, key, _convert(raw, getattr(section, key), f'{path} [{section_name}] {key}'))
 
+    _check_env_names(settings, env)
     for section_name in _SECTIONS:
         section = getattr(settings, section_name)
         for f in dataclasses.fields(section):

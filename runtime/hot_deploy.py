@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import gevent
-from sqlalchemy import select, update
+from sqlalchemy import select
 
 from runtime.db.engine import transaction
-from runtime.db.models import Deployment, SyncState
+from runtime.db.models import Deployment
 from runtime.errors import ConduitError, DeploymentError
+from runtime.sync import bump
 
 if TYPE_CHECKING:
     from runtime.core import Runtime
@@ -77,6 +78,9 @@ class HotDeployer:
         self._files: dict[Path, _FileState] = {}
         #: module name -> hash of the source this worker runs.
         self.applied: dict[str, str] = {}
+        #: Modules one of whose services was undeployed since this worker last loaded them: deploying
+        #: the same source again must load them again.
+        self._undeployed: set[str] = set()
         self._last_row_id = 0
 
     # Loading
@@ -108,6 +112,7 @@ class HotDeployer:
             _log.warning('%s defines no Service subclass; nothing deployed', file_name)
         names = self._runtime.store.register_all(classes, module_name, file_name)
         self.applied[module_name] = source_hash(source)
+        self._undeployed.discard(module_name)
         return names
 
     def load_file(self, path: Path) -> list[str]:
@@ -137,17 +142,18 @@ class HotDeployer:
 
     def undeploy(self, service_name: str) -> None:
         """Remove a service here and record that every other worker removes it too."""
+        module_name = self._runtime.store.info(service_name).module_name
         self._runtime.store.unregister(service_name)
-        self._record('undeploy', '', '', '', [service_name])
+        self._undeployed.add(module_name)
+        # The row names the module, so that deploying the same source later is recorded (and loaded) again.
+        self._record('undeploy', module_name, '', '', [service_name])
         _log.info('undeployed %s', service_name)
 
     def _record(self, kind: str, module_name: str, file_name: str, source: str, names: list[str]) -> None:
         digest = source_hash(source) if source else ''
         with transaction(self._runtime.engine, write=True) as conn:
-            bumped = conn.execute(update(SyncState).where(SyncState.key == SYNC_KEY)
-                                  .values(version=SyncState.version + 1)).rowcount
-            if not bumped:
-                conn.execute(SyncState.__table__.insert().values(key=SYNC_KEY, version=1, value=''))
+            # First, so that the row lock serialises workers recording at the same moment.
+            bump(conn, SYNC_KEY)
             if kind == 'deploy':
                 latest = conn.execute(select(Deployment.kind, Deployment.source_hash)
                                       .where(Deployment.module_name == module_name)
@@ -175,7 +181,10 @@ class HotDeployer:
                     if self._runtime.store.has(name):
                         self._runtime.store.unregister(name)
                         _log.info('undeployed %s (recorded by another worker)', name)
-            elif latest_deploy.get(row.module_name) == row.id and self.applied.get(row.module_name) != row.source_hash:
+                if row.module_name:
+                    self._undeployed.add(row.module_name)
+            elif latest_deploy.get(row.module_name) == row.id and (
+                    self.applied.get(row.module_name) != row.source_hash or row.module_name in self._undeployed):
                 try:
                     self.load_source(row.module_name, row.source, row.file_name)
                     _log.info('deployed %s from %s (recorded)', row.module_name, row.file_name)
@@ -208,15 +217,21 @@ class HotDeployer:
             if path not in seen:
                 del self._files[path]  # deleting a file does not undeploy, as in Zato
         for path in ready:
-            self._deploy_file(path)
+            self._deploy_file(path, again_after_undeploy=True)
 
-    def _deploy_file(self, path: Path) -> None:
+    def _deploy_file(self, path: Path, again_after_undeploy: bool) -> None:
+        """Deploy a file unless this worker runs its source already.
+
+        A file written after one of its services was undeployed is deployed again; at start, an
+        unchanged file in the pick-up directory does not undo an undeployment.
+        """
         try:
             source = path.read_text(encoding='utf-8')
         except (OSError, UnicodeDecodeError) as e:
             _log.error('cannot deploy %s: cannot read it: %s', path, e)
             return
-        if self.applied.get(path.stem) == source_hash(source):
+        undeployed = again_after_undeploy and path.stem in self._undeployed
+        if self.applied.get(path.stem) == source_hash(source) and not undeployed:
             return
         try:
             self.deploy(path.stem, source, str(path))
@@ -229,7 +244,7 @@ class HotDeployer:
         for path in sorted(directory.glob('*.py')):
             st = path.stat()
             self._files[path] = _FileState(st.st_size, st.st_mtime_ns, done=True)
-            self._deploy_file(path)
+            self._deploy_file(path, again_after_undeploy=False)
 
     def watch(self, directory: Path, interval: float, stable_polls: int) -> None:
         """Poll the pick-up directory forever (run in a greenlet)."""

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import gevent
@@ -77,16 +78,23 @@ def _call_hook(svc: Service, hook: str) -> None:
         _log.exception('%s of service %s failed (cid %s); ignored', hook, svc.name, svc.cid)
 
 
+def _ignore_timing(service: str, secs: float) -> None:
+    """The default Invoker.observe: timings go nowhere."""
+
+
 class Invoker:
     """Makes service instances and runs them, in the caller's greenlet or in a new one."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self._store = runtime.store
+        #: Called with (service name, seconds) after every run, failed ones too; runtime.metrics sets it.
+        self.observe: Callable[[str, float], None] = _ignore_timing
 
     def run(self, cls: type[Service], payload: Any = None, *, channel: str = CHANNEL_INVOKE,
             cid: str | None = None, raw_request: Any = None, http: HttpInfo | None = None) -> Service:
         """Run one invocation of cls and return the finished instance (with its response)."""
+        started = perf_counter()
         svc = cls()
         svc.cid = cid or new_cid()
         svc.channel = channel
@@ -102,11 +110,15 @@ class Invoker:
                 source = dict(http.params)
                 if isinstance(payload, dict):
                     source.update(payload)
-                elif payload is not None and (cls._required_input or cls._optional_input):
-                    raise InvalidInput((cls._required_input or cls._optional_input)[0],
-                                       'cannot be read: the request body is not a JSON object')
                 source.update(http.path_params)
-                request.input = _build_input(cls, source)
+                try:
+                    request.input = _build_input(cls, source)
+                except InvalidInput as e:
+                    if payload is None or isinstance(payload, dict):
+                        raise
+                    # A text or list body is not merged; say so, as the field may be in it.
+                    raise InvalidInput(e.field, 'is required (the request body is not a JSON object, so only '
+                                                'the query string and the path were read)') from None
             if not svc.accept():
                 raise RequestRejected(cls.name)
             _call_hook(svc, 'before_handle')
@@ -127,6 +139,7 @@ class Invoker:
                 _call_hook(svc, 'after_job')
         finally:
             _call_hook(svc, 'finalize_handle')
+            self.observe(cls.name, perf_counter() - started)
         return svc
 
     @staticmethod

@@ -27,10 +27,10 @@ from sqlalchemy import Connection, Engine, delete, select
 
 from runtime.channels import Channel, parse_methods
 from runtime.db.engine import transaction
-from runtime.db.models import BasicAuthDef, RestChannel, SyncState
+from runtime.db.models import BasicAuthDef, RestChannel
 from runtime.errors import ConfigError
 from runtime.security import hash_password, verify_password
-from runtime.sync import bump
+from runtime.sync import bump, lock
 
 _log = logging.getLogger(__name__)
 
@@ -63,6 +63,17 @@ def resolve_secret(value: Any, where: str) -> str:
             raise ConfigError(where, f'password references ${{{m.group(1)}}}, which is not set')
         return os.environ[m.group(1)]
     return value
+
+
+def _describe_yaml_error(e: yaml.YAMLError) -> str:
+    """What is wrong and where, without PyYAML's quote of the offending line (it may hold a password)."""
+    if not isinstance(e, yaml.MarkedYAMLError):
+        return type(e).__name__
+    parts = []
+    for text, mark in ((e.context, e.context_mark), (e.problem, e.problem_mark)):
+        if text:
+            parts.append(f'{text} (line {mark.line + 1}, column {mark.column + 1})' if mark else text)
+    return '; '.join(parts) or type(e).__name__
 
 
 def _require(item: dict[str, Any], key: str, where: str) -> Any:
@@ -182,7 +193,7 @@ class ObjectsApplier:
             try:
                 doc = yaml.safe_load(text) or {}
             except yaml.YAMLError as e:
-                raise ConfigError(str(path), f'not valid YAML: {e}') from None
+                raise ConfigError(str(path), f'not valid YAML: {_describe_yaml_error(e)}') from None
             if not isinstance(doc, dict):
                 raise ConfigError(str(path), 'must be a mapping of section names to lists of objects')
             for section, items in doc.items():
@@ -199,14 +210,32 @@ class ObjectsApplier:
         return digest.hexdigest(), sections
 
     def apply(self) -> list[str]:
-        """Apply the files if they changed since they were last applied; returns the sync keys bumped."""
+        """Apply the files if they changed since they were last applied; returns the sync keys bumped.
+
+        A ConfigError is final until the files change again; any other failure (the database) leaves
+        the files marked as changed, so that the next ``changed_on_disk()`` tries again.
+        """
         files = self.files()
-        self._mtimes = self._stat(files)
+        mtimes = self._stat(files)
+        try:
+            keys = self._apply(files)
+        except ConfigError:
+            self._mtimes = mtimes
+            raise
+        self._mtimes = mtimes
+        if keys is None:
+            return []
+        _log.info('applied %d object file(s): %s', len(files), ', '.join(str(f) for f in files) or 'none')
+        return keys
+
+    def _apply(self, files: list[Path]) -> list[str] | None:
+        """The sync keys bumped, or None when the database already holds these files."""
         digest, sections = self._read(files)
         with transaction(self._engine, write=True) as conn:
-            current = conn.execute(select(SyncState.value).where(SyncState.key == SYNC_KEY)).scalar()
-            if current == digest:
-                return []
+            # Every worker watches the same files: the lock makes the second one wait for the first
+            # and then find the files applied, instead of inserting the same objects again.
+            if lock(conn, SYNC_KEY) == digest:
+                return None
             keys: list[str] = []
             for section, handler in self.handlers.items():
                 handler.apply(conn, sections.get(section, []))
@@ -214,7 +243,6 @@ class ObjectsApplier:
             for key in keys:
                 bump(conn, key)
             bump(conn, SYNC_KEY, digest)
-        _log.info('applied %d object file(s): %s', len(files), ', '.join(str(f) for f in files) or 'none')
         return keys
 
     @staticmethod

@@ -134,16 +134,16 @@ class SecurityRegistry:
             # Spend the same time as a real check so usernames cannot be probed by timing.
             _in_pool(verify_password, password, _DUMMY_HASH)
             raise Unauthorized(realm)
+        key = hmac.new(self._cache_key, f'{username}\0{password}'.encode(), hashlib.sha256).digest()
+        if self._ok_cache.get(key) != definition.password_hash:
+            if not _in_pool(verify_password, password, definition.password_hash):
+                raise Unauthorized(realm)
+            if len(self._ok_cache) >= MAX_CACHED_CHECKS:
+                self._ok_cache.clear()
+            self._ok_cache[key] = definition.password_hash
+        # Checked after the password, so that only a caller who knows it learns the definition exists.
         if not definition.is_active:
             raise Unauthorized(realm, 'security definition is inactive')
-        key = hmac.new(self._cache_key, f'{username}\0{password}'.encode(), hashlib.sha256).digest()
-        if self._ok_cache.get(key) == definition.password_hash:
-            return definition
-        if not _in_pool(verify_password, password, definition.password_hash):
-            raise Unauthorized(realm)
-        if len(self._ok_cache) >= MAX_CACHED_CHECKS:
-            self._ok_cache.clear()
-        self._ok_cache[key] = definition.password_hash
         return definition
 
 

@@ -14,19 +14,42 @@ from collections.abc import Callable
 
 import gevent
 from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from runtime.db.models import SyncState
 
 _log = logging.getLogger(__name__)
 
 
+def _ensure_row(conn: Connection, key: str) -> None:
+    """Create a key's row (version 0) unless it exists; never fails when another worker races us."""
+    insert = postgresql.insert if conn.dialect.name == 'postgresql' else sqlite.insert
+    # ON CONFLICT DO NOTHING: a concurrent transaction inserting the same key makes this one wait
+    # for it and then do nothing, instead of failing on the primary key.
+    conn.execute(insert(SyncState.__table__).values(key=key, version=0, value='').on_conflict_do_nothing())
+
+
 def bump(conn: Connection, key: str, value: str | None = None) -> None:
-    """Increase a key's version inside the caller's transaction (creating the row if needed)."""
+    """Increase a key's version inside the caller's transaction (creating the row if needed).
+
+    The row stays locked until the transaction ends, so concurrent writers of one key are serialised.
+    """
     values: dict[str, object] = {'version': SyncState.version + 1}
     if value is not None:
         values['value'] = value
-    if not conn.execute(update(SyncState).where(SyncState.key == key).values(**values)).rowcount:
-        conn.execute(SyncState.__table__.insert().values(key=key, version=1, value=value or ''))
+    stmt = update(SyncState).where(SyncState.key == key).values(**values)
+    if not conn.execute(stmt).rowcount:
+        _ensure_row(conn, key)
+        conn.execute(stmt)
+
+
+def lock(conn: Connection, key: str) -> str:
+    """A key's value, with its row locked until the caller's transaction ends (created if missing).
+
+    On SQLite the write transaction (BEGIN IMMEDIATE) already excludes other writers.
+    """
+    _ensure_row(conn, key)
+    return conn.execute(select(SyncState.value).where(SyncState.key == key).with_for_update()).scalar_one()
 
 
 class Synchronizer:

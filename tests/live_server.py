@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,26 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
+
+
+def poll(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05,
+         message: str = 'condition') -> Any:
+    """Call condition until it returns something truthy; AssertionError naming message on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f'{message} not met within {timeout:g} s')
+        time.sleep(interval)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write a file under a hidden temporary name, then rename it into place."""
+    tmp = path.with_name(f'.{path.name}.tmp')
+    tmp.write_text(text, encoding='utf-8')
+    os.replace(tmp, path)
 
 
 class LiveServer:
@@ -122,3 +143,22 @@ interval_secs = 0.2
         r = self.request('POST', f'/admin/services/{name}/invoke', json=payload, auth=self.admin)
         assert r.status_code == 200, r.text
         return r.json()['response']
+
+    def write_module(self, file_name: str, source: str) -> Path:
+        """Drop a service module into the hot-deploy directory; returns its path."""
+        path = self.hot_deploy / file_name
+        write_atomically(path, source)
+        return path
+
+    def write_objects(self, file_name: str, text: str) -> Path:
+        """Write an object file (YAML) into config/objects; returns its path."""
+        path = self.objects / file_name
+        write_atomically(path, text)
+        return path
+
+    def wait_for_log(self, text: str, timeout: float = 10.0) -> str:
+        """Wait until the log contains text; returns the whole log."""
+        def found() -> str:
+            log = self.log()
+            return log if text in log else ''
+        return poll(found, timeout, message=f'log line {text!r}')

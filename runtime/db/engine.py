@@ -58,7 +58,11 @@ def is_sqlite(engine_or_url: Engine | str) -> bool:
 
 def make_engine(url: str, pool_size: int = 10, sqlite_synchronous: str = 'FULL',
                 sqlite_busy_timeout_ms: int = 10000, **kwargs: Any) -> Engine:
-    """Create an engine configured for the runtime."""
+    """Create an engine configured for the runtime.
+
+    Bound parameters are hidden from SQLAlchemy's error messages: they may hold password hashes,
+    sub_keys or message data, and database errors end up in logs.
+    """
     url = normalize_url(url)
     try:
         parsed = make_url(url)
@@ -70,7 +74,7 @@ def make_engine(url: str, pool_size: int = 10, sqlite_synchronous: str = 'FULL',
         if sqlite_synchronous.upper() not in ('OFF', 'NORMAL', 'FULL', 'EXTRA'):
             raise ConfigError('database.sqlite_synchronous', f'must be OFF, NORMAL, FULL or EXTRA, '
                                                              f'not {sqlite_synchronous!r}')
-        engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size,
+        engine = create_engine(url, pool_size=pool_size, max_overflow=pool_size, hide_parameters=True,
                                connect_args={'check_same_thread': False,
                                              'timeout': sqlite_busy_timeout_ms / 1000}, **kwargs)
         _setup_sqlite(engine, sqlite_synchronous.upper(), sqlite_busy_timeout_ms)
@@ -78,7 +82,8 @@ def make_engine(url: str, pool_size: int = 10, sqlite_synchronous: str = 'FULL',
     if parsed.get_backend_name() != 'postgresql':
         raise ConfigError('database.url', f'unsupported database {parsed.get_backend_name()!r}; '
                                           f'use sqlite:/// or postgresql://')
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, **kwargs)
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
+                         hide_parameters=True, **kwargs)
 
 
 def _setup_sqlite(engine: Engine, synchronous: str, busy_timeout_ms: int) -> None:

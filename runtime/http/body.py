@@ -16,10 +16,23 @@ def read_body(req: falcon.Request, limit: int) -> bytes:
     length = req.content_length
     if length is not None and length > limit:
         raise PayloadTooLarge(length, limit)
-    data = req.bounded_stream.read(limit + 1)
-    if len(data) > limit:
-        raise PayloadTooLarge(len(data), limit)
-    return data
+    if length is None and 'chunked' in (req.get_header('Transfer-Encoding') or '').lower():
+        # falcon's bounded_stream takes a missing Content-Length for an empty body; the WSGI server
+        # decodes the chunks, so read its stream, never more than one byte past the limit.
+        stream = req.stream
+    else:
+        stream = req.bounded_stream
+    parts: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = stream.read(limit + 1 - size)
+        if not chunk:
+            break
+        parts.append(chunk)
+        size += len(chunk)
+    if size > limit:
+        raise PayloadTooLarge(size, limit)
+    return b''.join(parts)
 
 
 def parse_json(data: bytes) -> Any:

@@ -26,7 +26,9 @@ def handle_conduit_error(req: falcon.Request, resp: falcon.Response, ex: Conduit
     """Map a ConduitError to its status and a JSON body naming what is wrong."""
     status = falcon.code_to_http_status(ex.http_status)
     if ex.http_status >= 500:
-        _log.error('cid %s: %s %s failed: %s', req.context.cid, req.method, req.path, ex)
+        # An error raised because of another one (a service that raised) keeps that one's traceback.
+        _log.error('cid %s: %s %s failed: %s', req.context.cid, req.method, req.path, ex,
+                   exc_info=ex if ex.__cause__ is not None else None)
     resp.status = status
     resp.media = envelope(req, status, ex.details)
     if isinstance(ex, Unauthorized):
