@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench chaos clean
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ run: $(STAMP)
 # gevent patches the standard library before pytest imports anything, as gunicorn's worker does.
 test: $(STAMP)
 	$(PY) -m gevent.monkey --module pytest $(PYTEST_ARGS)
+
+# The long fault harness: 20 SIGKILLs under load, the database outage, subscriber isolation.
+chaos: $(STAMP)
+	CONDUIT_CHAOS_KILLS=20 $(PY) -m gevent.monkey --module pytest -q -s tests/reliability
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
