@@ -63,3 +63,24 @@ def test_gd_flag_on_publication_overrides_topic_default(runtime_factory, tmp_pat
     rt.broker.set_active(sub.sub_key, False)  # keep it queued so that it can be counted
     rt.broker.publish('ngd.topic', {'n': 10}, has_gd=True)
     assert _stored_messages(rt) == 1
+
+
+def test_a_subscription_with_stored_options_now_invalid_does_not_stop_the_others(runtime_factory, tmp_path, db_url):
+    rt = _runtime(runtime_factory, tmp_path, db_url)
+    rt.broker.create_topic('ngd.bad')
+    good = rt.broker.subscribe('ngd.bad', 'service', service='ngd.target')
+    bad = rt.broker.subscribe('ngd.bad', 'pull', service='ngd.target')
+    from sqlalchemy import update
+
+    from runtime.db.models import Subscription
+    with rt.engine.begin() as conn:
+        conn.execute(update(Subscription).where(Subscription.id == bad.id).values(options='{"max_attempts": "x"}'))
+    rt.broker.reload()
+    assert rt.broker.registry.subs_by_key[good.sub_key].options.max_attempts == 25
+    assert rt.broker.registry.subs_by_key[bad.sub_key].options.max_attempts == 25
+
+
+def test_log_label_of_a_push_subscription_hides_its_query_string():
+    from runtime.pubsub.registry import SubInfo
+    sub = SubInfo(id=1, sub_key='sk', pattern='t', kind='rest_push', push_url='https://u:p@h:8443/x/y?token=s3cret')
+    assert sub.label == 'sub#1(rest_push:https://h:8443/x/y on t)'

@@ -10,8 +10,16 @@ With ``err_should_block`` (the default, as in Zato) a failed message holds back 
 it until it succeeds or is dead-lettered; otherwise later messages keep flowing. ``max_in_flight``
 above 1 hands a batch's messages to that many greenlets at once, with no ordering promise.
 
+Batch mode (REST push subscribers): a ``deliver_batch`` callable gets the whole batch at once
+and answers with one ``Outcome`` per message it tried, or raises, which fails every message of the
+batch. Each failed message has its attempt counted and is scheduled or dead-lettered on its own,
+as in message mode; ``max_in_flight`` does not apply (one request per batch). With
+``err_should_block``, the retries of a failed batch are all due at the time decided for its head
+(nothing behind the head may go first anyway), so that the batch is tried again whole rather than
+split by jitter.
+
 The loop knows nothing of SQL or HTTP: storage is the ``QueueBackend`` it is given and the
-subscriber is the ``deliver`` callable, which raises on failure.
+subscriber is the ``deliver`` (or ``deliver_batch``) callable, which raises on failure.
 """
 
 from __future__ import annotations
@@ -34,6 +42,12 @@ _log = logging.getLogger(__name__)
 
 #: Longest an idle loop sleeps before looking at its queue again, whatever the wake-ups say.
 IDLE_RECHECK_SECS = 30.0
+
+#: A subscriber taking one message: raises on failure; False means "dropped, do not deliver".
+Deliver = Callable[[SubInfo, Delivery], 'bool | None']
+
+#: A subscriber taking a whole batch: one Outcome per message tried; raises when all failed.
+DeliverBatch = Callable[[SubInfo, list[Delivery]], 'list[Outcome] | None']
 
 
 class QueueBackend(Protocol):
@@ -66,12 +80,16 @@ class Outcome:
 class DeliveryLoop:
     """Delivers one subscription's queue for as long as this worker owns it."""
 
-    def __init__(self, sub: SubInfo, backend: QueueBackend, deliver: Callable[[SubInfo, Delivery], bool | None],
-                 still_owner: Callable[[], bool], hooks: HookChain | None = None) -> None:
+    def __init__(self, sub: SubInfo, backend: QueueBackend, deliver: Deliver | None,
+                 still_owner: Callable[[], bool], hooks: HookChain | None = None, *,
+                 deliver_batch: DeliverBatch | None = None) -> None:
+        if (deliver is None) == (deliver_batch is None):
+            raise TypeError('a DeliveryLoop needs either deliver or deliver_batch')
         self.sub = sub
         self._hooks = hooks or HookChain()
         self._backend = backend
         self._deliver = deliver
+        self._deliver_batch = deliver_batch
         self._still_owner = still_owner
         self._wake = Event()
         self._wake.set()
@@ -159,8 +177,13 @@ class DeliveryLoop:
                              d.msg_id, d.delivery_count, decision.reason, error)
             else:
                 retries.append((d, decision.at, error))
-                _log.info('%s: message %s failed (attempt %d), next attempt in %.2f s: %s', self.sub.label,
-                          d.msg_id, d.delivery_count, decision.at - time.time(), error)
+        if self._deliver_batch is not None and opts.err_should_block and len(retries) > 1:
+            position = {d.entry_id: i for i, d in enumerate(live)}
+            head_at = min(retries, key=lambda r: position[r[0].entry_id])[1]
+            retries = [(d, head_at, error) for d, _, error in retries]
+        for d, at, error in retries:
+            _log.info('%s: message %s failed (attempt %d), next attempt in %.2f s: %s', self.sub.label,
+                      d.msg_id, d.delivery_count, at - time.time(), error)
         for d in expired:
             dead.append((d, 'expired', d.last_error or 'the message expired before it could be delivered'))
         if self._ram:
@@ -193,6 +216,8 @@ class DeliveryLoop:
                 [i for i in uncount if i > 0])
 
     def _deliver_all(self, batch: list[Delivery], max_in_flight: int, block: bool) -> list[Outcome]:
+        if self._deliver_batch is not None:
+            return self._deliver_together(batch) if batch else []
         if max_in_flight <= 1:
             outcomes = []
             for d in batch:
@@ -204,7 +229,25 @@ class DeliveryLoop:
         pool = Pool(max_in_flight)
         return list(pool.imap(self._deliver_one, batch))
 
+    def _deliver_together(self, batch: list[Delivery]) -> list[Outcome]:
+        """Batch mode: the whole batch to deliver_batch; an exception fails every message."""
+        assert self._deliver_batch is not None
+        started = time.perf_counter()
+        try:
+            outcomes = self._deliver_batch(self.sub, batch)
+        except gevent.GreenletExit:
+            raise
+        except Exception as e:
+            outcomes = [Outcome(d, False, e) for d in batch]
+        if outcomes is None:
+            outcomes = [Outcome(d, True) for d in batch]
+        duration = time.perf_counter() - started
+        for o in outcomes:
+            self._hooks.emit('after_deliver', self.sub, o.delivery, o.ok, o.error, duration)
+        return outcomes
+
     def _deliver_one(self, d: Delivery) -> Outcome:
+        assert self._deliver is not None
         started = time.perf_counter()
         try:
             delivered = self._deliver(self.sub, d)

@@ -1,8 +1,21 @@
-"""The pub/sub sections of the object files: ``pubsub_topic`` and ``pubsub_subscription``.
+"""The pub/sub sections of the object files: ``pubsub_topic``, ``outgoing_rest`` and ``pubsub_subscription``.
 
-Topics are matched by name, service subscriptions by (service, topic); objects the files no
-longer declare are removed if the files made them. A subscription's delivery options (e.g.
-``max_attempts``, ``wait_non_sock_err``, ``err_should_block``) sit beside its other keys.
+Topics are matched by name, service subscriptions by (service, topic), REST push subscriptions
+by (security, topic, endpoint name); objects the files no longer declare are removed if the files
+made them. A subscription's delivery options (e.g. ``max_attempts``, ``wait_non_sock_err``,
+``err_should_block``, ``delivery_batch_size``, ``wrap_one_msg_in_list``) sit beside its other keys.
+
+REST push subscribers are declared as in Zato's enmasse files: an ``outgoing_rest`` definition
+(``name, host, url_path, data_format: json, timeout``, and for Basic Auth ``username`` with
+``password: ${ENV_VAR}``), and a ``pubsub_subscription`` with ``delivery_type: push`` and
+``push_rest_endpoint`` naming it. ``outgoing_rest`` definitions are not stored on their own:
+each subscription that references one gets the endpoint's URL, timeout and credentials copied into
+its row when the files are applied (the files are always applied whole, so a changed endpoint
+updates its subscriptions). The password is kept only as its ``${ENV_VAR}`` reference and read from
+the environment at each delivery, never stored; a literal password is refused. ``security`` on an
+``outgoing_rest`` is refused too: security definitions keep only password hashes, which cannot
+authenticate an outgoing request. Definitions no subscription references are checked for a name
+and otherwise ignored (Conduit has no other use for them yet).
 """
 
 from __future__ import annotations
@@ -18,13 +31,17 @@ from runtime.errors import ConfigError
 from runtime.objects import SectionHandler
 from runtime.pubsub import store
 from runtime.pubsub.broker import SYNC_KEY
+from runtime.pubsub.push import check_push_url
 from runtime.pubsub.registry import (
+    ENV_REF,
     KIND_PULL,
+    KIND_REST_PUSH,
     KIND_SERVICE,
     TOPIC_ATTRIBUTES,
     DeliveryOptions,
     TopicInfo,
     check_topic_attributes,
+    parse_options,
 )
 from runtime.pubsub.topics import InvalidTopicName, normalize, validate_pattern, validate_topic_name
 
@@ -65,47 +82,126 @@ def apply_topics(conn: Connection, items: list[dict[str, Any]]) -> None:
     conn.execute(delete(Topic).where(Topic.origin == 'config', Topic.name_key.not_in(declared)))
 
 
-def make_apply_subscriptions(settings: PubSubSection):  # type: ignore[no-untyped-def]
+def _endpoint_options(endpoint: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
+    """An outgoing_rest definition as a push subscription uses it: its URL and delivery options."""
+    if endpoint.get('security'):
+        raise ConfigError(where, 'security definitions keep only password hashes and cannot authenticate '
+                                 'outgoing requests; give username and password: ${ENV_VAR} instead')
+    if str(endpoint.get('data_format') or 'json').lower() != 'json':
+        raise ConfigError(where, 'REST push sends JSON: data_format must be json')
+    host = endpoint.get('host')
+    if not isinstance(host, str) or not host:
+        raise ConfigError(where, "'host' is required")
+    path = endpoint.get('url_path') or ''
+    if not isinstance(path, str):
+        raise ConfigError(where, 'url_path must be a string')
+    url = host.rstrip('/') + ('/' + path.lstrip('/') if path else '')
+    check_push_url(url, where)
+    options: dict[str, Any] = {'push_rest_endpoint': endpoint['name']}
+    timeout = endpoint.get('timeout')
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ConfigError(where, 'timeout must be a number of seconds above 0')
+        options['push_timeout_secs'] = timeout
+    username, password = endpoint.get('username'), endpoint.get('password')
+    if password is not None:
+        if not isinstance(password, str) or not ENV_REF.match(password.strip()):
+            # The value would have to be stored to be sent later: only a reference may be.
+            raise ConfigError(where, 'password must be a ${ENV_VAR} reference (it is read at each delivery, '
+                                     'never stored)')
+        if not username:
+            raise ConfigError(where, 'password needs username')
+        options['push_password'] = password.strip()
+    if username:
+        options['push_username'] = str(username)
+    return url, options
+
+
+def make_outgoing_rest_handler(endpoints: dict[str, dict[str, Any]]):  # type: ignore[no-untyped-def]
+    """The handler of section outgoing_rest: it fills endpoints for the subscription handler, run next."""
+
+    def apply_outgoing_rest(conn: Connection, items: list[dict[str, Any]]) -> None:
+        endpoints.clear()
+        for item in items:
+            where = _where(item, 'outgoing_rest')
+            name = item.get('name')
+            if not isinstance(name, str) or not name:
+                raise ConfigError(where, "'name' is required")
+            if name in endpoints:
+                raise ConfigError(where, 'declared twice')
+            endpoints[name] = item
+
+    return apply_outgoing_rest
+
+
+def _subscription_kind(item: dict[str, Any], where: str) -> tuple[str, str, str]:
+    """(kind, service, push_rest_endpoint) of a pubsub_subscription item."""
+    service = item.get('service') or item.get('push_service') or ''
+    endpoint = item.get('push_rest_endpoint') or item.get('rest_push_endpoint') or ''
+    if service and endpoint:
+        raise ConfigError(where, 'give either push_service (a service subscriber) or push_rest_endpoint, not both')
+    delivery_type = item.get('delivery_type', 'push' if service or endpoint else 'pull')
+    if delivery_type not in ('push', 'pull'):
+        raise ConfigError(where, f"delivery_type must be 'push' or 'pull', not {delivery_type!r}")
+    if delivery_type == 'pull':
+        if service or endpoint:
+            raise ConfigError(where, 'a pull subscription has no push_service or push_rest_endpoint')
+        if not item.get('security'):
+            raise ConfigError(where, 'a pull subscription needs the security definition of its client')
+        return KIND_PULL, '', ''
+    if not service and not endpoint:
+        raise ConfigError(where, 'a push subscription needs push_service (a service) or push_rest_endpoint '
+                                 '(an outgoing_rest definition)')
+    return (KIND_SERVICE, str(service), '') if service else (KIND_REST_PUSH, '', str(endpoint))
+
+
+def make_apply_subscriptions(settings: PubSubSection,  # type: ignore[no-untyped-def]
+                             endpoints: dict[str, dict[str, Any]] | None = None):
     """The handler of section pubsub_subscription (it validates options against the server defaults)."""
+    endpoints = {} if endpoints is None else endpoints
 
     def apply_subscriptions(conn: Connection, items: list[dict[str, Any]]) -> None:
         registry = store.load_registry(conn, settings)
         declared: set[int] = set()
         for item in items:
             where = _where(item, 'pubsub_subscription')
-            service = item.get('service') or item.get('push_service') or ''
-            delivery_type = item.get('delivery_type', 'push' if service else 'pull')
-            if delivery_type == 'push' and not service:
-                raise ConfigError(where, 'REST push subscriptions are configured through the REST pub/sub API; '
-                                         'give push_service for a service subscription')
-            kind = KIND_SERVICE if delivery_type == 'push' else KIND_PULL
-            if kind == KIND_PULL and not item.get('security'):
-                raise ConfigError(where, 'a pull subscription needs the security definition of its client')
+            kind, service, endpoint_name = _subscription_kind(item, where)
+            security = str(item.get('security') or '')
             topics = item.get('topic_list') or []
             if isinstance(topics, str):
                 topics = [topics]
             if not topics:
                 raise ConfigError(where, 'topic_list is required')
             options = {k: v for k, v in item.items() if k not in _SUB_KEYS}
+            push_url = ''
+            is_active = bool(item.get('is_active', True))
+            if kind == KIND_REST_PUSH:
+                endpoint = endpoints.get(endpoint_name)
+                if endpoint is None:
+                    raise ConfigError(where, f'push_rest_endpoint {endpoint_name!r} is not an outgoing_rest '
+                                             'definition of the object files')
+                push_url, endpoint_options = _endpoint_options(endpoint, _where(endpoint, 'outgoing_rest'))
+                options = endpoint_options | options  # the subscription's own options win
+                options['push_rest_endpoint'] = endpoint_name
+                is_active = is_active and bool(endpoint.get('is_active', True))
             DeliveryOptions.from_settings(settings, options, where)
             for pattern in topics:
                 try:
                     validate_pattern(pattern)
                 except InvalidTopicName as e:
                     raise ConfigError(where, str(e)) from None
-                existing = conn.execute(select(Subscription.id).where(
-                    Subscription.kind == kind, Subscription.service == (service if kind == KIND_SERVICE else ''),
-                    Subscription.security == str(item.get('security') or ''), Subscription.pattern == pattern)
-                ).first()
-                values = {'options': json.dumps(options), 'is_active': bool(item.get('is_active', True))}
-                if existing:
-                    conn.execute(update(Subscription).where(Subscription.id == existing.id)
+                existing = _existing(conn, kind, service, security, pattern, endpoint_name)
+                values = {'options': json.dumps(options), 'is_active': is_active}
+                if kind == KIND_REST_PUSH:
+                    values['push_url'] = push_url
+                if existing is not None:
+                    conn.execute(update(Subscription).where(Subscription.id == existing)
                                  .values(origin='config', **values))
-                    declared.add(existing.id)
+                    declared.add(existing)
                 else:
                     sub_id, _ = store.create_subscription(
-                        conn, registry, pattern, kind, service=service if kind == KIND_SERVICE else '',
-                        security=str(item.get('security') or ''), options=options, origin='config')
+                        conn, registry, pattern, kind, service=service, security=security, push_url=push_url,
+                        options=options, origin='config')
                     declared.add(sub_id)
         for row in conn.execute(select(Subscription.id).where(Subscription.origin == 'config')).all():
             if row.id not in declared:
@@ -114,7 +210,22 @@ def make_apply_subscriptions(settings: PubSubSection):  # type: ignore[no-untype
     return apply_subscriptions
 
 
+def _existing(conn: Connection, kind: str, service: str, security: str, pattern: str, endpoint: str) -> int | None:
+    """The id of the subscription an item declares, if it exists (its queue is kept)."""
+    rows = conn.execute(select(Subscription.id, Subscription.options).where(
+        Subscription.kind == kind, Subscription.service == service, Subscription.security == security,
+        Subscription.pattern == pattern)).all()
+    for row in rows:
+        # REST push: the endpoint's name, not its URL, identifies the subscription, so that moving
+        # the endpoint to another host keeps the queue.
+        if kind != KIND_REST_PUSH or parse_options(row.options).get('push_rest_endpoint') == endpoint:
+            return row.id
+    return None
+
+
 def section_handlers(settings: PubSubSection) -> list[SectionHandler]:
-    """Handlers to register with the ObjectsApplier, in order."""
+    """Handlers to register with the ObjectsApplier, in order (outgoing_rest before pubsub_subscription)."""
+    endpoints: dict[str, dict[str, Any]] = {}
     return [SectionHandler('pubsub_topic', apply_topics, (SYNC_KEY,)),
-            SectionHandler('pubsub_subscription', make_apply_subscriptions(settings), (SYNC_KEY,))]
+            SectionHandler('outgoing_rest', make_outgoing_rest_handler(endpoints)),
+            SectionHandler('pubsub_subscription', make_apply_subscriptions(settings, endpoints), (SYNC_KEY,))]

@@ -9,8 +9,10 @@ topic's depth, not on how many pattern subscriptions exist.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from runtime.config import PubSubSection
 from runtime.errors import ConfigError
@@ -24,6 +26,12 @@ KIND_SERVICE = 'service'
 KIND_PULL = 'pull'
 KIND_REST_PUSH = 'rest_push'
 KINDS = (KIND_SERVICE, KIND_PULL, KIND_REST_PUSH)
+
+#: HTTP methods a REST push subscription may use.
+PUSH_METHODS = ('POST', 'PUT', 'PATCH')
+
+#: A whole value that references an environment variable: ${NAME}.
+ENV_REF = re.compile(r'^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$')
 
 
 def service_topic_name(service: str) -> str:
@@ -93,10 +101,17 @@ class DeliveryOptions:
     err_should_block: bool = True
     max_in_flight: int = 1
     hook_service: str = ''
-    # REST push (issue of the REST layer): method, batching and timeout towards the endpoint.
+    # REST push (runtime.pubsub.push): method, batching and timeout towards the endpoint.
     push_method: str = 'POST'
     wrap_one_msg_in_list: bool = False
     push_timeout_secs: float = 10.0
+    #: Basic Auth towards the endpoint; the password only as a ${ENV_VAR} reference, resolved at delivery.
+    push_username: str = ''
+    push_password: str = ''
+    #: The outgoing_rest definition a subscription from the object files pushes to.
+    push_rest_endpoint: str = ''
+    #: Unused: security definitions keep only password hashes. Accepted so that options stored by
+    #: earlier versions still load; Basic Auth towards the endpoint is push_username/push_password.
     push_security: str = ''
 
     @classmethod
@@ -123,11 +138,22 @@ class DeliveryOptions:
             else:
                 ok = isinstance(value, str)
             if not ok:
-                raise ConfigError(where, f'delivery option {key} has an invalid value {value!r}')
+                shown = '(hidden)' if key == 'push_password' else repr(value)
+                raise ConfigError(where, f'delivery option {key} has an invalid value {shown}')
             typed[key] = value
         result = replace(self, **typed)
         if result.delivery_batch_size < 1 or result.max_attempts < 1 or result.max_in_flight < 1:
             raise ConfigError(where, 'delivery_batch_size, max_attempts and max_in_flight must be at least 1')
+        if result.push_method.upper() not in PUSH_METHODS:
+            raise ConfigError(where, f'push_method must be one of {", ".join(PUSH_METHODS)}, '
+                                     f'not {result.push_method!r}')
+        if result.push_timeout_secs <= 0:
+            raise ConfigError(where, 'push_timeout_secs must be more than 0')
+        if result.push_password and not ENV_REF.match(result.push_password):
+            # Stored options are plain JSON in the database: only the reference may go there.
+            raise ConfigError(where, 'push_password must be a ${ENV_VAR} reference; a plain password is never stored')
+        if result.push_password and not result.push_username:
+            raise ConfigError(where, 'push_password needs push_username')
         return result
 
 
@@ -148,7 +174,10 @@ class SubInfo:
     @property
     def label(self) -> str:
         """How logs name the subscriber (never the sub_key)."""
-        who = self.service or self.security or self.push_url or '?'
+        # A push URL may carry a token in its query string or credentials: log only scheme, host and path.
+        url = urlsplit(self.push_url) if self.push_url else None
+        where = f'{url.scheme}://{url.hostname}{":" + str(url.port) if url.port else ""}{url.path}' if url else ''
+        who = self.service or self.security or where or '?'
         return f'sub#{self.id}({self.kind}:{who} on {self.pattern})'
 
 

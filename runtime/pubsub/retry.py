@@ -1,9 +1,10 @@
 """When to try a failed delivery again, and when to give up.
 
-Socket-level errors (the subscriber could not be reached: connection refused or reset, timeouts)
-start from ``wait_sock_err``; any other error from ``wait_non_sock_err``. The wait doubles with
-each attempt, is capped by ``max_wait_secs``, and gets ±20 % jitter so that many failed messages
-do not all come back at the same instant. After ``max_attempts``, or once the message has
+Socket-level errors (the subscriber could not be reached: connection refused or reset, timeouts,
+and their ``requests``/``urllib3`` counterparts) start from ``wait_sock_err``; any other error
+(an HTTP error status among them) from ``wait_non_sock_err``. The wait doubles with each attempt,
+is capped by ``max_wait_secs``, and gets ±20 % jitter so that many failed messages do not all
+come back at the same instant. After ``max_attempts``, or once the message has
 expired, the decision is to dead-letter it.
 """
 
@@ -22,6 +23,19 @@ JITTER = 0.2
 _SOCKET_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.EHOSTUNREACH,
                   errno.ENETUNREACH, errno.ETIMEDOUT, errno.EPIPE}
 
+#: Classes of HTTP client libraries (requests, urllib3) that mean "could not reach or hear from the
+#: server"; matched by module and name along the MRO, so that this module imports no HTTP library.
+_HTTP_CLIENT_MODULES = ('requests', 'urllib3')
+_HTTP_CLIENT_SOCKET_ERRORS = {'ConnectionError', 'Timeout', 'TimeoutError', 'ProtocolError', 'ChunkedEncodingError',
+                              'NewConnectionError'}
+
+
+def _is_http_client_socket_error(exc: BaseException) -> bool:
+    # requests' ConnectionError and Timeout are not the builtin ones and carry no errno; ReadTimeout
+    # (no answer in time) does not even keep the socket.timeout it came from.
+    return any(cls.__module__.startswith(_HTTP_CLIENT_MODULES) and cls.__name__ in _HTTP_CLIENT_SOCKET_ERRORS
+               for cls in type(exc).__mro__)
+
 
 def is_socket_error(exc: BaseException) -> bool:
     """Whether an error means the subscriber could not be reached (rather than that it failed)."""
@@ -32,7 +46,7 @@ def is_socket_error(exc: BaseException) -> bool:
             return True
         if isinstance(exc, OSError) and exc.errno in _SOCKET_ERRNOS:
             return True
-        if type(exc).__module__.startswith(('requests', 'urllib3')) and 'Connect' in type(exc).__name__:
+        if _is_http_client_socket_error(exc):
             return True
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
     return False

@@ -8,6 +8,7 @@ transaction. Nothing here decides policy: the broker and the delivery loop do.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from sqlalchemy import Connection, Engine, and_, delete, exists, func, insert, s
 from runtime.config import PubSubSection
 from runtime.db.blocking import run_transaction
 from runtime.db.models import DeadLetter, Message, QueueEntry, Subscription, Topic
+from runtime.errors import ConfigError
 from runtime.pubsub.registry import DeliveryOptions, Registry, SubInfo, TopicInfo, parse_options
 from runtime.pubsub.topics import matches, normalize
 
@@ -26,6 +28,8 @@ _MESSAGE_COLUMNS = (Message.id, Message.msg_id, Message.topic_name, Message.data
                     Message.priority, Message.pub_time, Message.expiration_time, Message.publisher,
                     Message.correl_id, Message.in_reply_to, Message.ext_client_id, Message.has_gd, Message.size,
                     Message.topic_id)
+
+_log = logging.getLogger(__name__)
 
 
 def new_sub_key() -> str:
@@ -103,7 +107,12 @@ def load_registry(conn: Connection, settings: PubSubSection) -> Registry:
               for r in conn.execute(select(Topic)).all()]
     subs = []
     for r in conn.execute(select(Subscription)).all():
-        options = DeliveryOptions.from_settings(settings, parse_options(r.options), f'subscription #{r.id}')
+        try:
+            options = DeliveryOptions.from_settings(settings, parse_options(r.options), f'subscription #{r.id}')
+        except (ConfigError, ValueError) as e:
+            # One subscription stored with options a newer version refuses must not stop all the others.
+            _log.error('subscription #%d: stored delivery options are invalid (%s); server defaults apply', r.id, e)
+            options = DeliveryOptions.from_settings(settings)
         subs.append(SubInfo(id=r.id, sub_key=r.sub_key, pattern=r.pattern, kind=r.kind, service=r.service,
                             security=r.security, push_url=r.push_url, is_active=r.is_active, options=options))
     return Registry(topics, subs)

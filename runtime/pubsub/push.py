@@ -1,0 +1,197 @@
+"""REST push subscribers: each batch of a subscription's queue goes to its URL in one HTTP request.
+
+The body is a JSON list of ``{data, meta}`` objects, ``meta`` as the pull API returns it
+(``runtime.pubsub.pull.message_dict``), or a single such object when the batch holds one message
+and ``wrap_one_msg_in_list`` is false. The request uses ``push_method`` and must be answered in
+full within ``push_timeout_secs``. A 2xx answer means the endpoint took the whole batch. Any other
+status raises ``PushFailed`` naming it and the URL (retried after ``wait_non_sock_err``); a
+connection that cannot be made, breaks, or stays silent past the timeout raises
+``PushUnreachable``, a socket-level error (retried after ``wait_sock_err``). Redirects are not
+followed, so a 3xx is a failure too, and credentials never travel to another host.
+
+Basic Auth towards the endpoint: ``push_username`` with ``push_password`` given as a
+``${ENV_VAR}`` reference, read from the worker's environment at each request. The database holds
+only the reference, and error texts name the method and the URL without user info or query
+string, never a credential or the endpoint's answer.
+
+Each subscription's deliverer owns one ``requests.Session`` (connections are reused between
+batches); gevent's monkey patching, which every worker applies, makes it cooperative. The
+session ignores proxy variables and ``~/.netrc``, so a request goes exactly where it is configured,
+with exactly the configured credentials.
+
+Topic and subscription hook services run per message before the request, as for service
+subscribers: a message a hook deletes is acked without being sent; one it skips (or whose hook
+fails) is not sent and is retried, and with ``err_should_block`` nothing after it is sent either.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import gevent
+import requests
+
+from runtime.errors import ConfigError, PushFailed, PushUnreachable
+from runtime.pubsub.delivery import Outcome
+from runtime.pubsub.pull import Pulled, message_dict
+from runtime.pubsub.registry import ENV_REF, SubInfo
+from runtime.pubsub.store import Delivery
+
+_log = logging.getLogger(__name__)
+
+#: Headers of every push request.
+_HEADERS = {'Content-Type': 'application/json; charset=utf-8', 'User-Agent': 'Conduit-pubsub'}
+
+#: URL schemes a push endpoint may use.
+_SCHEMES = ('http', 'https')
+
+#: The message as the subscriber sees it after hook services, or None when a hook deleted it.
+Prepare = Callable[[SubInfo, Delivery], dict[str, Any] | None]
+
+
+def check_push_url(url: str, where: str) -> None:
+    """ConfigError unless url is an absolute http(s) URL without credentials in it."""
+    if not isinstance(url, str) or not url:
+        raise ConfigError(where, 'a REST push subscription needs push_url')
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a malformed port raises here
+    except ValueError:
+        raise ConfigError(where, 'push_url is not a valid URL') from None
+    if parts.scheme.lower() not in _SCHEMES or not parts.hostname:
+        raise ConfigError(where, f'push_url must be an http:// or https:// URL with a host, not {shown_url(url)!r}')
+    if '@' in parts.netloc:
+        # It would be stored in the database and shown in logs: Basic Auth goes in push_username/push_password.
+        raise ConfigError(where, 'push_url must not contain credentials; use push_username and push_password')
+
+
+def shown_url(url: str) -> str:
+    """A URL as logs and errors show it: without user info, query string or fragment."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return '(invalid URL)'
+    netloc = parts.netloc.rpartition('@')[2]
+    return urlunsplit((parts.scheme, netloc, parts.path, '...' if parts.query else '', ''))
+
+
+def _why(exc: BaseException) -> str:
+    """The root cause of a failed connection in a few words (requests' own text is long and quotes the URL)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and type(current).__module__ == 'builtins' and current.strerror:
+            return current.strerror
+        current = current.__cause__ or current.__context__
+    return type(exc).__name__
+
+
+def _password(reference: str, method: str, url: str) -> str:
+    m = ENV_REF.match(reference)
+    if m is None:  # DeliveryOptions refuses anything else; never echo it
+        raise PushFailed(method, url, 'push_password is not a ${ENV_VAR} reference')
+    value = os.environ.get(m.group(1))
+    if value is None:
+        raise PushFailed(method, url, f'push_password references ${{{m.group(1)}}}, which is not set in this worker')
+    return value
+
+
+class PushDeliverer:
+    """Delivers one REST push subscription's batches; a DeliveryLoop's ``deliver_batch``."""
+
+    def __init__(self, prepare: Prepare) -> None:
+        self._prepare = prepare
+        self._session: requests.Session | None = None
+
+    def deliver_batch(self, sub: SubInfo, batch: list[Delivery]) -> list[Outcome]:
+        """Send a batch in one request; one outcome per message tried (in batch order)."""
+        block = sub.options.err_should_block
+        outcomes: list[Outcome] = []
+        sending: list[tuple[Outcome, dict[str, Any]]] = []
+        now = time.time()
+        for d in batch:
+            try:
+                meta = self._prepare(sub, d)
+            except gevent.GreenletExit:
+                raise
+            except Exception as e:
+                outcomes.append(Outcome(d, False, e))
+                if block:
+                    break  # strict order: nothing behind a held-back message goes first
+                continue
+            if meta is None:
+                outcomes.append(Outcome(d, True, drop=True))
+                continue
+            item = message_dict(Pulled(d, sub), now)
+            if not isinstance(meta['data'], bytes):  # a hook may have replaced it; binary data stays base64
+                item['data'] = meta['data']
+            outcome = Outcome(d, True)
+            outcomes.append(outcome)
+            sending.append((outcome, item))
+        if sending:
+            try:
+                self.push(sub, [item for _, item in sending])
+            except gevent.GreenletExit:
+                raise
+            except Exception as e:
+                for outcome, _ in sending:
+                    outcome.ok, outcome.error = False, e
+        return outcomes
+
+    def push(self, sub: SubInfo, items: list[dict[str, Any]]) -> None:
+        """One request with these messages; PushFailed (or PushUnreachable) unless answered with a 2xx."""
+        opts = sub.options
+        method, url, timeout = opts.push_method.upper(), sub.push_url, opts.push_timeout_secs
+        shown = shown_url(url)
+        body = items[0] if len(items) == 1 and not opts.wrap_one_msg_in_list else items
+        data = json.dumps(body, ensure_ascii=False, separators=(',', ':')).encode('utf-8')
+        auth = (opts.push_username, _password(opts.push_password, method, shown)) if opts.push_password else None
+        if auth is None and opts.push_username:
+            auth = (opts.push_username, '')
+        session = self._get_session()
+        # requests' timeout bounds each connect and each read, not the whole answer: the gevent
+        # timer does, so that an endpoint dribbling bytes cannot hold the queue forever.
+        timer = gevent.Timeout(timeout)
+        timer.start()
+        try:
+            response = session.request(method, url, data=data, headers=_HEADERS, auth=auth, timeout=timeout,
+                                       allow_redirects=False)
+        except gevent.Timeout as t:
+            if t is not timer:
+                raise
+            raise PushUnreachable(method, shown, f'no complete answer within {timeout:g} s') from None
+        except requests.Timeout as e:
+            raise PushUnreachable(method, shown, f'no answer within {timeout:g} s') from e
+        except requests.ConnectionError as e:
+            raise PushUnreachable(method, shown, f'cannot connect: {_why(e)}') from e
+        except requests.RequestException as e:
+            raise PushFailed(method, shown, f'request failed: {type(e).__name__}') from e
+        finally:
+            timer.close()
+        if not 200 <= response.status_code < 300:
+            raise PushFailed(method, shown, f'answered {response.status_code} {response.reason or ""}'.rstrip(),
+                             response.status_code)
+        _log.debug('%s: %d message(s) pushed to %s', sub.label, len(items), shown)
+
+    def _get_session(self) -> requests.Session:
+        if self._session is None:
+            session = requests.Session()
+            session.trust_env = False
+            self._session = session
+        return self._session
+
+    def close(self) -> None:
+        """Close the session's connections (the subscription's loop ended); never raises."""
+        session, self._session = self._session, None
+        if session is not None:
+            try:
+                session.close()
+            except Exception as e:
+                _log.debug('closing a push session failed: %s', e)
