@@ -41,3 +41,19 @@ def test_database_errors_do_not_show_bound_parameters(tmp_path):
         conn.execute(text('SELECT * FROM no_such_table WHERE secret = :s'), {'s': 'scrypt$hash-value'})
     assert 'scrypt$hash-value' not in str(e.value)
     engine.dispose()
+
+
+def test_an_error_inside_a_sqlite_transaction_reaches_the_caller_without_a_printed_traceback(tmp_path, capfd):
+    from runtime.db.blocking import run_transaction
+
+    engine = make_engine(f'sqlite:///{tmp_path / "x.db"}')
+
+    def work(conn):  # type: ignore[no-untyped-def]
+        conn.execute(text('CREATE TABLE t (x INTEGER)'))
+        raise LookupError('not found: x')
+    with pytest.raises(LookupError, match='not found: x'):
+        run_transaction(engine, work)
+    assert 'Traceback' not in capfd.readouterr().err
+    with engine.connect() as conn:  # rolled back: the table is not there
+        assert conn.execute(text("SELECT count(*) FROM sqlite_master WHERE name = 't'")).scalar() == 0
+    engine.dispose()

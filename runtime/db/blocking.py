@@ -33,13 +33,25 @@ def run_transaction(engine: Engine, work: Callable[[Connection], T], write: bool
 
         if not sqlite:
             return in_transaction()
-        task = gevent.get_hub().threadpool.spawn(in_transaction)
+
+        def in_thread() -> tuple[bool, object]:
+            # Errors are returned, not raised: gevent's pool would print a traceback for every
+            # ordinary one (a 404, a duplicate name) that the caller handles anyway.
+            try:
+                return True, in_transaction()
+            except Exception as e:
+                return False, e
+
+        task = gevent.get_hub().threadpool.spawn(in_thread)
         try:
-            return task.get()
+            ok, value = task.get()
         except BaseException:
             # Killed while waiting (a stopping loop, a lost lease): the thread still uses the
             # connection, so it must finish before the connection goes back to the pool.
             task.wait()
             raise
+        if not ok:
+            raise value  # type: ignore[misc]
+        return value  # type: ignore[return-value]
     finally:
         conn.close()
