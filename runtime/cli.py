@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from runtime.cli_admin import COMMANDS as ADMIN_COMMANDS
 from runtime.cli_jobs import job
 from runtime.cli_spark import spark
 from runtime.config import Settings, load_settings
@@ -211,6 +212,8 @@ def _quote(name: str) -> str:
 
 main.add_command(job)
 main.add_command(spark)
+for _command in ADMIN_COMMANDS:  # topic, sub, queue, dlq, sec, channel, publish
+    main.add_command(_command)
 
 
 if __name__ == '__main__':

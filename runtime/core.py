@@ -27,15 +27,21 @@ from runtime.errors import ConfigError
 from runtime.hot_deploy import SYNC_KEY as DEPLOYMENTS_KEY
 from runtime.hot_deploy import HotDeployer
 from runtime.invoke import Invoker
+from runtime.metrics import Metrics
 from runtime.objects import CHANNELS_KEY, SECURITY_KEY, ObjectsApplier
 from runtime.pubsub.api import PubSubAPI
+from runtime.pubsub.archive import MessageArchive
 from runtime.pubsub.broker import SYNC_KEY as PUBSUB_KEY
 from runtime.pubsub.broker import Broker
 from runtime.pubsub.objects import section_handlers as pubsub_sections
+from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
+from runtime.pubsub.permissions import Permissions
+from runtime.pubsub.permissions import section_handler as permissions_section
 from runtime.scheduler import SYNC_KEY as SCHEDULER_KEY
 from runtime.scheduler import Scheduler
 from runtime.scheduler.objects import section_handler as scheduler_section
 from runtime.security import BasicAuth, SecurityRegistry
+from runtime.spark.manager import SparkManager
 from runtime.spawn import Spawner
 from runtime.store import ServiceStore
 from runtime.sync import Synchronizer
@@ -77,6 +83,7 @@ def make_objects_applier(settings: Settings, engine: Engine, demo: bool) -> Obje
     applier = ObjectsApplier(engine, objects_dirs(settings, demo))
     for handler in pubsub_sections(settings.pubsub):
         applier.add_handler(handler)
+    applier.add_handler(permissions_section())  # after 'security': it names definitions
     applier.add_handler(scheduler_section(settings.scheduler))
     return applier
 
@@ -114,7 +121,21 @@ class Runtime:
         self.synchronizer.register(SECURITY_KEY, self.reload_security)
         self.broker = Broker(self)
         self.synchronizer.register(PUBSUB_KEY, self.broker.reload)
+        #: Prometheus metrics of this worker: fed by the broker's hooks, the invoker and the HTTP middleware.
+        self.metrics = Metrics(self)
+        self.broker.hooks.add(self.metrics.pubsub)
+        self.invoker.observe = self.metrics.invoke.observe
+        #: Pub/sub permissions of REST clients; the broker asks them about every REST subscriber.
+        self.permissions = Permissions(self.engine)
+        self.synchronizer.register(PERMISSIONS_KEY, self.permissions.reload)
+        self.broker.sub_allowed = self.permissions.sub_allowed
         self.scheduler = Scheduler(self)
+        #: Delivered GD messages and dead letters, written for Spark pipelines (None when [archive] is off).
+        self.archive: MessageArchive | None = None
+        if settings.archive.enabled:
+            self.archive = MessageArchive(settings.archive, settings.path(settings.archive.dir), self.spawner.spawn)
+            self.broker.hooks.add(self.archive)
+        self.spark = SparkManager(self)
         self.synchronizer.register(SCHEDULER_KEY, self.scheduler.wake)
         self.started = False
 
@@ -126,6 +147,7 @@ class Runtime:
             upgrade(self.engine)
         self.objects.apply()
         self.reload_security()
+        self.permissions.reload()  # before the broker: publications filter REST subscribers with them
         self.reload_channels()
         hd = self.settings.hot_deploy
         self.hot_deployer.load_directory(self.settings.path(hd.services_dir))
@@ -135,6 +157,7 @@ class Runtime:
         self.broker.start(background=True)
         self.synchronizer.poll()
         self.scheduler.start()
+        self.spark.start()
         if watch:
             self.spawner.spawn(self.hot_deployer.watch, pickup, hd.poll_interval_secs, hd.stable_polls,
                                name='hot-deploy-watcher')
@@ -149,6 +172,10 @@ class Runtime:
             self.scheduler.stop()  # first: jobs still running may publish
         except Exception:
             _log.exception('stopping the scheduler failed')
+        try:
+            self.spark.stop()  # before the broker: killed jobs publish spark.job.failed
+        except Exception:
+            _log.exception('stopping Spark jobs failed')
         try:
             self.broker.stop()
         except Exception:

@@ -309,3 +309,123 @@ class JobExists(ConduitError):
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(f'job {name!r} already exists')
+
+
+# Spark pipelines
+
+
+class SparkError(ConduitError):
+    """A Spark pipeline job cannot be submitted or managed."""
+
+
+class PipelineNotFound(SparkError, LookupError):
+    """No pipeline module of that name is in the pipelines directory."""
+
+    http_status = 404
+
+    def __init__(self, name: str, reason: str = '') -> None:
+        self.name = name
+        super().__init__(f'Spark pipeline not found: {name!r}' + (f' ({reason})' if reason else ''))
+
+
+class SparkJobNotFound(SparkError, LookupError):
+    """No Spark job has that id."""
+
+    http_status = 404
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f'Spark job not found: {job_id!r}')
+
+
+class InvalidSparkJob(SparkError, ValueError):
+    """A Spark job submission is invalid (the pipeline and the field are named)."""
+
+    http_status = 400
+
+    def __init__(self, pipeline: str, field: str, reason: str) -> None:
+        self.pipeline = pipeline
+        self.field = field
+        self.reason = reason
+        super().__init__(f'Spark job of pipeline {pipeline!r}: {field!r} {reason}')
+
+
+class SparkUnavailable(SparkError):
+    """spark-submit cannot be found or started."""
+
+    http_status = 503
+
+
+# Pub/sub over REST
+
+
+class NoSubscription(SubscriptionNotFound):
+    """The caller holds no pull subscription to read from."""
+
+    def __init__(self) -> None:
+        ConduitError.__init__(self, 'no subscription')
+
+
+class PermissionDenied(Forbidden):
+    """A REST client lacks the pub or sub permission for a topic (the definition and topic are named)."""
+
+    def __init__(self, security: str, action: str, topic: str) -> None:
+        self.security = security
+        self.action = action
+        self.topic = topic
+        super().__init__(f'security definition {security!r} has no {action!r} permission for topic {topic!r}')
+
+
+class InvalidPermission(ConduitError, ValueError):
+    """A pub/sub permission list is malformed (the list and the reason are named)."""
+
+    http_status = 400
+
+    def __init__(self, action: str, reason: str) -> None:
+        self.action = action
+        self.reason = reason
+        super().__init__(f'{action}: {reason}')
+
+
+# REST push subscribers
+
+
+class PushFailed(ConduitError):
+    """A REST push endpoint did not take a batch; names the method and URL, never credentials."""
+
+    def __init__(self, method: str, url: str, reason: str, status: int | None = None) -> None:
+        self.method = method
+        self.url = url
+        self.reason = reason
+        self.status = status
+        super().__init__(f'{method} {url}: {reason}')
+
+
+class PushUnreachable(PushFailed, ConnectionError):
+    """A REST push endpoint could not be reached or did not answer in time (a socket-level error)."""
+
+
+# Admin API
+
+
+class ObjectExists(ConduitError):
+    """An object of that kind and name already exists."""
+
+    http_status = 409
+
+    def __init__(self, kind: str, name: str) -> None:
+        self.kind = kind
+        self.name = name
+        super().__init__(f'{kind} {name!r} already exists')
+
+
+class ObjectInUse(ConduitError):
+    """An object cannot be removed while other objects refer to it (they are named)."""
+
+    http_status = 409
+
+    def __init__(self, kind: str, name: str, users: list[str]) -> None:
+        self.kind = kind
+        self.name = name
+        self.users = users
+        super().__init__(f'{kind} {name!r} is used by {", ".join(users)}')

@@ -93,3 +93,40 @@ def runtime_factory(tmp_path: Path) -> Iterator[Callable[..., TestRuntime]]:
     yield factory
     for rt in made:
         rt.stop()
+
+
+class FakeSparkSubmitter:
+    """The in-memory twin of runtime.spark.SparkSubmitter: records submissions, runs no Spark.
+
+    Install it with ``rt.spark.submitter = FakeSparkSubmitter(...)``. Each job "runs" for
+    ``duration_secs`` (cooperatively; a kill or timeout ends it as killed), then ends with
+    ``status`` and ``result`` or ``error``; ``outcomes`` maps a pipeline to its own
+    ``(status, result, error)``. ``submissions`` holds every Submission in order.
+    """
+
+    __test__ = False
+
+    def __init__(self, status: str = 'succeeded', result: Any = None, error: str = '',
+                 duration_secs: float = 0.0, outcomes: dict[str, tuple[str, Any, str]] | None = None) -> None:
+        self.status = status
+        self.result = result
+        self.error = error
+        self.duration_secs = duration_secs
+        self.outcomes = outcomes or {}
+        self.submissions: list[Any] = []
+
+    def run(self, sub: Any, on_started: Callable[[int | None], None],
+            should_stop: Callable[[], str | None]) -> Any:
+        """Pretend to run a submission; returns its JobOutcome."""
+        from runtime.spark.submit import KILLED, SUCCEEDED, JobOutcome
+        self.submissions.append(sub)
+        on_started(None)
+        deadline = time.monotonic() + self.duration_secs
+        while time.monotonic() < deadline:
+            reason = should_stop()
+            if reason:
+                return JobOutcome(KILLED, None, reason)
+            gevent.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
+        status, result, error = self.outcomes.get(sub.pipeline, (self.status, self.result, self.error))
+        return JobOutcome(status, 0 if status == SUCCEEDED else 1, '' if status == SUCCEEDED else error,
+                          result if status == SUCCEEDED else None)

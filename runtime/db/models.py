@@ -290,3 +290,46 @@ class PubSubPermission(Base):
     pub: Mapped[str] = mapped_column(Text, default='[]')
     sub: Mapped[str] = mapped_column(Text, default='[]')
     origin: Mapped[str] = mapped_column(String(16), default='api')
+
+
+# Spark pipelines (DESIGN §10). Times are UNIX epoch seconds, as in pub/sub.
+
+
+class SparkJob(Base):
+    """One submission of a Spark pipeline: what ran where, and how it ended."""
+
+    __tablename__ = 'conduit_spark_job'
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    #: The id returned to the submitter (12 hex characters).
+    job_id: Mapped[str] = mapped_column(String(64), unique=True)
+    pipeline: Mapped[str] = mapped_column(String(200), index=True)
+    #: JSON list of the argument strings main(args) receives.
+    arguments: Mapped[str] = mapped_column(Text, default='[]')
+    master: Mapped[str] = mapped_column(String(400))
+    #: JSON object of this job's own --conf settings (the server's [spark] conf comes on top).
+    conf: Mapped[str] = mapped_column(Text, default='{}')
+    #: 'submitted', 'running', 'succeeded', 'failed' or 'killed'.
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: Last sign of life from the worker running the job.
+    heartbeat_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: 0 means no limit.
+    timeout_secs: Mapped[float] = mapped_column(Float, default=0.0)
+    #: The service that submitted it, and the service its event is also published to.
+    service: Mapped[str] = mapped_column(String(200), default='')
+    callback: Mapped[str] = mapped_column(String(200), default='')
+    cid: Mapped[str] = mapped_column(String(64), default='')
+    #: The worker running it, and spark-submit's pid there.
+    owner: Mapped[str] = mapped_column(String(200), default='')
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    log_path: Mapped[str] = mapped_column(String(1000), default='')
+    output_location: Mapped[str] = mapped_column(String(1000), default='')
+    #: JSON of what the pipeline's main(args) returned.
+    result: Mapped[str] = mapped_column(Text, default='null')
+    error: Mapped[str] = mapped_column(Text, default='')
+    #: Why a kill was asked for (by any worker); empty when none was.
+    kill_requested: Mapped[str] = mapped_column(String(200), default='')

@@ -10,6 +10,7 @@ import falcon
 
 from runtime.errors import BadRequest, ConduitError, DeploymentError, Unauthorized
 from runtime.http.body import parse_json, read_body
+from runtime.http.openapi import ANY, BOOL, INT, STR, TIME, arr, obj, operation, query, string
 from runtime.security import parse_basic_header
 
 if TYPE_CHECKING:
@@ -19,22 +20,28 @@ if TYPE_CHECKING:
 ADMIN_REALM = 'Conduit admin'
 
 
+#: Every path under this prefix needs the admin credentials, whether a resource serves it or not.
+ADMIN_PREFIX = '/admin'
+
+
 class AdminResource:
-    """Base of every admin resource: AdminAuth guards instances of it."""
+    """Base of every admin resource (mounted under ADMIN_PREFIX, which AdminAuth guards)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
 
 
 class AdminAuth:
-    """Middleware: checks the admin credentials (constant-time) before any admin resource runs."""
+    """Middleware: checks the admin credentials (constant-time) before anything under /admin runs."""
 
     def __init__(self, username: str, password: str) -> None:
         self._username = username.encode()
         self._password = password.encode()
 
-    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: Any, params: Any) -> None:
-        if not isinstance(resource, AdminResource):
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        # Checked before routing, so that an unknown admin path tells an anonymous caller nothing.
+        path = req.path
+        if path != ADMIN_PREFIX and not path.startswith(ADMIN_PREFIX + '/'):
             return
         creds = parse_basic_header(req.get_header('Authorization'))
         if creds is None:
@@ -138,8 +145,46 @@ def add_routes(app: falcon.App, runtime: Runtime) -> None:
         '/admin/services/{name}/invoke': InvokeResource(runtime),
         '/admin/deploy': DeployResource(runtime),
     }
+    # Imported here: admin_jobs subclasses AdminResource from this module.
+    from runtime.http.admin_jobs import routes as job_routes
+    routes.update(job_routes(runtime))
+    from runtime.http.admin_spark import routes as spark_routes
+    routes.update(spark_routes(runtime))
+    from runtime.http.admin_permissions import routes as permission_routes
+    routes.update(permission_routes(runtime))
+    from runtime.http.admin_pubsub import routes as pubsub_routes
+    routes.update(pubsub_routes(runtime))
+    from runtime.http.admin_objects import routes as object_routes
+    routes.update(object_routes(runtime))
     for path, resource in routes.items():
+        if not path.startswith(ADMIN_PREFIX + '/'):
+            raise ValueError(f'admin route {path} is outside {ADMIN_PREFIX}/, where AdminAuth would not guard it')
         app.add_route(path, resource)
 
 
+# OpenAPI operations of the resources above (read by runtime.http.openapi).
+
+_SERVICE = obj({'name': STR, 'module': STR, 'source_file': STR, 'deployed_at': TIME, 'input': arr(STR),
+                'input_optional': arr(STR), 'output': arr(STR), 'methods': arr(STR), 'doc': STR},
+               required=['name'], additional=True)
+_A = ['admin: services']
+StatusResource.openapi = {'get': operation(
+    'What this worker runs', tags=_A, errors=(),
+    response={'pid': INT, 'services': INT, 'channels': INT, 'database': STR, 'demo': BOOL})}
+ServicesResource.openapi = {'get': operation('List deployed services', tags=_A, errors=(),
+                                             response={'services': arr(_SERVICE)})}
+ServiceResource.openapi = {
+    'get': operation('A deployed service', tags=_A, errors=(404,), response={'service': _SERVICE}),
+    'delete': operation('Undeploy a service from every worker', tags=_A, errors=(404,), response={'undeployed': STR}),
+}
+InvokeResource.openapi = {'post': operation(
+    'Invoke a service with the body as its payload', tags=_A, errors=(400, 404, 500, 504), body=ANY,
+    body_required=False, params=[query('timeout', {'type': 'number', 'minimum': 0.001}, 'Seconds before it is '
+                                                                                       'stopped (504)')],
+    description="A service that raises answers 500 naming the exception: the caller is an operator.",
+    response={'response': ANY})}
+DeployResource.openapi = {'post': operation(
+    'Hot-deploy a module on every worker', tags=_A, errors=(400,),
+    body=obj({'file_name': string(255, 4, pattern=r'\.py$'), 'source': STR}, required=['file_name', 'source']),
+    response={'services': arr(STR)})}
 

@@ -20,6 +20,7 @@ import falcon
 from runtime.errors import BadRequest
 from runtime.http.admin import AdminResource
 from runtime.http.body import parse_json, read_body
+from runtime.http.openapi import ANY, BOOL, INT, STR, arr, integer, obj, operation, query, string
 
 if TYPE_CHECKING:
     from runtime.core import Runtime
@@ -106,3 +107,48 @@ def routes(runtime: Runtime) -> dict[str, AdminResource]:
         '/admin/jobs/{name}/run': JobRunResource(runtime),
         '/admin/jobs/{name}/runs': JobRunsResource(runtime),
     }
+
+
+# OpenAPI operations of the resources above (read by runtime.http.openapi).
+
+_NUM0 = {'type': 'number', 'minimum': 0}
+_JOB_FIELDS = {
+    'name': string(200, 1), 'service': string(200, 1),
+    'job_type': {'enum': ['one_time', 'interval_based', 'cron_style']},
+    'start_date': string(64, description='ISO 8601, in timezone unless it has an offset'),
+    'weeks': _NUM0, 'days': _NUM0, 'hours': _NUM0, 'minutes': _NUM0, 'seconds': _NUM0,
+    'repeats': integer(0), 'cron_definition': string(200), 'timezone': string(64), 'extra': ANY,
+    'is_active': BOOL, 'jitter': _NUM0, 'max_execution_time': _NUM0, 'on_success': string(200),
+    'on_error': string(200), 'skip_if_running': BOOL, 'catch_up': BOOL,
+}
+_JOB = obj({'name': STR, 'service': STR, 'job_type': STR, 'schedule': STR,
+            'next_run_time': {'type': ['string', 'null']}, 'run_count': INT, 'is_active': BOOL},
+           required=['name', 'service', 'job_type'], additional=True)
+_RUN = obj({'id': INT, 'kind': STR, 'outcome': STR, 'error': STR}, required=['id', 'outcome'], additional=True)
+_J = ['admin: scheduler']
+JobsResource.openapi = {
+    'get': operation('List scheduler jobs with their next and last run', tags=_J, errors=(),
+                     response={'jobs': arr(_JOB)}),
+    'post': operation('Create a scheduler job', tags=_J, status=201, errors=(400, 409),
+                      body=obj(_JOB_FIELDS, required=['name', 'service', 'job_type']),
+                      example={'name': 'nightly', 'service': 'conduit.ping', 'job_type': 'cron_style',
+                               'cron_definition': '0 2 * * *'},
+                      response={'job': _JOB}),
+}
+JobResource.openapi = {
+    'get': operation('A scheduler job', tags=_J, errors=(404,), response={'job': _JOB}),
+    'patch': operation('Change the attributes given (a changed schedule starts afresh)', tags=_J,
+                       errors=(400, 404, 409), body=obj(_JOB_FIELDS), response={'job': _JOB}),
+    'delete': operation('Delete a job with its run history', tags=_J, errors=(404,), response={'deleted': STR}),
+}
+JobPauseResource.openapi = {'post': operation('Pause a job', tags=_J, errors=(404,), response={'job': _JOB})}
+JobResumeResource.openapi = {'post': operation('Resume a job', tags=_J, errors=(404,), response={'job': _JOB})}
+JobRunResource.openapi = {'post': operation(
+    'Run a job now, outside its schedule', tags=_J, errors=(404,),
+    params=[query('wait', BOOL, 'Answer once the run ended'),
+            query('timeout', {'type': 'number', 'minimum': 0, 'maximum': MAX_WAIT_SECS}, 'Seconds to wait')],
+    response={'run': _RUN})}
+JobRunsResource.openapi = {'get': operation(
+    "A job's latest runs, newest first", tags=_J, errors=(404,),
+    params=[query('limit', integer(1, 10000), 'How many (default 50)')], response={'runs': arr(_RUN)})}
+

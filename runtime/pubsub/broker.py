@@ -7,9 +7,10 @@ Non-GD messages skip storage for the subscriptions this worker delivers: they wa
 delivery loop's memory and are lost if the worker stops (as documented). Subscriptions delivered by
 another process, pull queues and a topic's own backlog get them through the database.
 
-Deliveries: a lease per service subscription decides which worker delivers it; this worker runs a
-``DeliveryLoop`` for each lease it holds and wakes it on local publications at once, and on
-other processes' publications within ``poll_interval_secs`` (a look at the newest queue id).
+Deliveries: a lease per service or REST push subscription decides which worker delivers it; this
+worker runs a ``DeliveryLoop`` for each lease it holds (REST push: in batches, see
+``runtime.pubsub.push``) and wakes it on local publications at once, and on other processes'
+publications within ``poll_interval_secs`` (a look at the newest queue id).
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ from runtime.pubsub.delivery import DeliveryLoop
 from runtime.pubsub.group_commit import GroupCommitter
 from runtime.pubsub.hooks import HookChain
 from runtime.pubsub.leases import LeaseManager
+from runtime.pubsub.push import PushDeliverer, check_push_url
 from runtime.pubsub.registry import (
     KIND_PULL,
+    KIND_REST_PUSH,
     KIND_SERVICE,
     KINDS,
     DeliveryOptions,
@@ -60,6 +63,8 @@ from runtime.pubsub.topics import validate_pattern, validate_topic_name
 from runtime.sync import bump
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from runtime.core import Runtime
 
 _log = logging.getLogger(__name__)
@@ -79,6 +84,9 @@ BASE64_SUFFIX = ';base64'
 #: With LISTEN/NOTIFY working, how often PostgreSQL workers still look for missed entries.
 PG_SAFETY_POLL_SECS = 1.0
 
+#: Subscriber kinds that workers deliver to (under a lease); pull queues are read by their clients.
+DELIVERED_KINDS = (KIND_SERVICE, KIND_REST_PUSH)
+
 
 class MsgId(str):
     """A message id, as returned to publishers; ``overflowed`` tells that it went to the overflow log."""
@@ -92,6 +100,17 @@ class SkippedByHook(Exception):
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether text can be stored: no lone surrogates (which JSON's \\ud800 escapes can produce)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode('utf-8')
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def lease_name(sub_id: int) -> str:
@@ -156,6 +175,9 @@ class Broker:
         self.hooks = HookChain()
         #: Entry ids of in-memory (non-GD) queue entries: negative, so they never clash with stored ones.
         self._ram_ids = itertools.count(-1, -1)
+        #: Whether a subscription may receive a topic's messages (pub/sub permissions, set by the runtime);
+        #: None lets every subscription have them.
+        self.sub_allowed: Callable[[SubInfo, TopicInfo], bool] | None = None
 
     # Lifecycle
 
@@ -281,18 +303,26 @@ class Broker:
             raise InvalidMessage('expiration', f'must be a positive number of seconds, not {expiration!r}')
         expiration = min(expiration, topic.limit_message_expiry)
         text, mime = encode_data(data, mime_type)
+        if not _is_unicode(text):
+            raise InvalidMessage('data', 'is not valid Unicode (it has a lone surrogate)')
         size = len(text.encode('utf-8')) if not text.isascii() else len(text)
         if size > self.settings.max_message_size:
             raise MessageTooLarge(size, self.settings.max_message_size)
+        # PostgreSQL cannot store U+0000 in text, and one such row would fail a whole group commit.
+        if '\x00' in text:
+            raise InvalidMessage('data', 'contains a NUL character (U+0000); publish it as JSON or bytes')
         for name, value in (('correl_id', correl_id), ('in_reply_to', in_reply_to),
                             ('ext_client_id', ext_client_id)):
-            if value is not None and (not isinstance(value, str) or len(value) > 200):
-                raise InvalidMessage(name, 'must be a string of at most 200 characters')
+            if value is not None and (not isinstance(value, str) or len(value) > 200 or '\x00' in value
+                                      or not _is_unicode(value)):
+                raise InvalidMessage(name, 'must be a string of at most 200 characters, without NUL')
         gd = True if topic.is_service_topic else (topic.has_gd if has_gd is None else bool(has_gd))
         # A paused subscription (is_active false) still queues: only its delivery waits.
         subs = self.registry.all_subscribers(topic.name)
         if sub_filter is not None:
             subs = [s for s in subs if sub_filter(s)]
+        if self.sub_allowed is not None and subs:
+            subs = [s for s in subs if self.sub_allowed(s, topic)]
         now = time.time()
         msg_id = MsgId('msg.' + os.urandom(12).hex())
         pub = Publication(msg_id=msg_id, topic_id=topic.id, topic_name=topic.name, data=text, mime_type=mime,
@@ -388,6 +418,8 @@ class Broker:
             raise ConfigError('subscription', f'kind must be one of {", ".join(KINDS)}, not {kind!r}')
         if kind == KIND_SERVICE and not service:
             raise ConfigError('subscription', 'a service subscription needs the service to invoke')
+        if kind == KIND_REST_PUSH:
+            check_push_url(push_url, f'subscription to {pattern!r}')
         DeliveryOptions.from_settings(self.settings, options, f'subscription to {pattern!r}')
 
         def work(conn: Connection) -> str:
@@ -466,7 +498,7 @@ class Broker:
     # Delivery
 
     def _wanted_leases(self) -> set[str]:
-        wanted = {lease_name(s.id) for s in self.registry.subs.values() if s.kind == KIND_SERVICE and s.is_active}
+        wanted = {lease_name(s.id) for s in self.registry.subs.values() if s.kind in DELIVERED_KINDS and s.is_active}
         wanted.add(SWEEPER_LEASE)
         return wanted
 
@@ -484,9 +516,19 @@ class Broker:
         if sub.id in self._loops:
             return
         name = lease_name(sub.id)
-        loop = DeliveryLoop(sub, self._backend, self._deliver_to_service, lambda: self.leases.owns(name), self.hooks)
+
+        def owns() -> bool:
+            return self.leases.owns(name)
+        if sub.kind == KIND_REST_PUSH:
+            pusher = PushDeliverer(self._prepare)  # one HTTP session per subscription, closed with its loop
+            loop = DeliveryLoop(sub, self._backend, None, owns, self.hooks, deliver_batch=pusher.deliver_batch)
+        else:
+            pusher = None
+            loop = DeliveryLoop(sub, self._backend, self._deliver_to_service, owns, self.hooks)
         greenlet = self._runtime.spawner.spawn(loop.run, name=f'delivery:{sub.label}')
         greenlet.link(lambda _g, sub_id=sub.id: self._loop_ended(sub_id, greenlet))
+        if pusher is not None:
+            greenlet.link(lambda _g: pusher.close())
         self._loops[sub.id] = (loop, greenlet)
         _log.info('delivering %s in this worker', sub.label)
 
@@ -503,9 +545,25 @@ class Broker:
 
     def _deliver_to_service(self, sub: SubInfo, d: Delivery) -> bool | None:
         """Invoke a subscribed service with one message; raises on failure."""
+        meta = self._prepare(sub, d)
+        if meta is None:
+            return False
+        self._runtime.invoker.run(self._runtime.store.get(sub.service), meta['data'], channel=CHANNEL_PUBSUB,
+                                  raw_request=meta)
+        return None
+
+    def _prepare(self, sub: SubInfo, d: Delivery) -> dict[str, Any] | None:
+        """The message as the subscriber gets it, after the topic's and subscription's hook services.
+
+        None when a hook deleted it; SkippedByHook when a hook wants it delivered later.
+        """
+        topic = self.registry.topic(d.topic_name)
+        if self.sub_allowed is not None and topic is not None and not self.sub_allowed(sub, topic):
+            # A backlog handed to a pattern subscription is not filtered when handed over.
+            _log.info('%s: message %s not delivered: no sub permission for %s', sub.label, d.msg_id, topic.name)
+            return None
         meta = message_meta(d, sub)
         invoker = self._runtime.invoker
-        topic = self.registry.topic(d.topic_name)
         for hook in (topic.hook_service if topic else '', sub.options.hook_service):
             if hook:
                 answer = invoker.run(self._runtime.store.get(hook), {'data': meta['data'], 'meta': meta},
@@ -513,13 +571,12 @@ class Broker:
                 action = answer.get('action', 'deliver') if isinstance(answer, dict) else 'deliver'
                 if action == 'delete':
                     _log.info('%s: message %s deleted by hook %s', sub.label, d.msg_id, hook)
-                    return False
+                    return None
                 if action == 'skip':
                     raise SkippedByHook(f'skipped by hook service {hook!r}')
                 if isinstance(answer, dict) and 'data' in answer:
                     meta['data'] = answer['data']
-        invoker.run(self._runtime.store.get(sub.service), meta['data'], channel=CHANNEL_PUBSUB, raw_request=meta)
-        return None
+        return meta
 
     def _listen(self) -> None:
         """PostgreSQL: wake local loops as soon as another process commits entries for them."""
@@ -594,7 +651,7 @@ class Broker:
         """Dead-letter expired queue entries; delete expired, over-retention and consumed messages."""
         now = time.time()
         registry = self.registry
-        delivered = {s.id for s in registry.subs.values() if s.kind == KIND_SERVICE and s.is_active}
+        delivered = {s.id for s in registry.subs.values() if s.kind in DELIVERED_KINDS and s.is_active}
 
         def work(conn: Connection) -> dict[str, int]:
             expired = store.expired_entries(conn, now, skip_sub_ids=delivered)

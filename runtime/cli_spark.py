@@ -1,0 +1,139 @@
+"""``conduit spark ...``: Spark jobs of the running server, through its admin API."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from runtime.errors import ConduitError
+
+_console = Console()
+
+#: Width of tables written to a pipe or file: job ids and paths are never cut.
+PIPED_TABLE_WIDTH = 10_000
+
+
+def _call(ctx: click.Context, method: str, path: str, body: Any = None, timeout: float = 30.0) -> dict[str, Any]:
+    from runtime.admin_client import AdminClient
+    try:
+        return AdminClient(ctx.obj['settings'], timeout=timeout).call(method, path, body)
+    except ConduitError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _path(job_id: str, suffix: str = '') -> str:
+    return f'/admin/spark/jobs/{quote(job_id, safe="")}{suffix}'
+
+
+def _print_table(table: Table) -> None:
+    console = _console if _console.is_terminal else Console(width=PIPED_TABLE_WIDTH)
+    console.print(table)
+
+
+def _secs(job: dict[str, Any]) -> str:
+    return f'{job["duration_secs"]:.1f}' if job.get('duration_secs') is not None else '-'
+
+
+@click.group()
+def spark() -> None:
+    """Spark jobs: list, show, log, kill, submit, pipelines."""
+
+
+@spark.command('list')
+@click.option('--status', type=click.Choice(['submitted', 'running', 'succeeded', 'failed', 'killed']))
+@click.option('--pipeline', help='Only jobs of this pipeline.')
+@click.option('--limit', type=click.IntRange(1, 10000), default=20, show_default=True)
+@click.pass_context
+def list_jobs(ctx: click.Context, status: str | None, pipeline: str | None, limit: int) -> None:
+    """List jobs, newest first."""
+    query = urlencode({k: v for k, v in (('status', status), ('pipeline', pipeline), ('limit', limit)) if v})
+    table = Table('job id', 'pipeline', 'status', 'submitted (UTC)', 'secs', 'master', 'error')
+    table.columns[0].no_wrap = True
+    for j in _call(ctx, 'GET', f'/admin/spark/jobs?{query}')['jobs']:
+        table.add_row(j['job_id'], j['pipeline'], j['status'], j['submitted_at'], _secs(j), j['master'],
+                      (j['error'] or '')[:100])
+    _print_table(table)
+
+
+@spark.command()
+@click.argument('job_id')
+@click.option('--lines', type=click.IntRange(0, 100000), default=20, show_default=True,
+              help='Lines of the driver log to show.')
+@click.pass_context
+def show(ctx: click.Context, job_id: str, lines: int) -> None:
+    """Show a job: status, times, arguments, output location, error, and the end of its log."""
+    job = _call(ctx, 'GET', _path(job_id, f'?lines={lines}'))['job']
+    tail = job.pop('log_tail', [])
+    click.echo(json.dumps(job, indent=2, default=str))
+    if tail:
+        click.echo(f'--- last {len(tail)} line(s) of {job["log_path"]}')
+        click.echo('\n'.join(tail))
+
+
+@spark.command()
+@click.argument('job_id')
+@click.option('--lines', type=click.IntRange(1, 100000), default=200, show_default=True)
+@click.pass_context
+def log(ctx: click.Context, job_id: str, lines: int) -> None:
+    """Print the end of a job's driver log."""
+    result = _call(ctx, 'GET', _path(job_id, f'/log?lines={lines}'))
+    click.echo('\n'.join(result['lines']))
+
+
+@spark.command()
+@click.argument('job_id')
+@click.pass_context
+def kill(ctx: click.Context, job_id: str) -> None:
+    """Kill a running job (it is recorded as killed)."""
+    job = _call(ctx, 'POST', _path(job_id, '/kill'))['job']
+    if job['status'] in ('submitted', 'running'):
+        click.echo(f'killing: {job_id} (was {job["status"]})')
+    else:
+        click.echo(f'{job_id} already ended: {job["status"]}')
+
+
+@spark.command()
+@click.argument('pipeline')
+@click.argument('args', nargs=-1)
+@click.option('--master', help='Spark master URL (default: [spark] master).')
+@click.option('--conf', 'conf', multiple=True, metavar='KEY=VALUE', help='A Spark setting; may be repeated.')
+@click.option('--timeout', type=float, help='Seconds before the job is killed (0: no limit).')
+@click.option('--callback', help='Service that also receives the job event.')
+@click.option('--wait/--no-wait', default=False, help='Wait for the job to end.')
+@click.option('--wait-timeout', type=float, default=600.0, show_default=True)
+@click.pass_context
+def submit(ctx: click.Context, pipeline: str, args: tuple[str, ...], master: str | None, conf: tuple[str, ...],
+           timeout: float | None, callback: str | None, wait: bool, wait_timeout: float) -> None:
+    """Submit a pipeline; its own options go after --, e.g. submit traffic_analytics -- --topic 'orders.*'."""
+    settings: dict[str, str] = {}
+    for item in conf:
+        key, eq, value = item.partition('=')
+        if not eq or not key:
+            raise click.BadParameter(f'{item!r} is not KEY=VALUE', param_hint='--conf')
+        settings[key] = value
+    body = {k: v for k, v in (('pipeline', pipeline), ('args', list(args)), ('master', master),
+                              ('conf', settings or None), ('timeout', timeout), ('callback', callback))
+            if v is not None}
+    job_id = _call(ctx, 'POST', '/admin/spark/jobs', body)['job_id']
+    click.echo(f'submitted: {job_id}')
+    if wait:
+        job = _call(ctx, 'POST', _path(job_id, f'/wait?timeout={wait_timeout}'), timeout=wait_timeout + 30)['job']
+        click.echo(f'{job_id}: {job["status"]}' + (f': {job["error"]}' if job['error'] else '')
+                   + (f'; output in {job["output_location"]}' if job['status'] == 'succeeded' else ''))
+        if job['status'] != 'succeeded':
+            ctx.exit(1)
+
+
+@spark.command()
+@click.pass_context
+def pipelines(ctx: click.Context) -> None:
+    """List the pipelines that can be submitted."""
+    result = _call(ctx, 'GET', '/admin/spark/pipelines')
+    click.echo(f'{result["directory"]} (master {result["master"]}):')
+    for name in result['pipelines']:
+        click.echo(f'  {name}')

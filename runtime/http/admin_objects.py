@@ -1,0 +1,366 @@
+"""The admin API of shared objects: Basic Auth security definitions and REST channels.
+
+- ``/admin/security`` (GET, POST) and ``/admin/security/{name}`` (GET, PATCH username/realm/
+  is_active, DELETE); ``POST /admin/security/{name}/password {password}`` changes a password.
+  A password is hashed (scrypt, in gevent's thread pool) before it is stored and never comes
+  back: no answer carries a password or its hash.
+- ``/admin/channels`` (GET, POST) and ``/admin/channels/{name}`` (GET, PATCH, DELETE).
+
+Each change is one transaction that also bumps the ``security`` or ``channels`` sync key, so every
+worker reloads it within ``sync.interval_secs`` (this one at once). Objects from config/objects
+(``origin: config``) may be edited here too, but the files win when they change again.
+The few statements these need are here, beside the resources, rather than in a module of their own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import falcon
+import gevent
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from runtime.channels import DATA_FORMATS, Channel, parse_methods
+from runtime.db.blocking import run_transaction
+from runtime.db.models import BasicAuthDef, RestChannel, Subscription
+from runtime.errors import BadRequest, ConfigError, InvalidInput, ObjectExists, ObjectInUse, ObjectNotFound
+from runtime.http.admin import AdminResource
+from runtime.http.admin_input import Body
+from runtime.http.openapi import BOOL, STR, arr, obj, operation, string
+from runtime.objects import CHANNELS_KEY, SECURITY_KEY
+from runtime.pubsub import permissions
+from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
+from runtime.security import hash_password
+from runtime.service import HTTP_VERBS
+from runtime.sync import bump
+
+if TYPE_CHECKING:
+    from runtime.core import Runtime
+
+#: Longest password accepted, in characters (scrypt takes any length; this bounds the work).
+MAX_PASSWORD_CHARS = 1000
+
+_T = ['admin: security']
+_C = ['admin: channels']
+
+SECURITY = obj({'name': STR, 'type': {'const': 'basic_auth'}, 'username': STR, 'realm': STR, 'is_active': BOOL,
+                'origin': STR}, required=['name', 'username', 'realm', 'is_active'])
+CHANNEL = obj({'name': STR, 'service': STR, 'url_path': STR, 'methods': arr(STR), 'data_format': STR,
+               'security': STR, 'is_active': BOOL, 'origin': STR}, required=['name', 'service', 'url_path'])
+_PASSWORD = string(MAX_PASSWORD_CHARS, 1, writeOnly=True)
+_METHODS = {'oneOf': [arr({'enum': list(HTTP_VERBS)}), string(200)]}
+
+
+def _security_view(row: Any) -> dict[str, Any]:
+    # Listed column by column: a new column (the hash above all) must never reach an answer by default.
+    return {'name': row.name, 'type': 'basic_auth', 'username': row.username, 'realm': row.realm,
+            'is_active': row.is_active, 'origin': row.origin}
+
+
+def _channel_view(row: Any) -> dict[str, Any]:
+    return {'name': row.name, 'service': row.service, 'url_path': row.url_path,
+            'methods': sorted(parse_methods(row.methods)), 'data_format': row.data_format,
+            'security': row.security, 'is_active': row.is_active, 'origin': row.origin}
+
+
+def _hash(password: str) -> str:
+    # scrypt takes tens of milliseconds of CPU: off the hub, as authentication does.
+    return gevent.get_hub().threadpool.apply(hash_password, (password,))
+
+
+def _password(body: Body) -> str:
+    value = body.data.get('password')
+    if not isinstance(value, str) or not value:
+        raise InvalidInput('password', 'is required and must be a non-empty string')
+    if len(value) > MAX_PASSWORD_CHARS:
+        raise InvalidInput('password', f'must be at most {MAX_PASSWORD_CHARS} characters')
+    try:
+        value.encode('utf-8')
+    except UnicodeEncodeError:
+        raise InvalidInput('password', 'is not valid Unicode') from None
+    return value
+
+
+def _realm(body: Body, default: str) -> str:
+    value = body.text('realm', default=default) or 'Conduit'
+    if '"' in value or '\\' in value:
+        raise InvalidInput('realm', 'must not contain quotes or backslashes (it is sent in a header)')
+    return value
+
+
+def _username(body: Body, required: bool, default: str = '') -> str:
+    value = body.text('username', required=required, default=default, allow_empty=False)
+    if ':' in value:
+        raise InvalidInput('username', "must not contain ':' (Basic Auth separates the password with it)")
+    return value
+
+
+def _security_row(runtime: Runtime, name: str) -> Any:
+    row = run_transaction(runtime.engine, lambda c: c.execute(select(BasicAuthDef).where(BasicAuthDef.name == name))
+                          .first(), write=False)
+    if row is None:
+        raise ObjectNotFound('security definition', name)
+    return row
+
+
+def _write(runtime: Runtime, key: str, work: Any, conflict: Exception | None = None) -> None:
+    """Run work(conn) with the sync key bumped in its transaction; reload this worker at once.
+
+    work returns the error to raise when a check fails before it wrote anything: raising it inside
+    the transaction would have gevent's thread pool (SQLite) print it as a crash.
+    """
+    def in_transaction(conn: Any) -> Exception | None:
+        error = work(conn)
+        if error is None:
+            bump(conn, key)
+        return error
+    try:
+        error = run_transaction(runtime.engine, in_transaction)
+    except IntegrityError:
+        if conflict is None:
+            raise
+        raise conflict from None  # a concurrent request made the same object after our check
+    if error is not None:
+        raise error
+    runtime.synchronizer.changed(key)
+
+
+# Security definitions
+
+
+class SecurityDefsResource(AdminResource):
+    """GET /admin/security: every Basic Auth definition; POST: create one."""
+
+    openapi = {
+        'get': operation('List security definitions (never their passwords)', tags=_T, errors=(),
+                         response={'security': arr(SECURITY)}),
+        'post': operation('Create a Basic Auth security definition', tags=_T, status=201, errors=(400, 409),
+                          body=obj({'name': string(200, 1), 'type': {'const': 'basic_auth'},
+                                    'username': string(200, 1), 'password': _PASSWORD, 'realm': string(200),
+                                    'is_active': BOOL}, required=['name', 'username', 'password']),
+                          response={'security': SECURITY}),
+    }
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        rows = run_transaction(self._runtime.engine, lambda c: c.execute(
+            select(BasicAuthDef).order_by(BasicAuthDef.name)).all(), write=False)
+        resp.media = {'is_ok': True, 'security': [_security_view(r) for r in rows]}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = Body(req, self._runtime, {'name', 'type', 'username', 'password', 'realm', 'is_active'})
+        name = body.text('name', required=True, allow_empty=False)
+        if body.text('type', default='basic_auth') != 'basic_auth':
+            raise InvalidInput('type', "must be 'basic_auth', the only type supported")
+        values = {'name': name, 'username': _username(body, True),
+                  'realm': _realm(body, 'Conduit'),
+                  'is_active': body.flag('is_active', True), 'origin': 'api'}
+        values['password_hash'] = _hash(_password(body))
+
+        def work(conn: Any) -> Exception | None:
+            for column, kind in (('name', 'security definition'), ('username', 'username')):
+                if conn.execute(select(BasicAuthDef.id).where(getattr(BasicAuthDef, column) == values[column])).first():
+                    return ObjectExists(kind, values[column])
+            conn.execute(insert(BasicAuthDef).values(**values))
+            return None
+        _write(self._runtime, SECURITY_KEY, work, ObjectExists('security definition', name))
+        resp.status = falcon.HTTP_201
+        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._runtime, name))}
+
+
+class SecurityDefResource(AdminResource):
+    """GET /admin/security/{name}; PATCH: username, realm, is_active; DELETE (refused while in use)."""
+
+    openapi = {
+        'get': operation('A security definition (never its password)', tags=_T, errors=(404,),
+                         response={'security': SECURITY}),
+        'patch': operation('Change username, realm or is_active (the password has its own endpoint)', tags=_T,
+                           errors=(400, 404, 409),
+                           body=obj({'username': string(200, 1), 'realm': string(200), 'is_active': BOOL}),
+                           response={'security': SECURITY}),
+        'delete': operation('Delete a security definition (with its pub/sub permissions); refused while a '
+                            'channel or subscription uses it', tags=_T, errors=(404, 409),
+                            response={'deleted': STR}),
+    }
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._runtime, name))}
+
+    def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        row = _security_row(self._runtime, name)
+        body = Body(req, self._runtime, {'username', 'realm', 'is_active'})
+        values = {'username': _username(body, False, row.username),
+                  'realm': _realm(body, row.realm),
+                  'is_active': body.flag('is_active', row.is_active)}
+
+        def work(conn: Any) -> Exception | None:
+            taken = conn.execute(select(BasicAuthDef.name).where(BasicAuthDef.username == values['username'],
+                                                                 BasicAuthDef.name != name)).first()
+            if taken:
+                return ObjectExists('username', values['username'])
+            conn.execute(update(BasicAuthDef).where(BasicAuthDef.name == name).values(**values))
+            return None
+        _write(self._runtime, SECURITY_KEY, work, ObjectExists('username', values['username']))
+        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._runtime, name))}
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        _security_row(self._runtime, name)
+
+        def work(conn: Any) -> Exception | None:
+            users = [f'channel {r.name!r}' for r in conn.execute(select(RestChannel.name)
+                                                                 .where(RestChannel.security == name)).all()]
+            users += [f'subscription #{r.id}' for r in conn.execute(select(Subscription.id)
+                                                                    .where(Subscription.security == name)).all()]
+            if users:
+                return ObjectInUse('security definition', name, users)
+            # Permissions go with their definition: a later one of the same name must not inherit them.
+            permissions.remove(conn, name)
+            conn.execute(delete(BasicAuthDef).where(BasicAuthDef.name == name))
+            return None
+        _write(self._runtime, SECURITY_KEY, work)
+        self._runtime.synchronizer.changed(PERMISSIONS_KEY)
+        resp.media = {'is_ok': True, 'deleted': name}
+
+
+class SecurityPasswordResource(AdminResource):
+    """POST /admin/security/{name}/password {password}: change a definition's password."""
+
+    openapi = {'post': operation('Change the password of a security definition', tags=_T, errors=(400, 404),
+                                 body=obj({'password': _PASSWORD}, required=['password']),
+                                 response={'security': SECURITY})}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        _security_row(self._runtime, name)
+        password_hash = _hash(_password(Body(req, self._runtime, {'password'})))
+
+        def work(conn: Any) -> Exception | None:
+            if not conn.execute(update(BasicAuthDef).where(BasicAuthDef.name == name)
+                                .values(password_hash=password_hash)).rowcount:
+                return ObjectNotFound('security definition', name)
+            return None
+        _write(self._runtime, SECURITY_KEY, work)
+        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._runtime, name))}
+
+
+# Channels
+
+
+_CHANNEL_FIELDS = {'name', 'service', 'url_path', 'methods', 'data_format', 'security', 'is_active'}
+
+
+def _channel_row(runtime: Runtime, name: str) -> Any:
+    row = run_transaction(runtime.engine, lambda c: c.execute(select(RestChannel).where(RestChannel.name == name))
+                          .first(), write=False)
+    if row is None:
+        raise ObjectNotFound('channel', name)
+    return row
+
+
+def _channel_values(runtime: Runtime, body: Body, current: Any | None) -> dict[str, Any]:
+    """Validated column values of a channel: the body over the current ones."""
+    def text(key: str, default: str, max_len: int = 200) -> str:
+        return body.text(key, required=current is None and key in ('name', 'service', 'url_path'),
+                         default=default, max_len=max_len)
+    raw_methods = body.data.get('methods', current.methods if current is not None else '')
+    if not isinstance(raw_methods, (str, list)) or (isinstance(raw_methods, list)
+                                                    and not all(isinstance(m, str) for m in raw_methods)):
+        raise InvalidInput('methods', 'must be a list of HTTP methods or a comma-separated string')
+    try:
+        channel = Channel(name=text('name', current.name if current is not None else ''),
+                          service=text('service', current.service if current is not None else ''),
+                          url_path=text('url_path', current.url_path if current is not None else '', 1000),
+                          methods=parse_methods(raw_methods),
+                          data_format=text('data_format', current.data_format if current is not None else 'json'),
+                          security=text('security', current.security if current is not None else ''),
+                          is_active=body.flag('is_active', current.is_active if current is not None else True))
+    except ConfigError as e:
+        raise BadRequest(str(e)) from None
+    if any(c in channel.url_path for c in '?#'):
+        raise InvalidInput('url_path', 'must be a path only, without ? or #')
+    if channel.security and runtime.security.get(channel.security) is None:
+        raise InvalidInput('security', f'names no security definition ({channel.security!r})')
+    return {'name': channel.name, 'service': channel.service, 'url_path': channel.url_path,
+            'methods': ','.join(sorted(channel.methods)), 'data_format': channel.data_format,
+            'security': channel.security, 'is_active': channel.is_active}
+
+
+class ChannelsResource(AdminResource):
+    """GET /admin/channels: every REST channel; POST: create one (live at once, no restart)."""
+
+    openapi = {
+        'get': operation('List REST channels', tags=_C, errors=(), response={'channels': arr(CHANNEL)}),
+        'post': operation('Create a REST channel', tags=_C, status=201, errors=(400, 409),
+                          body=obj({'name': string(200, 1), 'service': string(200, 1),
+                                    'url_path': string(1000, 1, description='A path template, e.g. /api/item/{id}'),
+                                    'methods': _METHODS, 'data_format': {'enum': list(DATA_FORMATS)},
+                                    'security': string(200), 'is_active': BOOL},
+                                   required=['name', 'service', 'url_path']),
+                          response={'channel': CHANNEL}),
+    }
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        rows = run_transaction(self._runtime.engine, lambda c: c.execute(
+            select(RestChannel).order_by(RestChannel.name)).all(), write=False)
+        resp.media = {'is_ok': True, 'channels': [_channel_view(r) for r in rows]}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        values = _channel_values(self._runtime, Body(req, self._runtime, _CHANNEL_FIELDS), None)
+        values['origin'] = 'api'
+
+        def work(conn: Any) -> Exception | None:
+            if conn.execute(select(RestChannel.id).where(RestChannel.name == values['name'])).first():
+                return ObjectExists('channel', values['name'])
+            conn.execute(insert(RestChannel).values(**values))
+            return None
+        _write(self._runtime, CHANNELS_KEY, work, ObjectExists('channel', values['name']))
+        resp.status = falcon.HTTP_201
+        resp.media = {'is_ok': True, 'channel': _channel_view(_channel_row(self._runtime, values['name']))}
+
+
+class ChannelResource(AdminResource):
+    """GET /admin/channels/{name}; PATCH: change it (renaming too); DELETE."""
+
+    openapi = {
+        'get': operation('A REST channel', tags=_C, errors=(404,), response={'channel': CHANNEL}),
+        'patch': operation('Change a REST channel', tags=_C, errors=(400, 404, 409),
+                           body=obj({'name': string(200, 1), 'service': string(200, 1), 'url_path': string(1000, 1),
+                                     'methods': _METHODS, 'data_format': {'enum': list(DATA_FORMATS)},
+                                     'security': string(200), 'is_active': BOOL}),
+                           response={'channel': CHANNEL}),
+        'delete': operation('Delete a REST channel', tags=_C, errors=(404,), response={'deleted': STR}),
+    }
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        resp.media = {'is_ok': True, 'channel': _channel_view(_channel_row(self._runtime, name))}
+
+    def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        row = _channel_row(self._runtime, name)
+        values = _channel_values(self._runtime, Body(req, self._runtime, _CHANNEL_FIELDS), row)
+
+        def work(conn: Any) -> Exception | None:
+            if values['name'] != name and conn.execute(select(RestChannel.id)
+                                                       .where(RestChannel.name == values['name'])).first():
+                return ObjectExists('channel', values['name'])
+            conn.execute(update(RestChannel).where(RestChannel.name == name).values(**values))
+            return None
+        _write(self._runtime, CHANNELS_KEY, work, ObjectExists('channel', values['name']))
+        resp.media = {'is_ok': True, 'channel': _channel_view(_channel_row(self._runtime, values['name']))}
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        def work(conn: Any) -> Exception | None:
+            if not conn.execute(delete(RestChannel).where(RestChannel.name == name)).rowcount:
+                return ObjectNotFound('channel', name)
+            return None
+        _write(self._runtime, CHANNELS_KEY, work)
+        resp.media = {'is_ok': True, 'deleted': name}
+
+
+def routes(runtime: Runtime) -> dict[str, AdminResource]:
+    """The admin routes of security definitions and channels, for runtime.http.admin.add_routes."""
+    return {
+        '/admin/security': SecurityDefsResource(runtime),
+        '/admin/security/{name}': SecurityDefResource(runtime),
+        '/admin/security/{name}/password': SecurityPasswordResource(runtime),
+        '/admin/channels': ChannelsResource(runtime),
+        '/admin/channels/{name}': ChannelResource(runtime),
+    }

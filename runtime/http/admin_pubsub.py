@@ -1,0 +1,546 @@
+"""The admin API of publish/subscribe: topics, subscriptions, queues, dead letters, publishing.
+
+- ``/admin/topics`` (GET, POST) and ``/admin/topics/{name}`` (GET with runtime details, PATCH,
+  DELETE); a name may hold ``/``, e.g. ``/admin/topics//zato/s/to/crm_customer_new``.
+- ``/admin/subscriptions`` (GET, POST) and ``/admin/subscriptions/{id}`` (GET, PATCH, DELETE),
+  ``.../pause``, ``.../resume``. Subscriptions are named by their numeric id: the sub_key is a
+  secret and is only returned once, when the subscription is created.
+- ``/admin/queues/...``: queues and dead letters, in ``runtime.http.admin_queues`` (mounted with these).
+- ``POST /admin/publish``: publish on behalf of a service or a security definition.
+
+Every change is written to the database with the ``pubsub`` sync key bumped in the same
+transaction, so every worker of every server reloads it within ``sync.interval_secs``; this
+worker reloads at once. The SQL lives in ``runtime.pubsub.admin_ops``, input checks in
+``runtime.http.admin_input``. A little over 500 lines: topics, subscriptions and publishing share
+the views and schemas above them, and queues use the subscription helpers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, fields
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import falcon
+from sqlalchemy import select
+
+from runtime.db.blocking import run_transaction
+from runtime.db.models import Subscription, Topic
+from runtime.errors import (
+    BadRequest,
+    ConfigError,
+    InvalidInput,
+    ObjectExists,
+    SubscriptionNotFound,
+    TopicNotFound,
+)
+from runtime.http.admin import AdminResource
+from runtime.http.admin_input import MAX_DB_INT, Body, check_data, check_numbers, has_bad_chars
+from runtime.http.openapi import (
+    ANY,
+    BOOL,
+    INT,
+    STR,
+    TIME,
+    arr,
+    integer,
+    obj,
+    operation,
+    query,
+    string,
+)
+from runtime.pubsub import admin_ops
+from runtime.pubsub.broker import SYNC_KEY
+from runtime.pubsub.registry import (
+    KIND_PULL,
+    KIND_REST_PUSH,
+    KIND_SERVICE,
+    KINDS,
+    DeliveryOptions,
+    SubInfo,
+    TopicInfo,
+    check_topic_attributes,
+    parse_options,
+)
+from runtime.pubsub.topics import validate_pattern, validate_topic_name
+from runtime.sync import bump
+
+if TYPE_CHECKING:
+    from runtime.core import Runtime
+
+#: Default and largest number of last publications in a topic's details.
+DEFAULT_LAST = 10
+MAX_LAST = 100
+
+
+def _safe_url(url: str) -> str:
+    """A push URL fit to show: a password in it replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition('@')[2]
+    return urlunsplit(parts._replace(netloc=f'{parts.username}:***@{host}'))
+
+
+# Views
+
+
+def _topic_view(topic: TopicInfo, row: Any) -> dict[str, Any]:
+    view = asdict(topic)
+    view['origin'] = row.origin if row else 'api'
+    view['created_at_iso'] = admin_ops.iso(row.created_at) if row else None
+    return view
+
+
+def sub_view(sub: SubInfo, stats: dict[str, Any] | None, row: Any) -> dict[str, Any]:
+    """A subscription with its queue statistics, as the admin API shows it (never the sub_key)."""
+    stats = stats or {'depth': 0, 'oldest_message': None, 'dead_letters': 0}
+    return {'id': sub.id, 'topic': sub.pattern, 'kind': sub.kind, 'service': sub.service, 'security': sub.security,
+            'push_url': _safe_url(sub.push_url), 'is_active': sub.is_active, 'options': asdict(sub.options),
+            'origin': row.origin if row else 'api', 'created_at_iso': admin_ops.iso(row.created_at) if row else None,
+            'queue_depth': stats['depth'], 'oldest_message': stats['oldest_message'],
+            'dead_letters': stats['dead_letters']}
+
+
+# OpenAPI schemas
+
+_TOPIC_ATTR_SCHEMAS: dict[str, dict[str, Any]] = {}
+for _f in fields(TopicInfo):
+    if _f.name in ('id', 'name', 'is_service_topic'):
+        continue
+    if isinstance(_f.default, bool):
+        _TOPIC_ATTR_SCHEMAS[_f.name] = BOOL
+    elif isinstance(_f.default, int):
+        _TOPIC_ATTR_SCHEMAS[_f.name] = integer(100 if _f.name == 'depth_check_freq' else 0, MAX_DB_INT)
+    else:
+        _TOPIC_ATTR_SCHEMAS[_f.name] = string(200)
+_TOPIC_ATTR_SCHEMAS['on_no_subs'] = {'enum': ['accept', 'drop']}
+_TOPIC_ATTR_SCHEMAS['on_max_depth'] = {'enum': ['overflow', 'reject']}
+
+#: Printable ASCII but '#', no space at either end (wildcards are refused for topics, allowed in patterns).
+_NAME_PATTERN = r'^[!-"$-~]([ -"$-~]*[!-"$-~])?$'
+TOPIC_NAME = string(200, 1, pattern=_NAME_PATTERN,
+                    description='A topic name: ASCII, no # or wildcards, no whitespace at either end')
+TOPIC = obj({'id': INT, 'name': STR, 'is_service_topic': BOOL, 'origin': STR, 'created_at_iso': TIME,
+             **{k: ANY for k in _TOPIC_ATTR_SCHEMAS}}, required=['id', 'name'], additional=True)
+OLDEST = {'oneOf': [{'type': 'null'}, obj({'msg_id': STR, 'pub_time_iso': TIME, 'age_secs': {'type': 'number'}},
+                                          additional=True)]}
+SUBSCRIPTION = obj({'id': INT, 'topic': STR, 'kind': {'enum': list(KINDS)}, 'service': STR, 'security': STR,
+                    'push_url': STR, 'is_active': BOOL, 'options': obj(additional=True), 'origin': STR,
+                    'created_at_iso': TIME, 'queue_depth': INT, 'oldest_message': OLDEST, 'dead_letters': INT},
+                   required=['id', 'topic', 'kind', 'is_active'], additional=True)
+_OPTION_SCHEMAS = {f.name: (BOOL if isinstance(f.default, bool) else
+                            {'type': 'number', 'minimum': 0} if isinstance(f.default, (int, float)) else string(1000))
+                   for f in fields(DeliveryOptions)}
+OPTIONS = obj(_OPTION_SCHEMAS, description='Delivery options overriding the [pubsub] defaults')
+#: A topic name in a path: it may hold '/', sent as it is or as %2F (/admin/topics//customer/new).
+_TOPIC_PARAM = {'name': 'name', 'in': 'path', 'required': True, 'schema': string(200, 1),
+                'description': "A topic name; it may contain '/', e.g. /admin/topics//customer/new"}
+_T = ['admin: pub/sub']
+
+
+# Topics
+
+
+class TopicsResource(AdminResource):
+    """GET /admin/topics: every topic with its depth; POST: create one."""
+
+    openapi = {
+        'get': operation('List topics with their depth and subscription count', tags=_T, errors=(),
+                         response={'topics': arr(TOPIC)}),
+        'post': operation('Create a topic', tags=_T, status=201, errors=(400, 409),
+                          body=obj({'name': TOPIC_NAME, **_TOPIC_ATTR_SCHEMAS}, required=['name']),
+                          example={'name': 'orders.created', 'has_gd': True, 'on_no_subs': 'accept'},
+                          response={'topic': TOPIC}),
+    }
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        broker = self._runtime.broker
+        registry = broker.registry
+        rows, depths = run_transaction(broker.engine, lambda c: (_topic_rows(c), admin_ops.topic_depths(c)),
+                                       write=False)
+        topics = []
+        for topic in sorted(registry.topics.values(), key=lambda t: t.name.lower()):
+            view = _topic_view(topic, rows.get(topic.id))
+            view['depth'] = depths.get(topic.id, {'gd': 0, 'non_gd': 0})
+            view['subscriptions'] = len(registry.all_subscribers(topic.name))
+            topics.append(view)
+        resp.media = {'is_ok': True, 'topics': topics}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = Body(req, self._runtime, {'name', *_TOPIC_ATTR_SCHEMAS})
+        name = validate_topic_name(body.text('name', required=True))
+        attrs = _topic_attrs(body, f'topic {name!r}')
+        broker = self._runtime.broker
+        if broker.registry.topic(name) is not None:
+            raise ObjectExists('topic', name)
+        try:
+            topic = broker.create_topic(name, origin='api', **attrs)
+        except ConfigError:
+            raise ObjectExists('topic', name) from None  # attributes were checked: only the name can clash
+        resp.status = falcon.HTTP_201
+        resp.media = {'is_ok': True, 'topic': _topic_view(topic, None)}
+
+
+def _topic_rows(conn: Any) -> dict[int, Any]:
+    return {r.id: r for r in conn.execute(select(Topic.id, Topic.origin, Topic.created_at)).all()}
+
+
+def _topic_attrs(body: Body, where: str) -> dict[str, Any]:
+    attrs = {k: v for k, v in body.data.items() if k in _TOPIC_ATTR_SCHEMAS}
+    for key, value in attrs.items():
+        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_DB_INT:
+            raise InvalidInput(key, f'must be at most {MAX_DB_INT}')
+        if isinstance(value, str):
+            body.text(key)
+    try:
+        return check_topic_attributes(attrs, where)
+    except ConfigError as e:
+        raise BadRequest(str(e)) from None
+
+
+def _topic(runtime: Runtime, name: str) -> TopicInfo:
+    broker = runtime.broker
+    topic = broker.registry.topic(name)
+    if topic is None:
+        broker.reload()  # made by another worker since the last sync
+        topic = broker.registry.topic(name)
+    if topic is None:
+        raise TopicNotFound(name)
+    return topic
+
+
+class TopicResource(AdminResource):
+    """GET /admin/topics/{name}: attributes and runtime details; PATCH: change attributes; DELETE."""
+
+    openapi = {
+        'get': operation('A topic with runtime details: depth, last publications, subscriptions and their queues',
+                         tags=_T, errors=(404,),
+                         params=[_TOPIC_PARAM, query('last', integer(0, MAX_LAST),
+                                                     f'How many last publications (default {DEFAULT_LAST})')],
+                         response={'topic': TOPIC, 'depth': obj({'gd': INT, 'non_gd': INT}),
+                                   'last_publications': arr(obj(additional=True)),
+                                   'last_pub_time_iso': TIME, 'subscriptions': arr(SUBSCRIPTION)}),
+        'patch': operation('Change attributes of a topic', tags=_T, errors=(400, 404), params=[_TOPIC_PARAM],
+                           body=obj(_TOPIC_ATTR_SCHEMAS), response={'topic': TOPIC}),
+        'delete': operation('Delete a topic, the subscriptions to exactly it and the messages waiting in it',
+                            tags=_T, errors=(404,), params=[_TOPIC_PARAM],
+                            response={'deleted': STR, 'subscriptions_deleted': INT, 'messages_deleted': INT}),
+    }
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        topic = _topic(self._runtime, name)
+        last = req.get_param_as_int('last', min_value=0, max_value=MAX_LAST)
+        last = DEFAULT_LAST if last is None else last
+        broker = self._runtime.broker
+        subs = broker.registry.all_subscribers(topic.name)
+
+        def work(conn: Any) -> tuple[Any, ...]:
+            return (_topic_rows(conn).get(topic.id), admin_ops.topic_depths(conn, [topic.id]),
+                    admin_ops.last_publications(conn, topic.id, last) if last else [],
+                    admin_ops.queue_stats(conn, [s.id for s in subs]), sub_rows(conn, [s.id for s in subs]))
+        row, depths, stored, stats, rows_by_id = run_transaction(broker.engine, work, write=False)
+        publications = _merge_recent(stored, self._runtime, topic.id, last)
+        resp.media = {'is_ok': True, 'topic': _topic_view(topic, row),
+                      'depth': depths.get(topic.id, {'gd': 0, 'non_gd': 0}),
+                      'last_publications': publications,
+                      'last_pub_time_iso': publications[0]['pub_time_iso'] if publications else None,
+                      'subscriptions': [sub_view(s, stats.get(s.id), rows_by_id.get(s.id)) for s in subs]}
+
+    def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        topic = _topic(self._runtime, name)
+        body = Body(req, self._runtime, set(_TOPIC_ATTR_SCHEMAS))
+        attrs = _topic_attrs(body, f'topic {topic.name!r}')
+        broker = self._runtime.broker
+        if attrs:
+            def work(conn: Any) -> None:
+                admin_ops.update_topic(conn, topic.id, attrs)
+                bump(conn, SYNC_KEY)
+            run_transaction(broker.engine, work)
+            broker.reload()
+        resp.media = {'is_ok': True, 'topic': _topic_view(_topic(self._runtime, topic.name), None)}
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        topic = _topic(self._runtime, name)
+        broker = self._runtime.broker
+
+        def work(conn: Any) -> dict[str, int]:
+            counts = admin_ops.delete_topic(conn, topic.id, topic.name)
+            bump(conn, SYNC_KEY)
+            return counts
+        counts = run_transaction(broker.engine, work)
+        broker.reload()
+        resp.media = {'is_ok': True, 'deleted': topic.name, **counts}
+
+
+def _merge_recent(stored: list[dict[str, Any]], runtime: Runtime, topic_id: int, limit: int) -> list[dict[str, Any]]:
+    """Stored last publications, plus those this worker saw that were delivered (and swept) since."""
+    metrics = getattr(runtime, 'metrics', None)
+    recent = metrics.recent_publications(topic_id) if metrics is not None else []
+    seen = {p['msg_id'] for p in stored}
+    merged = stored + [{**p, 'stored': False} for p in recent if p['msg_id'] not in seen]
+    for p in stored:
+        p['stored'] = True
+    merged.sort(key=lambda p: p['pub_time_iso'] or '', reverse=True)
+    return merged[:limit]
+
+
+# Subscriptions
+
+
+def sub_rows(conn: Any, ids: list[int] | None = None) -> dict[int, Any]:
+    """Stored columns the registry does not hold (origin, creation time, options as given), by id."""
+    query_ = select(Subscription.id, Subscription.origin, Subscription.created_at, Subscription.options)
+    if ids is not None:
+        if not ids:
+            return {}
+        query_ = query_.where(Subscription.id.in_(ids))
+    return {r.id: r for r in conn.execute(query_).all()}
+
+
+def find_sub(runtime: Runtime, sub_id: int) -> SubInfo:
+    """A subscription by id, or SubscriptionNotFound naming the id."""
+    broker = runtime.broker
+    sub = broker.registry.subs.get(sub_id)
+    if sub is None:
+        broker.reload()  # made by another worker since the last sync
+        sub = broker.registry.subs.get(sub_id)
+    if sub is None:
+        raise SubscriptionNotFound(f'subscription #{sub_id}')
+    return sub
+
+
+def sub_details(runtime: Runtime, sub: SubInfo) -> dict[str, Any]:
+    """A subscription's view with its queue statistics read now."""
+    stats, rows = run_transaction(runtime.engine, lambda c: (admin_ops.queue_stats(c, [sub.id]),
+                                                             sub_rows(c, [sub.id])), write=False)
+    return sub_view(sub, stats.get(sub.id), rows.get(sub.id))
+
+
+def _options(body: Body, runtime: Runtime, base: dict[str, Any], where: str) -> dict[str, Any]:
+    given = body.data.get('options')
+    if given is None:
+        return base
+    if not isinstance(given, dict):
+        raise InvalidInput('options', 'must be a JSON object of delivery options')
+    check_numbers(given, 'options')
+    for key, value in given.items():
+        if isinstance(value, str) and has_bad_chars(value):
+            raise InvalidInput(f'options.{key}', 'must not contain control characters or invalid Unicode')
+    options = {**base, **given}
+    try:
+        DeliveryOptions.from_settings(runtime.settings.pubsub, options, where)
+    except ConfigError as e:
+        raise BadRequest(str(e)) from None
+    return options
+
+
+def _check_endpoint(runtime: Runtime, kind: str, service: str, security: str, push_url: str) -> None:
+    if service and not runtime.store.has(service):
+        raise InvalidInput('service', f'names no deployed service ({service!r})')
+    if security and runtime.security.get(security) is None:
+        raise InvalidInput('security', f'names no security definition ({security!r})')
+    if kind == KIND_SERVICE and not service:
+        raise InvalidInput('service', 'is required for a service subscription')
+    if kind == KIND_PULL and not (security or service):
+        raise InvalidInput('security', 'is required for a pull subscription (or service, for a service pull queue)')
+    if kind == KIND_REST_PUSH:
+        parts = urlsplit(push_url)
+        if parts.scheme not in ('http', 'https') or not parts.hostname:
+            raise InvalidInput('push_url', 'must be an http:// or https:// URL for a REST push subscription')
+
+
+_SUB_FIELDS = {'topic', 'kind', 'service', 'security', 'push_url', 'options', 'is_active'}
+
+
+class SubscriptionsResource(AdminResource):
+    """GET /admin/subscriptions: every subscription with its queue; POST: subscribe."""
+
+    openapi = {
+        'get': operation('List subscriptions with queue depth, oldest message and dead letters', tags=_T, errors=(),
+                         params=[query('topic', string(200), 'Only subscriptions whose topic or pattern matches'),
+                                 query('kind', {'enum': list(KINDS)}, 'Only subscriptions of this kind')],
+                         response={'subscriptions': arr(SUBSCRIPTION)}),
+        'post': operation(
+            'Subscribe a service, a pull client or a REST push endpoint to a topic or pattern', tags=_T,
+            status=201, errors=(400, 404),
+            description='The answer carries the sub_key, a secret shown only here.',
+            example={'topic': 'orders.**', 'kind': 'service', 'service': 'conduit.ping',
+                     'options': {'max_attempts': 5}},
+            body=obj({'topic': string(200, 1, pattern=_NAME_PATTERN,
+                                      description='A topic name or a pattern with * and **'),
+                      'kind': {'enum': list(KINDS)}, 'service': string(200), 'security': string(200),
+                      'push_url': string(1000), 'options': OPTIONS, 'is_active': BOOL}, required=['topic', 'kind']),
+            response={'subscription': SUBSCRIPTION, 'sub_key': STR}),
+    }
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        broker = self._runtime.broker
+        topic, kind = req.get_param('topic'), req.get_param('kind')
+        subs = broker.registry.all_subscribers(topic) if topic else list(broker.registry.subs.values())
+        subs = sorted((s for s in subs if not kind or s.kind == kind), key=lambda s: s.id)
+        stats, rows = run_transaction(broker.engine, lambda c: (admin_ops.queue_stats(c, [s.id for s in subs]),
+                                                                sub_rows(c, [s.id for s in subs])), write=False)
+        resp.media = {'is_ok': True, 'subscriptions': [sub_view(s, stats.get(s.id), rows.get(s.id)) for s in subs]}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        runtime = self._runtime
+        body = Body(req, runtime, _SUB_FIELDS)
+        pattern = validate_pattern(body.text('topic', required=True))
+        kind = body.text('kind', required=True)
+        if kind not in KINDS:
+            raise InvalidInput('kind', f'must be one of {", ".join(KINDS)}')
+        service, security = body.text('service'), body.text('security')
+        push_url = body.text('push_url', max_len=1000)
+        _check_endpoint(runtime, kind, service, security, push_url)
+        options = _options(body, runtime, {}, f'subscription to {pattern!r}')
+        try:
+            sub = runtime.broker.subscribe(pattern, kind, service=service, security=security, push_url=push_url,
+                                           options=options, origin='api')
+        except ConfigError as e:
+            raise BadRequest(str(e)) from None
+        if body.flag('is_active') is False:
+            runtime.broker.set_active(sub.sub_key, False)
+            sub = find_sub(runtime, sub.id)
+        resp.status = falcon.HTTP_201
+        resp.media = {'is_ok': True, 'subscription': sub_details(runtime, sub), 'sub_key': sub.sub_key}
+
+
+class SubscriptionResource(AdminResource):
+    """GET /admin/subscriptions/{id}; PATCH: options, push URL, security, is_active; DELETE: unsubscribe."""
+
+    openapi = {
+        'get': operation('A subscription with its queue', tags=_T, errors=(404,),
+                         response={'subscription': SUBSCRIPTION}),
+        'patch': operation('Change a subscription: delivery options (merged), push_url, security, is_active',
+                           tags=_T, errors=(400, 404),
+                           body=obj({'options': OPTIONS, 'push_url': string(1000), 'security': string(200),
+                                     'is_active': BOOL}),
+                           response={'subscription': SUBSCRIPTION}),
+        'delete': operation('Unsubscribe: remove a subscription with its queue and dead letters', tags=_T,
+                            errors=(404,), response={'deleted': INT}),
+    }
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
+        resp.media = {'is_ok': True, 'subscription': sub_details(self._runtime, find_sub(self._runtime, sub_id))}
+
+    def on_patch(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
+        runtime = self._runtime
+        sub = find_sub(runtime, sub_id)
+        body = Body(req, runtime, {'options', 'push_url', 'security', 'is_active'})
+        values: dict[str, Any] = {}
+        if 'options' in body:
+            stored = run_transaction(runtime.engine, lambda c: sub_rows(c, [sub.id]), write=False).get(sub.id)
+            base = parse_options(stored.options) if stored else {}
+            values['options'] = json.dumps(_options(body, runtime, base, sub.label))
+        push_url = body.text('push_url', default=sub.push_url, max_len=1000)
+        security = body.text('security', default=sub.security)
+        _check_endpoint(runtime, sub.kind, sub.service, security, push_url)
+        if push_url != sub.push_url:
+            values['push_url'] = push_url
+        if security != sub.security:
+            values['security'] = security
+        is_active = body.flag('is_active')
+        if is_active is not None and is_active != sub.is_active:
+            values['is_active'] = is_active
+        if values:
+            def work(conn: Any) -> None:
+                admin_ops.update_subscription(conn, sub.id, values)
+                bump(conn, SYNC_KEY)
+            run_transaction(runtime.engine, work)
+            runtime.broker.reload()
+        resp.media = {'is_ok': True, 'subscription': sub_details(runtime, find_sub(runtime, sub.id))}
+
+    def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
+        sub = find_sub(self._runtime, sub_id)
+        self._runtime.broker.unsubscribe(sub.sub_key)
+        resp.media = {'is_ok': True, 'deleted': sub.id}
+
+
+class _SetActive(AdminResource):
+    active = True
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
+        runtime = self._runtime
+        sub = find_sub(runtime, sub_id)
+        runtime.broker.set_active(sub.sub_key, self.active)
+        resp.media = {'is_ok': True, 'subscription': sub_details(runtime, find_sub(runtime, sub.id))}
+
+
+class PauseResource(_SetActive):
+    """POST /admin/subscriptions/{id}/pause: stop delivering (messages still queue)."""
+
+    active = False
+    openapi = {'post': operation('Pause delivery of a subscription (publications still queue)', tags=_T,
+                                 errors=(404,), response={'subscription': SUBSCRIPTION})}
+
+
+class ResumeResource(_SetActive):
+    """POST /admin/subscriptions/{id}/resume: deliver again."""
+
+    active = True
+    openapi = {'post': operation('Resume delivery of a subscription', tags=_T, errors=(404,),
+                                 response={'subscription': SUBSCRIPTION})}
+
+
+# Publishing
+
+
+class PublishResource(AdminResource):
+    """POST /admin/publish: publish to a topic or service on behalf of a service or security definition."""
+
+    openapi = {'post': operation(
+        'Publish a message on behalf of an endpoint (a service or a security definition)', tags=_T,
+        errors=(400, 403, 404, 413, 503),
+        description='The endpoint is recorded as the publisher; pub/sub permissions are not checked, as the '
+                    'admin may publish anywhere.',
+        example={'topic': 'orders.created', 'data': {'order_id': 1}, 'priority': 7, 'service': 'conduit.ping'},
+        body=obj({'topic': string(200, 1, pattern=_NAME_PATTERN,
+                                  description='A topic name, or a service name (its implicit topic)'),
+                  'data': {'description': 'Any JSON value but null'}, 'priority': integer(0, 9),
+                  'expiration': {'type': 'number', 'exclusiveMinimum': 0}, 'has_gd': BOOL,
+                  'correl_id': string(200), 'in_reply_to': string(200), 'ext_client_id': string(200),
+                  'mime_type': string(100), 'service': string(200), 'security': string(200)},
+                 required=['topic', 'data']),
+        response={'msg_id': STR, 'topic_name': STR, 'overflowed': BOOL})}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        runtime = self._runtime
+        body = Body(req, runtime, {'topic', 'data', 'priority', 'expiration', 'has_gd', 'correl_id', 'in_reply_to',
+                                   'ext_client_id', 'mime_type', 'service', 'security'})
+        target = body.text('topic', required=True, allow_empty=False)
+        data = check_data(body.data.get('data'))
+        check_numbers(data, 'data')
+        service, security = body.text('service'), body.text('security')
+        if service and security:
+            raise BadRequest('publish on behalf of a service or of a security definition, not both')
+        if service and not runtime.store.has(service):
+            raise InvalidInput('service', f'names no deployed service ({service!r})')
+        if security and runtime.security.get(security) is None:
+            raise InvalidInput('security', f'names no security definition ({security!r})')
+        publisher = f'service:{service}' if service else f'security:{security}' if security else 'admin'
+        msg_id = runtime.broker.publish(
+            target, data, priority=body.whole('priority', 0, 9, 5), expiration=body.seconds('expiration'),
+            has_gd=body.flag('has_gd'), correl_id=body.text('correl_id') or None,
+            in_reply_to=body.text('in_reply_to') or None, ext_client_id=body.text('ext_client_id') or None,
+            mime_type=body.text('mime_type', max_len=100) or None, publisher=publisher)
+        topic = runtime.broker.resolve(target)
+        resp.media = {'is_ok': True, 'cid': req.context.cid, 'msg_id': str(msg_id), 'topic_name': topic.name,
+                      'overflowed': bool(getattr(msg_id, 'overflowed', False))}
+
+
+def routes(runtime: Runtime) -> dict[str, AdminResource]:
+    """The pub/sub admin routes (queues and dead letters included), for runtime.http.admin.add_routes."""
+    own: dict[str, AdminResource] = {
+        '/admin/topics': TopicsResource(runtime),
+        '/admin/topics/{name:path}': TopicResource(runtime),
+        '/admin/subscriptions': SubscriptionsResource(runtime),
+        '/admin/subscriptions/{sub_id:int}': SubscriptionResource(runtime),
+        '/admin/subscriptions/{sub_id:int}/pause': PauseResource(runtime),
+        '/admin/subscriptions/{sub_id:int}/resume': ResumeResource(runtime),
+        '/admin/publish': PublishResource(runtime),
+    }
+    # Imported here: admin_queues uses this module's subscription helpers.
+    from runtime.http.admin_queues import routes as queue_routes
+    return {**own, **queue_routes(runtime)}

@@ -1,0 +1,443 @@
+"""The REST pub/sub API for external clients, on Zato 4.1's paths and bodies (plus subscribe and acks).
+
+- ``POST /pubsub/topic/{topic}``: publish ``{data, priority?, expiration?, correl_id?, in_reply_to?,
+  ext_client_id?, pub_time?, has_gd?, mime_type?}``; 200 only once the message is stored.
+- ``POST /pubsub/subscribe/topic/{topic}``: a pull subscription of the caller (the same one again if
+  it exists) → ``{sub_key, queue_depth}``.
+- ``POST /pubsub/unsubscribe/topic/{topic}``: ``{sub_key?}``, else every subscription of the caller
+  to that topic, with their queues.
+- ``POST /pubsub/messages/get``: ``{sub_key?, max_messages?, max_len?, ack?, ack_deadline?}``; without
+  sub_key, all of the caller's pull subscriptions as one queue (runtime.pubsub.pull).
+- ``POST /pubsub/messages/ack``: ``{sub_key?, ack_ids}`` for messages taken with ``ack: "manual"``.
+
+The caller is any active Basic Auth definition (runtime.security); its name is the subscriber's
+identity (``Subscription.security``). Publishing and subscribing need the ``pub`` / ``sub``
+permission of the definition (runtime.pubsub.permissions). A sub_key that is not the caller's is
+answered exactly like one that does not exist (404), and no answer or log line repeats a sub_key.
+Errors are ConduitErrors, turned into ``{is_ok: false, cid, status, details}`` by runtime.http.errors.
+
+Topics with ``/`` in their names are sent as they are (``/pubsub/topic//customer/new``) or
+percent-encoded: the ``{topic:path}`` field takes the rest of the path.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import falcon
+
+from runtime.errors import (
+    BadRequest,
+    Forbidden,
+    InvalidMessage,
+    NoSubscription,
+    PermissionDenied,
+    SubscriptionNotFound,
+    TopicInactive,
+    TopicNotFound,
+)
+from runtime.http.body import parse_json, read_body
+from runtime.pubsub import pull
+from runtime.pubsub.permissions import PUB, SUB
+from runtime.pubsub.registry import KIND_PULL, KIND_REST_PUSH, SubInfo, TopicInfo
+from runtime.pubsub.topics import normalize, validate_topic_name
+
+if TYPE_CHECKING:
+    from runtime.core import Runtime
+    from runtime.security import BasicAuth
+
+#: Realm of the Basic Auth challenge of the pub/sub API.
+REALM = 'Conduit pub/sub'
+
+#: Status text of every successful answer (Zato's).
+STATUS_OK = '200 OK'
+
+#: Bounds of a publication's expiration, in seconds (the topic may cap it further).
+MIN_EXPIRATION_SECS = 1
+DEFAULT_PRIORITY = 5
+
+#: Longest a worker waits before it reloads its subscriptions for a sub_key it does not know.
+RELOAD_AFTER_SECS = 1.0
+
+# OpenAPI pieces shared by the operations below (schemas inline: the spec builder copies them as they are).
+
+_TOPIC_PARAM = {'name': 'topic', 'in': 'path', 'required': True,
+                'description': "A topic name: ASCII, at most 200 characters, no '#', no whitespace at either end; "
+                               "'/' may be sent as it is or as %2F.",
+                'schema': {'type': 'string', 'minLength': 1, 'maxLength': 200,
+                           'pattern': '^[!-"$-)+-~]([ -"$-)+-~]*[!-"$-)+-~])?$'}}
+_ERROR = {'type': 'object', 'required': ['is_ok', 'cid', 'status', 'details'],
+          'properties': {'is_ok': {'const': False}, 'cid': {'type': 'string'}, 'status': {'type': 'string'},
+                         'details': {'type': 'string', 'description': 'What is wrong, named'}}}
+_OK_FIELDS = {'is_ok': {'const': True}, 'cid': {'type': 'string'}, 'status': {'type': 'string', 'const': STATUS_OK}}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {'description': description, 'content': {'application/json': {'schema': schema}}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    text = {400: 'Malformed JSON, topic name or field (details name it)',
+            401: 'No or wrong credentials, or an inactive definition (with WWW-Authenticate)',
+            403: 'No pub/sub permission, inactive topic, or self-subscription not allowed',
+            404: 'No such topic, subscription or sub_key',
+            413: 'Body or message too large', 503: 'Storage unavailable, or the topic is full (nothing was stored)'}
+    return {str(c): _json(_ERROR, text[c]) for c in codes}
+
+
+def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    return {'required': required, 'content': {'application/json': {'schema': schema}}}
+
+
+_META = {'type': 'object', 'properties': {
+    'topic_name': {'type': 'string'}, 'size': {'type': 'integer'}, 'priority': {'type': 'integer'},
+    'expiration': {'type': 'integer', 'description': 'seconds'}, 'msg_id': {'type': 'string'},
+    'sub_key': {'type': 'string'}, 'pub_time_iso': {'type': 'string', 'format': 'date-time'},
+    'recv_time_iso': {'type': 'string', 'format': 'date-time'},
+    'expiration_time_iso': {'type': 'string', 'format': 'date-time'},
+    'time_since_pub': {'type': 'string', 'description': 'H:MM:SS.ffffff'},
+    'time_since_recv': {'type': 'string', 'description': 'H:MM:SS.ffffff'},
+    'correl_id': {'type': 'string'}, 'in_reply_to': {'type': 'string'}, 'ext_client_id': {'type': 'string'},
+    'delivery_count': {'type': 'integer'}, 'mime_type': {'type': 'string'},
+    'ack_id': {'type': 'string', 'description': 'manual mode only'}}}
+
+
+def _caller(runtime: Runtime, req: falcon.Request) -> BasicAuth:
+    """The active Basic Auth definition of the caller, or Unauthorized (401)."""
+    return runtime.security.authenticate(req.get_header('Authorization'), realm=REALM)
+
+
+def _object_body(runtime: Runtime, req: falcon.Request) -> dict[str, Any]:
+    """The JSON object sent (an empty body is an empty object)."""
+    body = parse_json(read_body(req, runtime.settings.http.max_body_size))
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise BadRequest(f'request body must be a JSON object, not {type(body).__name__}')
+    return body
+
+
+def _ok(req: falcon.Request, **fields: Any) -> dict[str, Any]:
+    return {'is_ok': True, 'cid': req.context.cid, 'status': STATUS_OK, **fields}
+
+
+def _number(body: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadRequest(f'{key!r} must be a number, not {value!r}'[:200])
+    if not low <= value <= high:
+        raise BadRequest(f'{key!r} must be from {low:g} to {high:g}, not {value!r}')
+    return value
+
+
+def _optional_str(body: dict[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is None or value == '':
+        return None
+    if not isinstance(value, str):
+        raise InvalidMessage(key, f'must be a string, not {type(value).__name__}')
+    try:
+        value.encode('utf-8')
+    except UnicodeEncodeError:
+        raise InvalidMessage(key, 'is not valid Unicode (it has a lone surrogate)') from None
+    if '\x00' in value:
+        raise InvalidMessage(key, 'must not contain NUL characters')
+    return value
+
+
+class _PubSubResource:
+    """Base of the pub/sub resources: the runtime, and lookups of topics and the caller's subscriptions."""
+
+    #: OpenAPI 3.1 Operation objects by lower-case HTTP method (read by the /openapi.json builder).
+    openapi: dict[str, dict[str, Any]] = {}
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._reloaded_at = 0.0
+
+    def _topic(self, name: str) -> TopicInfo:
+        topic = self._runtime.broker.registry.topic(name)
+        if topic is None:
+            raise TopicNotFound(name)
+        return topic
+
+    def _subs(self, caller: BasicAuth, sub_key: str | None, kinds: tuple[str, ...] = (KIND_PULL,),
+              topic: str | None = None) -> list[SubInfo]:
+        """The caller's subscriptions of these kinds: the one of sub_key, or all (to topic, if given)."""
+        # One made by another worker may not be in this worker's registry yet: look again after a
+        # reload, at most once a second, so that forged keys cost little.
+        for attempt in range(2):
+            registry = self._runtime.broker.registry
+            if sub_key is not None:
+                one = registry.subs_by_key.get(sub_key)
+                found = [one] if one is not None else []
+            else:
+                found = list(registry.subs.values())
+            found = [s for s in found if s.security == caller.name and s.kind in kinds
+                     and (topic is None or normalize(s.pattern) == normalize(topic))]
+            now = time.monotonic()
+            if found or attempt or now - self._reloaded_at < RELOAD_AFTER_SECS:
+                return sorted(found, key=lambda s: s.id)
+            self._reloaded_at = now
+            with pull.storage_errors():
+                self._runtime.broker.reload()
+        return []
+
+
+class PublishResource(_PubSubResource):
+    """POST /pubsub/topic/{topic}: publish a message."""
+
+    openapi = {'post': {
+        'summary': 'Publish a message to a topic',
+        'description': 'Needs the pub permission of the caller for the topic. Answers 200 only once the message '
+                       'is stored. Checks run in this order: credentials, topic name, permission, topic exists and '
+                       'is active, data.',
+        'tags': ['pub/sub'],
+        'parameters': [_TOPIC_PARAM],
+        'requestBody': _body({'type': 'object', 'required': ['data'], 'properties': {
+            'data': {'not': {'type': 'null'}, 'description': 'Any JSON value but null'},
+            'priority': {'type': 'integer', 'description': '0-9, default 5; outside 0-9 means 5'},
+            'expiration': {'type': 'number', 'description': 'seconds, default 31536000, at least 1, capped by '
+                                                            'the topic'},
+            'correl_id': {'type': 'string', 'maxLength': 200}, 'in_reply_to': {'type': 'string', 'maxLength': 200},
+            'ext_client_id': {'type': 'string', 'maxLength': 200},
+            'pub_time': {'type': 'string', 'description': "The publisher's ISO 8601 time (checked, not stored)"},
+            'has_gd': {'type': 'boolean'}, 'mime_type': {'type': 'string', 'maxLength': 100}}}),
+        'responses': {'200': _json({'type': 'object', 'required': ['is_ok', 'cid', 'status', 'msg_id'],
+                                    'properties': {**_OK_FIELDS, 'msg_id': {'type': 'string'},
+                                                   'overflowed': {'type': 'boolean'}}}, 'Stored'),
+                      **_errors(400, 401, 403, 404, 413, 503)},
+    }}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, topic: str) -> None:
+        runtime = self._runtime
+        caller = _caller(runtime, req)
+        validate_topic_name(topic)
+        if not runtime.permissions.can_pub(caller.name, topic):
+            raise PermissionDenied(caller.name, PUB, topic)
+        info = self._topic(topic)
+        if not info.is_active:
+            raise TopicInactive(info.name)
+        body = _object_body(runtime, req)
+        if body.get('data') is None:
+            raise InvalidMessage('data', 'is required (it is null or missing)')
+        with pull.storage_errors():
+            msg_id = runtime.broker.publish(info.name, body['data'], publisher=f'rest:{caller.name}',
+                                            **_publish_options(body, runtime.settings.pubsub.default_expiration_secs))
+        answer = _ok(req, msg_id=str(msg_id))
+        if getattr(msg_id, 'overflowed', False):
+            answer['overflowed'] = True
+            answer['details'] = 'the topic is at its max depth: the message went to its overflow log'
+        resp.media = answer
+
+
+def _publish_options(body: dict[str, Any], default_expiration: float) -> dict[str, Any]:
+    """The broker's keyword arguments from a publish body (Zato's leniency for priority and expiration)."""
+    priority = body.get('priority', DEFAULT_PRIORITY)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+        priority = DEFAULT_PRIORITY
+    expiration = body.get('expiration')
+    if expiration is None:
+        expiration = default_expiration
+    elif isinstance(expiration, bool) or not isinstance(expiration, (int, float)):
+        raise InvalidMessage('expiration', f'must be a number of seconds, not {type(expiration).__name__}')
+    expiration = max(MIN_EXPIRATION_SECS, expiration)
+    pub_time = body.get('pub_time')
+    if pub_time is not None and pub_time != '':
+        # Checked as Zato does; the stored pub_time is the server's (ordering and expiry depend on it).
+        try:
+            datetime.fromisoformat(pub_time) if isinstance(pub_time, str) else float(pub_time)
+        except (TypeError, ValueError):
+            raise InvalidMessage('pub_time', 'must be an ISO 8601 date and time') from None
+    has_gd = body.get('has_gd')
+    if has_gd is not None and not isinstance(has_gd, bool):
+        raise InvalidMessage('has_gd', 'must be true or false')
+    mime_type = _optional_str(body, 'mime_type')
+    if mime_type is not None and len(mime_type) > 100:
+        raise InvalidMessage('mime_type', 'must be at most 100 characters')
+    return {'priority': priority, 'expiration': expiration, 'has_gd': has_gd, 'mime_type': mime_type,
+            'correl_id': _optional_str(body, 'correl_id'), 'in_reply_to': _optional_str(body, 'in_reply_to'),
+            'ext_client_id': _optional_str(body, 'ext_client_id')}
+
+
+class SubscribeResource(_PubSubResource):
+    """POST /pubsub/subscribe/topic/{topic}: the caller's pull subscription to a topic."""
+
+    openapi = {'post': {
+        'summary': 'Subscribe the caller to a topic (pull)',
+        'description': "Needs the sub permission and a topic whose is_api_sub_allowed is true. Subscribing again "
+                       "returns the caller's existing subscription. Messages are read with /pubsub/messages/get.",
+        'tags': ['pub/sub'],
+        'parameters': [_TOPIC_PARAM],
+        'responses': {'200': _json({'type': 'object', 'required': ['is_ok', 'cid', 'sub_key', 'queue_depth'],
+                                    'properties': {**_OK_FIELDS, 'sub_key': {'type': 'string'},
+                                                   'queue_depth': {'type': 'integer'}}}, 'Subscribed'),
+                      **_errors(400, 401, 403, 404, 503)},
+    }}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, topic: str) -> None:
+        runtime = self._runtime
+        caller = _caller(runtime, req)
+        validate_topic_name(topic)
+        if not runtime.permissions.can_sub(caller.name, topic):
+            raise PermissionDenied(caller.name, SUB, topic)
+        info = self._topic(topic)
+        if not info.is_api_sub_allowed:
+            raise Forbidden(f'topic {info.name!r} does not allow subscriptions through the API '
+                            f'(is_api_sub_allowed is false)')
+        broker = runtime.broker
+        existing = self._subs(caller, None, topic=info.name)
+        with pull.storage_errors():
+            sub = existing[0] if existing else broker.subscribe(info.name, KIND_PULL, security=caller.name)
+            depth = broker.queue_depth(sub.sub_key)
+        resp.media = _ok(req, sub_key=sub.sub_key, queue_depth=depth)
+
+
+class UnsubscribeResource(_PubSubResource):
+    """POST /pubsub/unsubscribe/topic/{topic}: remove the caller's subscription(s) to a topic."""
+
+    openapi = {'post': {
+        'summary': "Remove the caller's subscription to a topic, with its queue",
+        'description': "With sub_key, that subscription (it must be the caller's, to this topic); without it, "
+                       "every subscription of the caller to the topic.",
+        'tags': ['pub/sub'],
+        'parameters': [_TOPIC_PARAM],
+        'requestBody': _body({'type': 'object', 'properties': {'sub_key': {'type': 'string'}}}, required=False),
+        'responses': {'200': _json({'type': 'object', 'required': ['is_ok', 'cid', 'unsubscribed'],
+                                    'properties': {**_OK_FIELDS, 'unsubscribed': {'type': 'integer'}}},
+                                   'Removed'),
+                      **_errors(400, 401, 404, 503)},
+    }}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, topic: str) -> None:
+        runtime = self._runtime
+        caller = _caller(runtime, req)
+        validate_topic_name(topic)
+        sub_key = _object_body(runtime, req).get('sub_key')
+        if sub_key is not None and not isinstance(sub_key, str):
+            raise BadRequest("'sub_key' must be a string")
+        subs = self._subs(caller, sub_key or None, (KIND_PULL, KIND_REST_PUSH), topic=topic)
+        if not subs:
+            raise SubscriptionNotFound()
+        with pull.storage_errors():
+            for sub in subs:
+                runtime.broker.unsubscribe(sub.sub_key)
+        resp.media = _ok(req, unsubscribed=len(subs))
+
+
+class MessagesGetResource(_PubSubResource):
+    """POST /pubsub/messages/get: take messages from the caller's pull subscriptions."""
+
+    openapi = {'post': {
+        'summary': "Take messages from the caller's pull subscriptions",
+        'description': "Without sub_key, every pull subscription of the caller is read as one queue. Order: "
+                       "priority high first, then publication. ack 'auto' removes what is returned; 'manual' "
+                       "leases it for ack_deadline seconds (acknowledge with /pubsub/messages/ack; unacknowledged "
+                       "messages come back with their attempt counted). A first message longer than max_len stays "
+                       "queued and nothing is returned.",
+        'tags': ['pub/sub'],
+        'requestBody': _body({'type': 'object', 'properties': {
+            'sub_key': {'type': 'string'},
+            'max_messages': {'type': 'integer', 'minimum': 1, 'default': pull.DEFAULT_MAX_MESSAGES,
+                             'description': f'capped at {pull.MAX_MESSAGES}'},
+            'max_len': {'type': 'integer', 'minimum': 1, 'default': pull.DEFAULT_MAX_LEN_CHARS,
+                        'description': 'total characters of data'},
+            'ack': {'enum': list(pull.ACK_MODES), 'default': pull.ACK_AUTO},
+            'ack_deadline': {'type': 'number', 'minimum': 0.001, 'maximum': pull.MAX_ACK_DEADLINE_SECS,
+                             'default': pull.DEFAULT_ACK_DEADLINE_SECS},
+            'wrap_in_list': {'type': 'boolean', 'default': False,
+                             'description': 'Zato: with max_messages 1 and false, the message is also given as '
+                                            'top-level data and meta'}}}, required=False),
+        'responses': {'200': _json({'type': 'object', 'required': ['is_ok', 'cid', 'message_count', 'messages'],
+                                    'properties': {**_OK_FIELDS, 'message_count': {'type': 'integer'},
+                                                   'messages': {'type': 'array', 'items': {
+                                                       'type': 'object', 'required': ['data', 'meta'],
+                                                       'properties': {'data': {}, 'meta': _META}}}}},
+                                   'The messages (possibly none)'),
+                      **_errors(400, 401, 404, 503)},
+    }}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        runtime = self._runtime
+        caller = _caller(runtime, req)
+        body = _object_body(runtime, req)
+        sub_key = body.get('sub_key')
+        if sub_key is not None and not isinstance(sub_key, str):
+            raise BadRequest("'sub_key' must be a string")
+        max_messages = body.get('max_messages', pull.DEFAULT_MAX_MESSAGES)
+        max_len = body.get('max_len', pull.DEFAULT_MAX_LEN_CHARS)
+        for key, value in (('max_messages', max_messages), ('max_len', max_len)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise BadRequest(f'{key!r} must be a whole number of at least 1')
+        mode = body.get('ack', pull.ACK_AUTO)
+        if mode not in pull.ACK_MODES:
+            raise BadRequest(f"'ack' must be 'auto' or 'manual', not {mode!r}"[:200])
+        deadline = _number(body, 'ack_deadline', pull.DEFAULT_ACK_DEADLINE_SECS, 0.001, pull.MAX_ACK_DEADLINE_SECS)
+        subs = self._subs(caller, sub_key or None)
+        if not subs:
+            raise SubscriptionNotFound() if sub_key else NoSubscription()
+        active = [s for s in subs if s.is_active]  # a paused subscription keeps its messages
+        pulled = pull.take(runtime.broker, active, min(max_messages, pull.MAX_MESSAGES),
+                           min(max_len, pull.DEFAULT_MAX_LEN_CHARS),
+                           deadline if mode == pull.ACK_MANUAL else None,
+                           runtime.permissions.may_read) if active else []
+        now = time.time()
+        messages = [pull.message_dict(p, now) for p in pulled]
+        answer = _ok(req, message_count=len(messages), messages=messages)
+        if max_messages == 1 and len(messages) == 1 and not body.get('wrap_in_list'):
+            answer.update(messages[0])  # Zato 4.1 answers a single message as top-level data and meta
+        resp.media = answer
+
+
+class MessagesAckResource(_PubSubResource):
+    """POST /pubsub/messages/ack: acknowledge messages taken with ack 'manual'."""
+
+    openapi = {'post': {
+        'summary': 'Acknowledge messages taken in manual mode',
+        'description': "Removes the messages leased under ack_ids from the caller's queues (one subscription with "
+                       "sub_key, else all of the caller's). An ack_id whose lease ran out and was handed over again "
+                       "is reported in not_found.",
+        'tags': ['pub/sub'],
+        'requestBody': _body({'type': 'object', 'required': ['ack_ids'], 'properties': {
+            'sub_key': {'type': 'string'},
+            'ack_ids': {'type': 'array', 'minItems': 1, 'maxItems': pull.MAX_ACK_IDS, 'items': {'type': 'string'}}}}),
+        'responses': {'200': _json({'type': 'object', 'required': ['is_ok', 'cid', 'acked', 'not_found'],
+                                    'properties': {**_OK_FIELDS, 'acked': {'type': 'integer'},
+                                                   'not_found': {'type': 'array', 'items': {'type': 'string'}}}},
+                                   'Acknowledged'),
+                      **_errors(400, 401, 404, 503)},
+    }}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        runtime = self._runtime
+        caller = _caller(runtime, req)
+        body = _object_body(runtime, req)
+        sub_key = body.get('sub_key')
+        if sub_key is not None and not isinstance(sub_key, str):
+            raise BadRequest("'sub_key' must be a string")
+        ack_ids = body.get('ack_ids')
+        if (not isinstance(ack_ids, list) or not ack_ids or len(ack_ids) > pull.MAX_ACK_IDS
+                or not all(isinstance(a, str) and a for a in ack_ids)):
+            raise BadRequest(f"'ack_ids' must be a list of 1 to {pull.MAX_ACK_IDS} ack_id strings")
+        subs = self._subs(caller, sub_key or None)
+        if not subs:
+            raise SubscriptionNotFound() if sub_key else NoSubscription()
+        wanted = list(dict.fromkeys(ack_ids))
+        # Only ack_ids as this server makes them can match: others (a NUL, megabytes) never reach SQL.
+        acked = pull.ack(runtime.broker, subs, [a for a in wanted if pull.is_ack_id(a)])
+        resp.media = _ok(req, acked=len(acked), not_found=[a for a in wanted if a not in acked])
+
+
+def routes(runtime: Runtime) -> dict[str, Any]:
+    """The pub/sub API's routes, for runtime.http.app.make_app."""
+    return {
+        '/pubsub/topic/{topic:path}': PublishResource(runtime),
+        '/pubsub/subscribe/topic/{topic:path}': SubscribeResource(runtime),
+        '/pubsub/unsubscribe/topic/{topic:path}': UnsubscribeResource(runtime),
+        '/pubsub/messages/get': MessagesGetResource(runtime),
+        '/pubsub/messages/ack': MessagesAckResource(runtime),
+    }

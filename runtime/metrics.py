@@ -1,0 +1,281 @@
+"""Prometheus metrics of one worker, served at ``GET /metrics``.
+
+What is counted, and where:
+
+- pub/sub: ``conduit_pubsub_published_total{topic}``, ``..._delivered_total``, ``..._failed_total``
+  (failed attempts) and ``..._dead_lettered_total`` per topic and subscription, by a
+  ``DeliveryHook`` on the broker;
+- queue depths, read from the database at scrape time: ``conduit_pubsub_queue_depth`` and
+  ``conduit_pubsub_dead_letters`` per subscription, ``conduit_pubsub_topic_depth`` per topic;
+- HTTP: ``conduit_http_requests_total{method, route, status}`` and
+  ``conduit_http_request_duration_seconds{method, route}`` by a falcon middleware (``route`` is the
+  URI template, ``channel`` for REST channels, so that arbitrary paths cannot blow up the series);
+- ``conduit_invoke_duration_seconds{service}``: every run of a service, whatever the channel.
+
+The hot paths (publish, deliver, invoke) only bump plain dicts: a histogram observation is a bisect
+and two additions, well under a microsecond. prometheus_client is used at scrape time only, through
+a custom collector, so nothing here takes a lock.
+
+Several gunicorn workers: each worker counts what it did and answers ``/metrics`` with its own
+counters, labelled with its ``pid`` (the database gauges are the same in every worker). Through one
+port, a scrape reaches whichever worker accepted the connection, so each scrape shows one worker's
+counters: rates per pid are right, totals are partial. For exact totals run one worker per scraped
+server (``--workers 1``, several servers on one database). prometheus_client's multiprocess mode
+was left out on purpose: it writes every increment to a memory-mapped file under a lock, too slow
+for the invoke path, and it cannot carry this collector's counters.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Iterator
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from runtime.db.blocking import run_transaction
+from runtime.pubsub import admin_ops
+from runtime.pubsub.hooks import DeliveryHook
+
+if TYPE_CHECKING:
+    import falcon
+
+    from runtime.core import Runtime
+    from runtime.pubsub.registry import SubInfo
+    from runtime.pubsub.store import Delivery, Publication
+
+_log = logging.getLogger(__name__)
+
+#: Upper bounds of the latency buckets, in seconds.
+LATENCY_BUCKETS_SECS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                        2.5, 5.0, 10.0, 30.0)
+
+#: Publications per topic each worker remembers for the admin API's topic details.
+RECENT_PER_TOPIC = 20
+
+#: Route label of requests no resource routed (REST channels, unknown paths).
+CHANNEL_ROUTE = 'channel'
+
+
+class Histogram:
+    """Per-key bucket counts and sums; ``observe`` is cheap enough for the invoke path."""
+
+    __slots__ = ('bounds', 'series')
+
+    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS_SECS) -> None:
+        self.bounds = bounds
+        #: key -> [count per bucket (the last is +Inf)..., sum]
+        self.series: dict[Any, list[float]] = {}
+
+    def observe(self, key: Any, value: float) -> None:
+        """Record one value under key."""
+        series = self.series.get(key)
+        if series is None:
+            series = self.series[key] = [0] * (len(self.bounds) + 2)
+        series[bisect_left(self.bounds, value)] += 1
+        series[-1] += value
+
+    def family(self, name: str, doc: str, labels: list[str], pid: str) -> HistogramMetricFamily:
+        """The exposition of every key (a key is a tuple of label values, or one value)."""
+        family = HistogramMetricFamily(name, doc, labels=[*labels, 'pid'])
+        for key, series in list(self.series.items()):
+            cumulative, buckets = 0.0, []
+            for bound, count in zip((*map(str, self.bounds), '+Inf'), series[:-1], strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            values = key if isinstance(key, tuple) else (key,)
+            family.add_metric([*map(str, values), pid], buckets, series[-1])
+        return family
+
+
+def _subscriber(sub: SubInfo) -> str:
+    # Never the sub_key nor a push URL (it may carry credentials).
+    return sub.service or sub.security or sub.kind
+
+
+class PubSubMetrics(DeliveryHook):
+    """Counts publications, deliveries, failures and dead letters; remembers recent publications."""
+
+    def __init__(self) -> None:
+        self.published: dict[str, int] = {}
+        #: (topic, subscription id, subscriber) -> count
+        self.delivered: dict[tuple[str, str, str], int] = {}
+        self.failed: dict[tuple[str, str, str], int] = {}
+        #: (topic, subscription id, subscriber, reason) -> count
+        self.dead_lettered: dict[tuple[str, str, str, str], int] = {}
+        self.recent: dict[int, deque[tuple[Any, ...]]] = {}
+
+    def __repr__(self) -> str:
+        return 'PubSubMetrics()'
+
+    def after_publish(self, pub: Publication, overflowed: bool) -> None:
+        """Count a publication and remember it for the topic's details."""
+        self.published[pub.topic_name] = self.published.get(pub.topic_name, 0) + 1
+        recent = self.recent.get(pub.topic_id)
+        if recent is None:
+            recent = self.recent[pub.topic_id] = deque(maxlen=RECENT_PER_TOPIC)
+        recent.append((pub.msg_id, pub.topic_name, pub.pub_time, pub.priority, pub.size, pub.has_gd, pub.publisher,
+                       pub.mime_type, overflowed))
+
+    def after_deliver(self, sub: SubInfo, delivery: Delivery, ok: bool, error: BaseException | None,
+                      duration_secs: float) -> None:
+        """Count a delivery attempt."""
+        counts = self.delivered if ok else self.failed
+        key = (delivery.topic_name, str(sub.id), _subscriber(sub))
+        counts[key] = counts.get(key, 0) + 1
+
+    def after_dead_letter(self, sub: SubInfo, delivery: Delivery, reason: str, error: str) -> None:
+        """Count a dead letter."""
+        key = (delivery.topic_name, str(sub.id), _subscriber(sub), reason)
+        self.dead_lettered[key] = self.dead_lettered.get(key, 0) + 1
+
+    def recent_publications(self, topic_id: int) -> list[dict[str, Any]]:
+        """Publications of a topic this worker saw, newest first (no data: it is not kept)."""
+        return [{'msg_id': r[0], 'topic_name': r[1], 'pub_time_iso': admin_ops.iso(r[2]), 'priority': r[3],
+                 'size': r[4], 'has_gd': r[5], 'publisher': r[6], 'mime_type': r[7], 'overflowed': r[8]}
+                for r in reversed(self.recent.get(topic_id, ()))]
+
+
+class HttpMetrics:
+    """Falcon middleware: counts requests and times them, by method, route template and status."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._requests = metrics.http_requests
+        self._latency = metrics.http_latency
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        req.context.metrics_started = perf_counter()
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: Any,
+                         req_succeeded: bool) -> None:
+        started = req.context.get('metrics_started')
+        if started is None:
+            return
+        route = req.uri_template or CHANNEL_ROUTE
+        key = (req.method, route, str(resp.status_code))
+        self._requests[key] = self._requests.get(key, 0) + 1
+        self._latency.observe((req.method, route), perf_counter() - started)
+
+
+class Metrics:
+    """The metrics of one runtime: counters fed by the broker, the invoker and the HTTP layer."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self.pubsub = PubSubMetrics()
+        self.invoke = Histogram()
+        self.http_requests: dict[tuple[str, str, str], int] = {}
+        self.http_latency = Histogram()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))  # type: ignore[arg-type]
+
+    def http_middleware(self) -> HttpMetrics:
+        """The falcon middleware that feeds the HTTP metrics."""
+        return HttpMetrics(self)
+
+    def recent_publications(self, topic_id: int) -> list[dict[str, Any]]:
+        """Publications of a topic this worker saw, newest first."""
+        return self.pubsub.recent_publications(topic_id)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)
+
+    def collect(self) -> Iterator[Metric]:
+        """Every metric family, the database gauges read now."""
+        pid = str(os.getpid())
+        pubsub = self.pubsub
+        # Snapshots first: reading the database below lets other greenlets change the dicts.
+        published = list(pubsub.published.items())
+        per_sub = [('delivered', 'Messages delivered successfully', list(pubsub.delivered.items())),
+                   ('failed', 'Delivery attempts that failed (retried or dead-lettered)', list(pubsub.failed.items()))]
+        dead = list(pubsub.dead_lettered.items())
+        requests = list(self.http_requests.items())
+        invoke = self.invoke.family('conduit_invoke_duration_seconds', 'Service run time, any channel', ['service'],
+                                    pid)
+        latency = self.http_latency.family('conduit_http_request_duration_seconds', 'HTTP request time',
+                                           ['method', 'route'], pid)
+
+        family = CounterMetricFamily('conduit_pubsub_published', 'Messages published', labels=['topic', 'pid'])
+        for topic, count in published:
+            family.add_metric([topic, pid], count)
+        yield family
+        for name, doc, items in per_sub:
+            family = CounterMetricFamily(f'conduit_pubsub_{name}', doc,
+                                         labels=['topic', 'subscription', 'subscriber', 'pid'])
+            for key, count in items:
+                family.add_metric([*key, pid], count)
+            yield family
+        family = CounterMetricFamily('conduit_pubsub_dead_lettered', 'Messages moved to a dead-letter queue',
+                                     labels=['topic', 'subscription', 'subscriber', 'reason', 'pid'])
+        for key, count in dead:
+            family.add_metric([*key, pid], count)
+        yield family
+        family = CounterMetricFamily('conduit_http_requests', 'HTTP requests answered',
+                                     labels=['method', 'route', 'status', 'pid'])
+        for key, count in requests:
+            family.add_metric([*key, pid], count)
+        yield family
+        yield latency
+        yield invoke
+        yield from self._depths()
+
+    def _depths(self) -> Iterator[Metric]:
+        broker = self._runtime.broker
+        registry = broker.registry
+        try:
+            stats, topic_depths = run_transaction(broker.engine, lambda c: (admin_ops.queue_stats(c),
+                                                                            admin_ops.topic_depths(c)), write=False)
+        except Exception as e:
+            _log.warning('metrics: queue depths not read (%s: %s)', type(e).__name__, e)
+            return
+        labels = ['subscription', 'kind', 'subscriber', 'topic']
+        queue = GaugeMetricFamily('conduit_pubsub_queue_depth', 'Messages waiting in a subscription queue '
+                                  '(stored ones; non-GD messages held in memory are not counted)', labels=labels)
+        dead = GaugeMetricFamily('conduit_pubsub_dead_letters', 'Messages in a dead-letter queue', labels=labels)
+        for sub in sorted(registry.subs.values(), key=lambda s: s.id):
+            row = stats.get(sub.id, {})
+            values = [str(sub.id), sub.kind, _subscriber(sub), sub.pattern]
+            queue.add_metric(values, row.get('depth', 0))
+            dead.add_metric(values, row.get('dead_letters', 0))
+        topics = GaugeMetricFamily('conduit_pubsub_topic_depth', 'Messages waiting in a topic for a subscriber',
+                                   labels=['topic', 'gd'])
+        for topic in sorted(registry.topics.values(), key=lambda t: t.id):
+            depth = topic_depths.get(topic.id, {'gd': 0, 'non_gd': 0})
+            topics.add_metric([topic.name, 'true'], depth['gd'])
+            topics.add_metric([topic.name, 'false'], depth['non_gd'])
+        yield queue
+        yield dead
+        yield topics
+
+
+class _Collector:
+    """Adapts Metrics to prometheus_client's collector protocol."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return self._metrics.collect()
+
+
+class MetricsResource:
+    """GET /metrics: this worker's metrics in the Prometheus text format."""
+
+    openapi = {'get': {
+        'summary': "This worker's metrics in the Prometheus text format", 'tags': ['runtime'],
+        'responses': {'200': {'description': 'Prometheus text exposition',
+                              'content': {'text/plain': {'schema': {'type': 'string'}}}}}}}
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._metrics = runtime.metrics
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.content_type = CONTENT_TYPE_LATEST
+        resp.data = self._metrics.render()

@@ -1,0 +1,266 @@
+"""What the admin API does to stored pub/sub state: runtime details, browsing, editing, purging, re-driving.
+
+Every function takes an open ``Connection`` inside the caller's transaction (run it with
+``runtime.db.blocking.run_transaction``), as ``runtime.pubsub.store`` does; nothing here knows HTTP.
+
+Guarantees:
+
+- Only stored entries are seen: non-GD messages a worker holds in memory for the subscriptions it
+  delivers are not visible (they are lost on restart anyway, as documented).
+- Editing a message changes the stored message in place, so its msg_id and its place in every
+  queue stay; a message published to several subscriptions is one stored message, so the edit is
+  seen by every queue and dead-letter queue that still holds it (answers say how many hold it).
+  The delivery loop reads messages afresh for every batch, so the next attempt sees the edit.
+- Re-driving a dead letter makes a new queue entry (delivery count reset, due at once) and removes
+  the dead letter, in one transaction; on PostgreSQL a NOTIFY wakes the owning worker, elsewhere
+  its poller sees the new queue id within ``pubsub.poll_interval_secs``.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, delete, func, insert, select, update
+
+from runtime.db.models import DeadLetter, Message, QueueEntry, Subscription, Topic
+from runtime.pubsub import store
+from runtime.pubsub.broker import decode_data
+from runtime.pubsub.topics import normalize
+
+#: Characters of a message's stored text shown in lists (the full data is in a message's own view).
+PREVIEW_CHARS = 200
+
+#: Most rows one browse returns.
+MAX_PAGE = 1000
+
+_MSG = (Message.id.label('message_id'), Message.msg_id, Message.topic_name, Message.data, Message.mime_type,
+        Message.priority, Message.pub_time, Message.expiration_time, Message.publisher, Message.correl_id,
+        Message.in_reply_to, Message.ext_client_id, Message.has_gd, Message.size)
+_ENTRY = (QueueEntry.id.label('entry_id'), QueueEntry.delivery_count, QueueEntry.next_attempt_at,
+          QueueEntry.last_error, QueueEntry.recv_time, QueueEntry.ack_id)
+_DEAD = (DeadLetter.id.label('dead_id'), DeadLetter.delivery_count, DeadLetter.last_error, DeadLetter.reason,
+         DeadLetter.dead_at)
+
+
+def iso(ts: float | None) -> str | None:
+    """A UNIX time as ISO 8601 UTC, None kept."""
+    return datetime.fromtimestamp(ts, UTC).isoformat() if ts is not None else None
+
+
+def _data(row: Any) -> Any:
+    try:
+        return decode_data(row.data, row.mime_type)
+    except ValueError:  # stored text that is not what its mime type says: show it as it is
+        return row.data
+
+
+def message_view(row: Any, full: bool = True) -> dict[str, Any]:
+    """A stored message (with its queue entry or dead letter, when the row has one) as the admin API shows it."""
+    view: dict[str, Any] = {
+        'msg_id': row.msg_id, 'topic_name': row.topic_name, 'mime_type': row.mime_type, 'priority': row.priority,
+        'size': row.size, 'has_gd': row.has_gd, 'publisher': row.publisher, 'pub_time_iso': iso(row.pub_time),
+        'expiration_time_iso': iso(row.expiration_time), 'correl_id': row.correl_id,
+        'in_reply_to': row.in_reply_to, 'ext_client_id': row.ext_client_id,
+    }
+    if full:
+        view['data'] = _data(row)
+    else:
+        view['data_preview'] = row.data[:PREVIEW_CHARS]
+    mapping = row._mapping
+    if 'entry_id' in mapping:
+        view.update(delivery_count=row.delivery_count, last_error=row.last_error, recv_time_iso=iso(row.recv_time),
+                    next_attempt_time_iso=iso(row.next_attempt_at or row.recv_time),
+                    # The ack id is the pulling client's token: only say that the entry is leased.
+                    leased=row.ack_id is not None)
+    if 'dead_id' in mapping:
+        view.update(delivery_count=row.delivery_count, last_error=row.last_error, reason=row.reason,
+                    dead_time_iso=iso(row.dead_at))
+    return view
+
+
+# Runtime details
+
+
+def queue_stats(conn: Connection, sub_ids: list[int] | None = None) -> dict[int, dict[str, Any]]:
+    """Per subscription: queue depth, oldest message (msg_id, publication time, age) and dead-letter count."""
+    query = select(QueueEntry.sub_id, func.count(), func.min(QueueEntry.message_id)).group_by(QueueEntry.sub_id)
+    dead_query = select(DeadLetter.sub_id, func.count()).group_by(DeadLetter.sub_id)
+    if sub_ids is not None:
+        if not sub_ids:
+            return {}
+        query = query.where(QueueEntry.sub_id.in_(sub_ids))
+        dead_query = dead_query.where(DeadLetter.sub_id.in_(sub_ids))
+    rows = conn.execute(query).all()
+    oldest_ids = [r[2] for r in rows]
+    oldest = {r.id: r for r in conn.execute(select(Message.id, Message.msg_id, Message.pub_time)
+                                            .where(Message.id.in_(oldest_ids))).all()} if oldest_ids else {}
+    now = time.time()
+    stats: dict[int, dict[str, Any]] = {}
+    for sub_id in sub_ids or []:
+        stats[sub_id] = {'depth': 0, 'oldest_message': None, 'dead_letters': 0}
+    for sub_id, depth, oldest_id in rows:
+        msg = oldest.get(oldest_id)
+        stats.setdefault(sub_id, {'dead_letters': 0}).update(
+            depth=depth, oldest_message={'msg_id': msg.msg_id, 'pub_time_iso': iso(msg.pub_time),
+                                         'age_secs': round(now - msg.pub_time, 3)} if msg else None)
+    for sub_id, count in conn.execute(dead_query).all():
+        stats.setdefault(sub_id, {'depth': 0, 'oldest_message': None})['dead_letters'] = count
+    return stats
+
+
+def topic_depths(conn: Connection, topic_ids: list[int] | None = None) -> dict[int, dict[str, int]]:
+    """Per topic: messages waiting in it (accepted with no subscriber), GD and non-GD."""
+    query = (select(Message.topic_id, Message.has_gd, func.count()).where(Message.in_topic.is_(True))
+             .group_by(Message.topic_id, Message.has_gd))
+    if topic_ids is not None:
+        query = query.where(Message.topic_id.in_(topic_ids))
+    depths: dict[int, dict[str, int]] = {}
+    for topic_id, has_gd, count in conn.execute(query).all():
+        depths.setdefault(topic_id, {'gd': 0, 'non_gd': 0})['gd' if has_gd else 'non_gd'] += count
+    return depths
+
+
+def last_publications(conn: Connection, topic_id: int, limit: int) -> list[dict[str, Any]]:
+    """The newest messages of a topic still stored (waiting in it, in a queue or as a dead letter)."""
+    rows = conn.execute(select(*_MSG, Message.in_topic).where(Message.topic_id == topic_id)
+                        .order_by(Message.id.desc()).limit(limit)).all()
+    return [{**message_view(r, full=False), 'in_topic': r.in_topic} for r in rows]
+
+
+# Topics and subscriptions
+
+
+def update_topic(conn: Connection, topic_id: int, attrs: dict[str, Any]) -> None:
+    """Change a topic's attributes (already validated)."""
+    conn.execute(update(Topic).where(Topic.id == topic_id).values(**attrs))
+
+
+def delete_topic(conn: Connection, topic_id: int, name: str) -> dict[str, int]:
+    """Remove a topic, the subscriptions to exactly it (with their queues) and the messages waiting in it.
+
+    Pattern subscriptions stay (they may match other topics); messages already in their queues stay too.
+    """
+    key = normalize(name)
+    exact = [r.id for r in conn.execute(select(Subscription.id, Subscription.pattern)).all()
+             if normalize(r.pattern) == key]
+    for sub_id in exact:
+        store.delete_subscription(conn, sub_id)
+    waiting = conn.execute(delete(Message).where(Message.topic_id == topic_id, Message.in_topic.is_(True))).rowcount
+    conn.execute(delete(Topic).where(Topic.id == topic_id))
+    return {'subscriptions_deleted': len(exact), 'messages_deleted': waiting}
+
+
+def update_subscription(conn: Connection, sub_id: int, values: dict[str, Any]) -> None:
+    """Change a subscription's stored columns (already validated)."""
+    conn.execute(update(Subscription).where(Subscription.id == sub_id).values(**values))
+
+
+# Queues
+
+
+def browse_queue(conn: Connection, sub_id: int, limit: int, offset: int) -> list[dict[str, Any]]:
+    """A page of a queue in delivery order (priority high first, then publication), without full data."""
+    rows = conn.execute(select(*_ENTRY, *_MSG).join(Message, Message.id == QueueEntry.message_id)
+                        .where(QueueEntry.sub_id == sub_id)
+                        .order_by(QueueEntry.priority, QueueEntry.message_id, QueueEntry.id)
+                        .limit(min(limit, MAX_PAGE)).offset(offset)).all()
+    return [message_view(r, full=False) for r in rows]
+
+
+def queue_message(conn: Connection, sub_id: int, msg_id: str) -> Any | None:
+    """A queue entry with its message, or None."""
+    return conn.execute(select(*_ENTRY, *_MSG).join(Message, Message.id == QueueEntry.message_id)
+                        .where(QueueEntry.sub_id == sub_id, Message.msg_id == msg_id)
+                        .order_by(QueueEntry.id).limit(1)).first()
+
+
+def holders(conn: Connection, message_id: int) -> int:
+    """How many queue entries and dead letters hold a stored message."""
+    entries = conn.execute(select(func.count()).select_from(QueueEntry)
+                           .where(QueueEntry.message_id == message_id)).scalar_one()
+    dead = conn.execute(select(func.count()).select_from(DeadLetter)
+                        .where(DeadLetter.message_id == message_id)).scalar_one()
+    return entries + dead
+
+
+def edit_message(conn: Connection, message_id: int, changes: dict[str, Any]) -> None:
+    """Change a stored message in place: data (text, mime_type, size), priority, expiration_time.
+
+    A priority change also re-orders every queue entry of the message, so that the order queues
+    deliver in matches the priority subscribers see.
+    """
+    if changes:
+        conn.execute(update(Message).where(Message.id == message_id).values(**changes))
+    if 'priority' in changes:
+        conn.execute(update(QueueEntry).where(QueueEntry.message_id == message_id)
+                     .values(priority=-changes['priority']))
+
+
+def delete_queue_message(conn: Connection, sub_id: int, msg_id: str) -> int:
+    """Remove a message from one queue (the sweeper removes the message once nothing holds it)."""
+    message_ids = select(Message.id).where(Message.msg_id == msg_id).scalar_subquery()
+    return conn.execute(delete(QueueEntry).where(QueueEntry.sub_id == sub_id,
+                                                 QueueEntry.message_id.in_(message_ids))).rowcount
+
+
+def purge_queue(conn: Connection, sub_id: int) -> int:
+    """Remove every message of a queue; returns how many."""
+    return conn.execute(delete(QueueEntry).where(QueueEntry.sub_id == sub_id)).rowcount
+
+
+# Dead letters
+
+
+def browse_dead_letters(conn: Connection, sub_id: int, limit: int, offset: int) -> list[dict[str, Any]]:
+    """A page of a subscription's dead letters, oldest first, without full data."""
+    rows = conn.execute(select(*_DEAD, *_MSG).join(Message, Message.id == DeadLetter.message_id)
+                        .where(DeadLetter.sub_id == sub_id).order_by(DeadLetter.id)
+                        .limit(min(limit, MAX_PAGE)).offset(offset)).all()
+    return [message_view(r, full=False) for r in rows]
+
+
+def dead_letter_count(conn: Connection, sub_id: int) -> int:
+    """How many dead letters a subscription has."""
+    return conn.execute(select(func.count()).select_from(DeadLetter).where(DeadLetter.sub_id == sub_id)).scalar_one()
+
+
+def dead_letter(conn: Connection, sub_id: int, msg_id: str) -> Any | None:
+    """A dead letter with its message, or None."""
+    return conn.execute(select(*_DEAD, *_MSG).join(Message, Message.id == DeadLetter.message_id)
+                        .where(DeadLetter.sub_id == sub_id, Message.msg_id == msg_id)
+                        .order_by(DeadLetter.id).limit(1)).first()
+
+
+def delete_dead_letters(conn: Connection, sub_id: int, msg_id: str | None = None) -> int:
+    """Remove one dead letter (by msg_id) or all of a subscription's; returns how many."""
+    query = delete(DeadLetter).where(DeadLetter.sub_id == sub_id)
+    if msg_id is not None:
+        query = query.where(DeadLetter.message_id.in_(select(Message.id).where(Message.msg_id == msg_id)
+                                                      .scalar_subquery()))
+    return conn.execute(query).rowcount
+
+
+def redrive(conn: Connection, sub_id: int, msg_ids: list[str] | None = None) -> list[str]:
+    """Move dead letters (the given ones, or all) back into their queue; returns the msg_ids re-driven.
+
+    Each gets a new queue entry: delivery count reset, due at once, ordered by its priority and
+    publication like any other entry.
+    """
+    query = (select(DeadLetter.id, DeadLetter.message_id, Message.msg_id, Message.priority)
+             .join(Message, Message.id == DeadLetter.message_id).where(DeadLetter.sub_id == sub_id))
+    if msg_ids is not None:
+        if not msg_ids:
+            return []
+        query = query.where(Message.msg_id.in_(msg_ids))
+    rows = conn.execute(query.order_by(DeadLetter.id)).all()
+    if not rows:
+        return []
+    now = time.time()
+    conn.execute(insert(QueueEntry), [{'sub_id': sub_id, 'message_id': r.message_id, 'priority': -r.priority,
+                                       'next_attempt_at': 0.0, 'recv_time': now, 'delivery_count': 0,
+                                       'last_error': ''} for r in rows])
+    conn.execute(delete(DeadLetter).where(DeadLetter.id.in_([r.id for r in rows])))
+    store.notify_subscribers(conn, {sub_id})
+    return [r.msg_id for r in rows]

@@ -1,0 +1,387 @@
+"""The admin API against real servers (DESIGN §7): topics, subscriptions, queues, dead letters,
+publishing, security definitions and channels, each change live without a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from tests.live_server import LiveServer, poll
+
+#: Delivery settings that keep retries and polls short.
+FAST = '''
+[pubsub]
+wait_non_sock_err = 0.1
+max_wait_secs = 0.5
+poll_interval_secs = 0.05
+lease_ttl_secs = 2.0
+lease_renew_secs = 0.3
+'''
+
+SERVICES = '''
+import json
+import os
+
+from runtime import Service
+
+OUT = os.environ['CONDUIT_TEST_OUT']
+
+
+class Picky(Service):
+    """Records every message it gets; fails unless the data says ok."""
+
+    name = 'test.picky'
+
+    def handle(self):
+        data = self.request.payload
+        meta = self.request.raw_request
+        with open(OUT, 'a') as f:
+            f.write(json.dumps({'data': data, 'msg_id': meta['msg_id'], 'count': meta['delivery_count'],
+                                'publisher': meta['publisher']}) + '\\n')
+        if not (isinstance(data, dict) and data.get('ok')):
+            raise ValueError('not ok')
+
+
+class Echo(Service):
+    name = 'test.echo'
+
+    def handle(self):
+        self.response.payload = {'echo': self.request.payload}
+'''
+
+
+class Admin:
+    """Calls the admin API, checks statuses, and keeps every answer to search for secrets later."""
+
+    def __init__(self, server: LiveServer) -> None:
+        self.server = server
+        self.answers: list[str] = []
+
+    def __call__(self, method: str, path: str, expected: int = 200, **kwargs: Any) -> Any:
+        kwargs.setdefault('auth', self.server.admin)
+        r = self.server.request(method, path, **kwargs)
+        self.answers.append(r.text)
+        assert r.status_code == expected, f'{method} {path}: {r.status_code} {r.text}'
+        body = r.json()
+        assert body['is_ok'] is (expected < 400), body
+        return body
+
+
+def _start(server_factory: Any, tmp_path: Path, workers: int = 1) -> tuple[LiveServer, Admin, Path]:
+    out = tmp_path / 'delivered.jsonl'
+    server = server_factory(workers=workers, extra_config=FAST, env={'CONDUIT_TEST_OUT': str(out)})
+    server.write_module('test_admin_services.py', SERVICES)
+    server.start()
+    return server, Admin(server), out
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+
+
+def _fill(path: str) -> str:
+    return re.sub(r'{(\w+)}', lambda m: '1' if m.group(1) == 'sub_id' else 'x', path)
+
+
+def test_every_admin_endpoint_requires_admin_credentials(server: LiveServer) -> None:
+    admin = Admin(server)
+    admin('POST', '/admin/security', 201, json={'name': 'client', 'username': 'client', 'password': 'client-pw'})
+    admin('POST', '/admin/topics', 201, json={'name': 'guarded'})
+    topics_before = admin('GET', '/admin/topics')['topics']
+    doc = server.request('GET', '/openapi.json').json()
+    admin_ops = [(m.upper(), p) for p, ops in doc['paths'].items() if p.startswith('/admin') for m in ops]
+    assert len(admin_ops) > 50
+    for method, path in admin_ops + [('GET', '/admin'), ('GET', '/admin/no/such/thing')]:
+        url = _fill(path)
+        for auth in (None, (server.admin[0], 'wrong'), ('client', 'client-pw'), ('', '')):
+            r = server.request(method, url, auth=auth, json={'name': 'x'})
+            assert r.status_code == 401, f'{method} {url} with {auth and auth[0]!r}: {r.status_code} {r.text}'
+            assert r.headers['WWW-Authenticate'].startswith('Basic realm=')
+            assert r.json()['is_ok'] is False
+    # Nothing those requests could have changed did change.
+    assert admin('GET', '/admin/topics')['topics'] == topics_before
+    assert [s['name'] for s in admin('GET', '/admin/security')['security']] == ['client']
+
+
+def test_bad_input_gets_a_clear_4xx_and_nothing_stored_changes(server: LiveServer) -> None:
+    admin = Admin(server)
+    admin('POST', '/admin/topics', 201, json={'name': 'kept'})
+    admin('POST', '/admin/security', 201, json={'name': 'r', 'username': 'r', 'password': 'pw'})
+    sub_id = admin('POST', '/admin/subscriptions', 201, json={'topic': 'kept', 'kind': 'pull', 'security': 'r'})[
+        'subscription']['id']
+    # NUL characters: PostgreSQL refuses them, so they must never reach a query.
+    for method, path in (('GET', '/admin/security/a%00b'), ('GET', f'/admin/queues/{sub_id}/messages/a%00b'),
+                         ('DELETE', '/admin/channels/a%00b'), ('GET', '/admin/subscriptions?topic=a%00b')):
+        assert 'NUL' in admin(method, path, 400)['details']
+    for path, body in (('/admin/topics', {'name': 'a\x00b'}), ('/admin/topics', {'name': 'x', 'hook_service': 'a\x00'}),
+                       (f'/admin/queues/{sub_id}/redrive', {'msg_ids': ['a\x00b']}),
+                       ('/admin/publish', {'topic': 'kept', 'data': 'a\x00b'}),
+                       ('/admin/publish', {'topic': 'kept', 'data': {'x': '\ud800'}}),
+                       ('/admin/security', {'name': 's', 'username': 'u', 'password': '\ud800'}),
+                       ('/admin/channels', {'name': 'c', 'service': 's', 'url_path': '/a', 'methods': 'BREW'}),
+                       ('/admin/topics', {'name': 'big', 'max_depth_gd': 2 ** 40}),
+                       ('/admin/subscriptions', {'topic': 'kept', 'kind': 'pull', 'security': 'r',
+                                                 'options': {'max_attempts': 'many'}}),
+                       ('/admin/subscriptions', {'topic': 'kept', 'kind': 'rest_push', 'push_url': 'ftp://x'})):
+        r = server.request('POST', path, data=json.dumps(body), auth=server.admin,
+                           headers={'Content-Type': 'application/json'})
+        assert r.status_code == 400, f'{path} {body!r}: {r.status_code} {r.text}'
+    for raw in (b'{"name": ', b'[1, 2]', b'"just a string"', b'\xff\xfe'):
+        assert server.request('POST', '/admin/topics', data=raw, auth=server.admin).status_code == 400
+    assert server.request('POST', '/admin/topics', data=b'{}' + b' ' * 6_000_000, auth=server.admin).status_code == 413
+    admin('GET', '/admin/queues/abc', 404)  # not an id
+    admin('GET', '/admin/queues/99999999999999999999999', 404)
+    assert [t['name'] for t in admin('GET', '/admin/topics')['topics'] if t['name'] == 'kept'] == ['kept']
+    assert admin('GET', '/health')['is_ok'] is True
+
+
+def test_topics_crud_and_runtime_details(server_factory, tmp_path) -> None:
+    server, admin, _out = _start(server_factory, tmp_path)
+    created = admin('POST', '/admin/topics', 201, json={'name': 'orders.created', 'max_depth_gd': 500})['topic']
+    assert created['max_depth_gd'] == 500 and created['origin'] == 'api'
+    assert 'already exists' in admin('POST', '/admin/topics', 409, json={'name': 'ORDERS.created'})['details']
+    assert 'topic name' in admin('POST', '/admin/topics', 400, json={'name': ' bad'})['details']
+    assert 'depth_check_freq' in admin('POST', '/admin/topics', 400, json={'name': 'a', 'depth_check_freq': 5})[
+        'details']
+    assert "'colour'" in admin('POST', '/admin/topics', 400, json={'name': 'a', 'colour': 'red'})['details']
+    admin('POST', '/admin/topics', 201, json={'name': '/customer/new'})
+    assert admin('GET', '/admin/topics//customer/new')['topic']['name'] == '/customer/new'
+    admin('GET', '/admin/topics/no.such.topic', 404)
+
+    admin('POST', '/admin/security', 201, json={'name': 'puller', 'username': 'puller', 'password': 'pw-1'})
+    admin('PUT', '/admin/security/puller/permissions', json={'sub': ['orders.**']})
+    pull = admin('POST', '/admin/subscriptions', 201, json={'topic': 'orders.*', 'kind': 'pull',
+                                                           'security': 'puller'})
+    assert pull['sub_key'].startswith('sk.')
+    pull_id = pull['subscription']['id']
+    paused = admin('POST', '/admin/subscriptions', 201, json={'topic': 'orders.created', 'kind': 'service',
+                                                             'service': 'test.echo', 'is_active': False})
+    assert paused['subscription']['is_active'] is False
+    msg_ids = [admin('POST', '/admin/publish', json={'topic': 'orders.created', 'data': {'n': n}})['msg_id']
+               for n in range(3)]
+
+    details = admin('GET', '/admin/topics/orders.created?last=2')
+    assert details['depth'] == {'gd': 0, 'non_gd': 0}
+    assert [p['msg_id'] for p in details['last_publications']] == msg_ids[::-1][:2]
+    assert details['last_pub_time_iso'] == details['last_publications'][0]['pub_time_iso']
+    queues = {s['id']: s for s in details['subscriptions']}
+    assert set(queues) == {pull_id, paused['subscription']['id']}
+    assert queues[pull_id]['queue_depth'] == 3
+    assert queues[pull_id]['oldest_message']['msg_id'] == msg_ids[0]
+    assert 'sub_key' not in json.dumps(details) and pull['sub_key'] not in json.dumps(details)
+    listed = {t['name']: t for t in admin('GET', '/admin/topics')['topics']}
+    assert listed['orders.created']['subscriptions'] == 2
+
+    # A topic with no subscribers keeps what is published (depth), until one subscribes.
+    admin('POST', '/admin/topics', 201, json={'name': 'lonely'})
+    admin('POST', '/admin/publish', json={'topic': 'lonely', 'data': 'hi'})
+    assert admin('GET', '/admin/topics/lonely')['depth'] == {'gd': 1, 'non_gd': 0}
+
+    assert admin('PATCH', '/admin/topics/orders.created', json={'is_active': False})['topic']['is_active'] is False
+    admin('POST', '/admin/publish', 403, json={'topic': 'orders.created', 'data': 1})
+    admin('PATCH', '/admin/topics/orders.created', json={'is_active': True})
+    admin('PATCH', '/admin/topics/orders.created', 400, json={'name': 'renamed'})
+
+    deleted = admin('DELETE', '/admin/topics/orders.created')
+    assert deleted['subscriptions_deleted'] == 1  # the exact one; the orders.* pattern stays
+    admin('GET', '/admin/topics/orders.created', 404)
+    assert admin('GET', f'/admin/subscriptions/{pull_id}')['subscription']['queue_depth'] == 3
+
+
+def test_pause_and_resume_delivery(server_factory, tmp_path) -> None:
+    server, admin, out = _start(server_factory, tmp_path)
+    admin('POST', '/admin/topics', 201, json={'name': 'jobs'})
+    sub = admin('POST', '/admin/subscriptions', 201, json={'topic': 'jobs', 'kind': 'service',
+                                                          'service': 'test.picky'})['subscription']
+    admin('POST', '/admin/publish', json={'topic': 'jobs', 'data': {'ok': True, 'n': 1}})
+    poll(lambda: len(_records(out)) == 1, message='first delivery')
+
+    paused = admin('POST', f'/admin/subscriptions/{sub["id"]}/pause')['subscription']
+    assert paused['is_active'] is False
+    admin('POST', '/admin/publish', json={'topic': 'jobs', 'data': {'ok': True, 'n': 2}})
+    poll(lambda: admin('GET', f'/admin/queues/{sub["id"]}')['queue']['queue_depth'] == 1, message='queued')
+    time.sleep(0.5)
+    assert len(_records(out)) == 1, 'a paused subscription got a message'
+
+    assert admin('POST', f'/admin/subscriptions/{sub["id"]}/resume')['subscription']['is_active'] is True
+    poll(lambda: len(_records(out)) == 2, message='delivery after resume')
+    assert _records(out)[1]['data'] == {'ok': True, 'n': 2}
+    admin('POST', '/admin/subscriptions/999999/pause', 404)
+
+
+def test_queue_browse_and_edits_in_place_are_seen_by_the_next_delivery(server_factory, tmp_path) -> None:
+    server, admin, out = _start(server_factory, tmp_path)
+    admin('POST', '/admin/topics', 201, json={'name': 'invoices'})
+    sub = admin('POST', '/admin/subscriptions', 201, json={
+        'topic': 'invoices', 'kind': 'service', 'service': 'test.picky',
+        'options': {'max_attempts': 1000, 'wait_non_sock_err': 0.3}})['subscription']
+    queue = f'/admin/queues/{sub["id"]}'
+    msg_id = admin('POST', '/admin/publish', json={'topic': 'invoices', 'data': {'ok': False, 'amount': 10}})['msg_id']
+    poll(lambda: _records(out), message='a failed first attempt')
+
+    message = admin('GET', f'{queue}/messages/{msg_id}')['message']
+    assert message['data'] == {'ok': False, 'amount': 10} and message['delivery_count'] >= 1
+    assert 'not ok' in message['last_error']
+    edited = admin('PATCH', f'{queue}/messages/{msg_id}', json={'data': {'ok': True, 'amount': 11}, 'priority': 8})
+    assert edited['message']['data'] == {'ok': True, 'amount': 11} and edited['message']['priority'] == 8
+    assert edited['held_by'] == 1
+    poll(lambda: any(r['data'] == {'ok': True, 'amount': 11} for r in _records(out)), message='edited delivery')
+    last = _records(out)[-1]
+    assert last['msg_id'] == msg_id and last['data'] == {'ok': True, 'amount': 11}
+    poll(lambda: admin('GET', queue)['queue']['queue_depth'] == 0, message='queue drained')
+    admin('GET', f'{queue}/messages/{msg_id}', 404)
+
+    # Browsing a pull queue: delivery order, paging, edits, deletes, purge.
+    admin('POST', '/admin/security', 201, json={'name': 'reader', 'username': 'reader', 'password': 'pw'})
+    admin('PUT', '/admin/security/reader/permissions', json={'sub': ['invoices']})
+    pull = admin('POST', '/admin/subscriptions', 201, json={'topic': 'invoices', 'kind': 'pull',
+                                                           'security': 'reader'})['subscription']
+    queue = f'/admin/queues/{pull["id"]}'
+    ids = [admin('POST', '/admin/publish', json={'topic': 'invoices', 'data': {'n': n, 'ok': True},
+                                                 'priority': p})['msg_id']
+           for n, p in enumerate([5, 9, 5, 1, 5])]
+    page = admin('GET', f'{queue}/messages?limit=2')
+    assert page['depth'] == 5 and page['next_offset'] == 2
+    assert [m['msg_id'] for m in page['messages']] == [ids[1], ids[0]]
+    assert 'data' not in page['messages'][0] and page['messages'][0]['data_preview'].startswith('{')
+    rest = admin('GET', f'{queue}/messages?limit=10&offset=2')
+    assert [m['msg_id'] for m in rest['messages']] == [ids[2], ids[4], ids[3]] and rest['next_offset'] is None
+    admin('PATCH', f'{queue}/messages/{ids[3]}', json={'priority': 9, 'expiration': 3600})
+    order = [m['msg_id'] for m in admin('GET', f'{queue}/messages')['messages']]
+    assert order[:2] == [ids[1], ids[3]]
+    admin('PATCH', f'{queue}/messages/{ids[3]}', 400, json={'priority': 10})
+    admin('PATCH', f'{queue}/messages/{ids[3]}', 400, json={})
+    admin('PATCH', f'{queue}/messages/{ids[3]}', 400, json={'data': None})
+    admin('PATCH', f'{queue}/messages/{ids[3]}', 400, json={'colour': 'red'})
+    admin('PATCH', f'{queue}/messages/msg.nope', 404, json={'priority': 1})
+    assert admin('DELETE', f'{queue}/messages/{ids[0]}')['deleted'] == ids[0]
+    admin('DELETE', f'{queue}/messages/{ids[0]}', 404)
+    assert admin('GET', queue)['queue']['queue_depth'] == 4
+    assert admin('DELETE', f'{queue}/messages')['deleted'] == 4
+    assert admin('GET', f'{queue}/messages')['messages'] == []
+
+
+def test_dead_letters_are_edited_and_redriven_back_to_delivery(server_factory, tmp_path) -> None:
+    server, admin, out = _start(server_factory, tmp_path)
+    admin('POST', '/admin/topics', 201, json={'name': 'payments'})
+    sub = admin('POST', '/admin/subscriptions', 201, json={
+        'topic': 'payments', 'kind': 'service', 'service': 'test.picky',
+        'options': {'max_attempts': 1, 'err_should_block': False}})['subscription']
+    queue = f'/admin/queues/{sub["id"]}'
+    ids = [admin('POST', '/admin/publish', json={'topic': 'payments', 'data': {'ok': False, 'n': n}})['msg_id']
+           for n in range(3)]
+    poll(lambda: admin('GET', queue)['queue']['dead_letters'] == 3, message='three dead letters')
+    page = admin('GET', f'{queue}/dead-letters?limit=2')
+    assert page['count'] == 3 and page['next_offset'] == 2
+    assert [d['msg_id'] for d in page['dead_letters']] == ids[:2]
+    dead = admin('GET', f'{queue}/dead-letters/{ids[0]}')['dead_letter']
+    assert dead['reason'] == 'max_attempts' and 'not ok' in dead['last_error'] and dead['delivery_count'] == 1
+
+    edited = admin('PATCH', f'{queue}/dead-letters/{ids[0]}', json={'data': {'ok': True, 'n': 0, 'fixed': True}})
+    assert edited['dead_letter']['data']['fixed'] is True
+    assert admin('POST', f'{queue}/redrive', json={'msg_ids': [ids[0]]})['redriven'] == [ids[0]]
+    poll(lambda: any(r['data'].get('fixed') for r in _records(out)), message='the re-driven letter delivered')
+    redelivered = [r for r in _records(out) if r['data'].get('fixed')][0]
+    assert redelivered['msg_id'] == ids[0] and redelivered['count'] == 1  # the delivery count was reset
+    admin('GET', f'{queue}/dead-letters/{ids[0]}', 404)
+
+    admin('POST', f'{queue}/redrive', 400)  # neither msg_ids nor all
+    admin('POST', f'{queue}/redrive', 404, json={'msg_ids': ['msg.nope']})
+    assert admin('POST', f'{queue}/redrive', json={'all': True})['count'] == 2
+    # Still failing: back in the dead-letter queue after their one attempt.
+    poll(lambda: admin('GET', queue)['queue']['dead_letters'] == 2, message='failing again')
+    assert admin('DELETE', f'{queue}/dead-letters/{ids[1]}')['deleted'] == ids[1]
+    assert admin('DELETE', f'{queue}/dead-letters')['deleted'] == 1
+    assert admin('GET', queue)['queue']['dead_letters'] == 0
+
+
+def test_security_definitions_password_change_and_channels_without_restart(server_factory, tmp_path) -> None:
+    server, admin, _out = _start(server_factory, tmp_path, workers=2)
+    created = admin('POST', '/admin/security', 201, json={'name': 'crm', 'username': 'crm-user',
+                                                          'password': 'first-secret-pw', 'realm': 'CRM'})
+    assert created['security'] == {'name': 'crm', 'type': 'basic_auth', 'username': 'crm-user', 'realm': 'CRM',
+                                   'is_active': True, 'origin': 'api'}
+    admin('POST', '/admin/security', 409, json={'name': 'crm', 'username': 'other', 'password': 'x'})
+    admin('POST', '/admin/security', 409, json={'name': 'crm2', 'username': 'crm-user', 'password': 'x'})
+    admin('POST', '/admin/security', 400, json={'name': 'no-pw', 'username': 'u'})
+    admin('POST', '/admin/security', 400, json={'name': 'colon', 'username': 'a:b', 'password': 'x'})
+
+    channel = admin('POST', '/admin/channels', 201, json={'name': 'echo', 'service': 'test.echo',
+                                                         'url_path': '/api/echo/{id}', 'methods': ['POST'],
+                                                         'security': 'crm'})['channel']
+    assert channel['methods'] == ['POST'] and channel['security'] == 'crm'
+    admin('POST', '/admin/channels', 409, json={'name': 'echo', 'service': 'x', 'url_path': '/api/x'})
+    admin('POST', '/admin/channels', 400, json={'name': 'bad', 'service': 'x', 'url_path': '/admin/x'})
+    admin('POST', '/admin/channels', 400, json={'name': 'bad', 'service': 'x', 'url_path': '/x', 'security': 'nope'})
+
+    def status_with(password: str) -> set[int]:
+        # New connections each time, so that both workers answer sooner or later.
+        return {requests.post(f'{server.url}/api/echo/7', json={'a': 1}, auth=('crm-user', password),
+                              timeout=10).status_code for _ in range(8)}
+
+    poll(lambda: status_with('first-secret-pw') == {200}, message='channel live on every worker')
+    r = requests.post(f'{server.url}/api/echo/7', json={'a': 1}, auth=('crm-user', 'first-secret-pw'), timeout=10)
+    assert r.json() == {'echo': {'a': 1}}
+
+    changed = admin('POST', '/admin/security/crm/password', json={'password': 'second-secret-pw'})
+    assert changed['security']['name'] == 'crm'
+    poll(lambda: status_with('first-secret-pw') == {401} and status_with('second-secret-pw') == {200},
+         message='new password in force on every worker')
+    admin('POST', '/admin/security/crm/password', 400, json={'password': ''})
+    admin('POST', '/admin/security/nope/password', 404, json={'password': 'x'})
+
+    assert admin('PATCH', '/admin/security/crm', json={'realm': 'CRM 2'})['security']['realm'] == 'CRM 2'
+    admin('PATCH', '/admin/security/crm', 400, json={'password': 'sneaky'})
+    assert 'channel' in admin('DELETE', '/admin/security/crm', 409)['details']
+    assert admin('PATCH', '/admin/channels/echo', json={'security': '', 'methods': 'POST,GET'})['channel'][
+        'methods'] == ['GET', 'POST']
+    poll(lambda: {requests.get(f'{server.url}/api/echo/1', timeout=10).status_code for _ in range(6)} == {200},
+         message='channel without security on every worker')
+    admin('DELETE', '/admin/channels/echo')
+    admin('DELETE', '/admin/channels/echo', 404)
+    poll(lambda: {requests.get(f'{server.url}/api/echo/1', timeout=10).status_code for _ in range(6)} == {404},
+         message='channel gone on every worker')
+    admin('GET', '/admin/security/crm')
+    assert [s['name'] for s in admin('GET', '/admin/security')['security']] == ['crm']
+    admin('DELETE', '/admin/security/crm')
+    admin('GET', '/admin/security/crm', 404)
+
+    # No answer ever carried a password or a hash, and the log holds neither.
+    everything = '\n'.join(admin.answers)
+    for secret in ('first-secret-pw', 'second-secret-pw', 'scrypt$', 'password_hash'):
+        assert secret not in everything, secret
+        assert secret not in server.log(), secret
+
+
+def test_publish_on_behalf_of_an_endpoint(server_factory, tmp_path) -> None:
+    server, admin, out = _start(server_factory, tmp_path)
+    admin('POST', '/admin/security', 201, json={'name': 'erp', 'username': 'erp', 'password': 'pw'})
+    admin('POST', '/admin/topics', 201, json={'name': 'erp.events'})
+    admin('POST', '/admin/subscriptions', 201, json={'topic': 'erp.events', 'kind': 'service',
+                                                    'service': 'test.picky'})
+    sent = admin('POST', '/admin/publish', json={'topic': 'erp.events', 'data': {'ok': True}, 'security': 'erp',
+                                                 'correl_id': 'c-1'})
+    assert sent['topic_name'] == 'erp.events'
+    poll(lambda: _records(out), message='delivery')
+    assert _records(out)[0] == {'data': {'ok': True}, 'msg_id': sent['msg_id'], 'count': 1,
+                                'publisher': 'security:erp'}
+    # To a service: through its implicit topic.
+    to_service = admin('POST', '/admin/publish', json={'topic': 'test.picky', 'data': {'ok': True, 'direct': 1},
+                                                       'service': 'test.echo'})
+    assert to_service['topic_name'] == '/zato/s/to/test_picky'
+    poll(lambda: any(r['data'].get('direct') for r in _records(out)), message='delivery to the service')
+    assert _records(out)[-1]['publisher'] == 'service:test.echo'
+
+    admin('POST', '/admin/publish', 400, json={'topic': 'erp.events', 'data': 1, 'security': 'nope'})
+    admin('POST', '/admin/publish', 400, json={'topic': 'erp.events', 'data': 1, 'security': 'erp',
+                                               'service': 'test.echo'})
+    admin('POST', '/admin/publish', 400, json={'topic': 'erp.events'})
+    admin('POST', '/admin/publish', 400, json={'topic': 'erp.events', 'data': 1, 'priority': 11})
+    admin('POST', '/admin/publish', 404, json={'topic': 'no.such', 'data': 1})
+    admin('POST', '/admin/publish', 400, data=b'{not json', headers={'Content-Type': 'application/json'})

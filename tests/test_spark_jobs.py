@@ -1,0 +1,284 @@
+"""Spark job tracking without Spark (DESIGN §10): runtime.spark with the FakeSparkSubmitter twin.
+
+Submission returns a job id at once; the job goes submitted → running → succeeded, failed or
+killed (timeout, a kill request through any worker, its worker going silent); each ending is
+recorded once and published to spark.job.completed / spark.job.failed and the callback service.
+Runs on both database backends; the real spark-submit is covered by tests/test_spark.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+
+import falcon.testing
+import pytest
+from sqlalchemy import select, update
+
+from runtime import Service
+from runtime.db.blocking import run_transaction
+from runtime.db.models import SparkJob
+from runtime.errors import InvalidService, InvalidSparkJob, PipelineNotFound, SparkJobNotFound
+from runtime.http.app import make_app
+from runtime.spark import TOPIC_COMPLETED, TOPIC_FAILED, SparkService
+from runtime.testing import FakeSparkSubmitter, make_settings, wait_until
+
+REPO = Path(__file__).resolve().parent.parent
+TIMEOUT = 10.0
+
+events: list[tuple[str, dict]] = []
+results: list[dict] = []
+
+
+class Report(SparkService):
+    """Submits the analytics pipeline with default arguments; the callback is a separate service."""
+
+    name = 'sj.report'
+    pipeline = 'traffic_analytics'
+    arguments = {'topic': ['orders.created', 'crm.sync'], 'since': '2026-01-01', 'verbose': True, 'skip': None}
+    timeout = 30
+    callback = 'sj.callback'
+
+
+class SelfReacting(SparkService):
+    """Is its own callback: on_result gets the event."""
+
+    name = 'sj.self-reacting'
+    pipeline = 'procurement_spend'
+
+    def on_result(self, event):
+        results.append(event)
+
+
+class Completed(Service):
+    name = 'sj.on-completed'
+
+    def handle(self):
+        events.append(('completed', self.request.payload))
+
+
+class Failed(Service):
+    name = 'sj.on-failed'
+
+    def handle(self):
+        events.append(('failed', self.request.payload))
+
+
+class Callback(Service):
+    name = 'sj.callback'
+
+    def handle(self):
+        events.append(('callback', self.request.payload))
+
+
+def _runtime(runtime_factory, tmp_path: Path, db_url: str | None, name: str = 'rt', **submitter):
+    (tmp_path / name).mkdir()
+    settings = make_settings(tmp_path / name, db_url)
+    settings.spark.pipelines_dir = str(REPO / 'spark_pipeline')
+    settings.spark.heartbeat_secs = 0.05
+    settings.pubsub.lease_renew_secs = 0.1  # new subscriptions (the events') are delivered at once
+    rt = runtime_factory(Report, SelfReacting, Completed, Failed, Callback, settings=settings)
+    rt.spark.submitter = FakeSparkSubmitter(**submitter)
+    return rt
+
+
+def _subscribe_to_events(rt) -> None:
+    rt.broker.subscribe(TOPIC_COMPLETED, service='sj.on-completed')
+    rt.broker.subscribe(TOPIC_FAILED, service='sj.on-failed')
+
+
+@pytest.fixture(autouse=True)
+def _clear():
+    events.clear()
+    results.clear()
+
+
+def _events(kind: str) -> list[dict]:
+    return [e for k, e in events if k == kind]
+
+
+def test_a_job_is_submitted_at_once_tracked_and_announced(runtime_factory, tmp_path, db_url):
+    rt = _runtime(runtime_factory, tmp_path, db_url, result={'output': '/data/out', 'rows': 3}, duration_secs=0.3)
+    _subscribe_to_events(rt)
+    started = time.monotonic()
+    answer = rt.invoke('sj.report', {'args': {'topic': 'orders.created'}, 'timeout': 20})
+    assert time.monotonic() - started < 0.25, 'submit waited for the job'
+    job_id = answer['job_id']
+    assert answer == {'job_id': job_id, 'pipeline': 'traffic_analytics', 'status': 'submitted'}
+    assert rt.spark.get(job_id)['status'] in ('submitted', 'running')
+    wait_until(lambda: rt.spark.get(job_id)['status'] == 'running', TIMEOUT, message='running')
+
+    job = rt.spark.wait(job_id, TIMEOUT)
+    assert job['status'] == 'succeeded', job
+    assert job['arguments'] == ['--topic', 'orders.created']
+    assert job['timeout_secs'] == 20 and job['service'] == 'sj.report' and job['callback'] == 'sj.callback'
+    assert job['output_location'] == '/data/out' and job['result'] == {'output': '/data/out', 'rows': 3}
+    assert job['started_at'] and job['ended_at'] and job['duration_secs'] >= 0.25
+    assert job['error'] == '' and job['master'] == 'local[*]'
+    sub = rt.spark.submitter.submissions[0]
+    assert sub.env['CONDUIT_SPARK_JOB_ID'] == job_id and sub.output_location.endswith(f'traffic_analytics/{job_id}')
+
+    wait_until(lambda: _events('completed') and _events('callback'), TIMEOUT, message='event and callback')
+    for event in (_events('completed')[0], _events('callback')[0]):
+        assert event['job_id'] == job_id and event['outcome'] == 'succeeded'
+        assert event['pipeline'] == 'traffic_analytics' and event['arguments'] == ['--topic', 'orders.created']
+        assert event['output_location'] == '/data/out' and event['error'] == '' and event['result']['rows'] == 3
+    assert not _events('failed')
+    assert [j['job_id'] for j in rt.spark.jobs(status='succeeded')] == [job_id]
+    assert rt.spark.jobs(pipeline='procurement_spend') == []
+
+
+def test_class_arguments_are_the_default_and_a_service_can_be_its_own_callback(runtime_factory, tmp_path):
+    rt = _runtime(runtime_factory, tmp_path, None, result={'invoices': 2})
+    job_id = rt.invoke('sj.report')['job_id']
+    assert rt.spark.wait(job_id, TIMEOUT)['arguments'] == [
+        '--topic', 'orders.created', '--topic', 'crm.sync', '--since', '2026-01-01', '--verbose']
+    job_id = rt.invoke('sj.self-reacting')['job_id']
+    assert rt.spark.get(job_id)['callback'] == 'sj.self-reacting'
+    wait_until(lambda: results, TIMEOUT, message='on_result called')
+    assert results[0]['job_id'] == job_id and results[0]['outcome'] == 'succeeded'
+    assert results[0]['result'] == {'invoices': 2}
+
+
+def test_failures_timeouts_and_kills_are_recorded_and_announced(runtime_factory, tmp_path, db_url):
+    rt = _runtime(runtime_factory, tmp_path, db_url, duration_secs=30,
+                  outcomes={'procurement_spend': ('failed', None, 'ValueError: invoice 7 has no amount')})
+    _subscribe_to_events(rt)
+    rt.spark.submitter.duration_secs = 0
+    failed = rt.spark.submit('procurement_spend', ['--since', '2026-01-01'])
+    assert rt.spark.wait(failed, TIMEOUT)['status'] == 'failed'
+    rt.spark.submitter.duration_secs = 30
+    timed_out = rt.spark.submit('traffic_analytics', timeout=0.2)
+    killed = rt.spark.submit('traffic_analytics', timeout=0)
+    wait_until(lambda: rt.spark.get(killed)['status'] == 'running', TIMEOUT)
+    assert rt.spark.kill(killed)['kill_requested'] == 'killed on request'
+
+    jobs = {j: rt.spark.wait(j, TIMEOUT) for j in (failed, timed_out, killed)}
+    assert jobs[failed]['error'] == 'ValueError: invoice 7 has no amount' and jobs[failed]['exit_code'] == 1
+    assert jobs[timed_out]['status'] == 'killed'
+    assert jobs[timed_out]['error'] == 'killed: timed out after 0.2 s (timeout)'
+    assert jobs[killed]['status'] == 'killed' and jobs[killed]['error'] == 'killed on request'
+    wait_until(lambda: len(_events('failed')) == 3, TIMEOUT, message='three failure events')
+    announced = {e['job_id']: e for e in _events('failed')}
+    assert announced[failed]['outcome'] == 'failed'
+    assert announced[failed]['error'] == 'ValueError: invoice 7 has no amount'
+    assert announced[timed_out]['outcome'] == 'killed' and 'timed out' in announced[timed_out]['error']
+    assert announced[killed]['outcome'] == 'killed'
+    assert not _events('completed')
+    assert rt.spark.kill(failed)['status'] == 'failed'  # a kill after the end changes nothing
+
+
+def test_a_kill_through_another_worker_and_a_job_whose_worker_died(runtime_factory, tmp_path, db_url):
+    other = _runtime(runtime_factory, tmp_path, db_url, 'other')
+    _subscribe_to_events(other)  # first: the runner (no sync poller in tests) loads it at start
+    runner = _runtime(runtime_factory, tmp_path, db_url, 'runner', duration_secs=30)
+    job_id = runner.spark.submit('traffic_analytics')
+    wait_until(lambda: other.spark.get(job_id)['status'] == 'running', TIMEOUT)
+    other.spark.kill(job_id, 'killed by the operator')
+    job = other.spark.wait(job_id, TIMEOUT)
+    assert job['status'] == 'killed' and job['error'] == 'killed by the operator'
+
+    # A job whose worker stopped heartbeating: the sweep of any other worker ends it, once.
+    lost = runner.spark.submit('traffic_analytics')
+    wait_until(lambda: runner.spark.get(lost)['status'] == 'running', TIMEOUT)
+    runner.spark.running[lost].kill()  # the worker "dies" without recording anything
+    long_ago = time.time() - 3600
+    run_transaction(other.engine, lambda c: c.execute(update(SparkJob).where(SparkJob.job_id == lost)
+                                                     .values(status='running', heartbeat_at=long_ago,
+                                                             ended_at=None, error='')))
+    assert other.spark.sweep() == [lost]
+    assert other.spark.sweep() == []
+    job = other.spark.get(lost)
+    assert job['status'] == 'failed' and job['error'].startswith('lost: no sign of life for 30 s from worker')
+    wait_until(lambda: len(_events('failed')) == 2, TIMEOUT, message='two failure events')
+
+
+def test_bad_submissions_name_the_pipeline_and_the_field(runtime_factory, tmp_path):
+    rt = _runtime(runtime_factory, tmp_path, None)
+    with pytest.raises(PipelineNotFound, match="'no_such_pipeline'.*no no_such_pipeline.py in"):
+        rt.spark.submit('no_such_pipeline')
+    with pytest.raises(PipelineNotFound, match="'../etc/passwd'"):
+        rt.spark.submit('../etc/passwd')
+    with pytest.raises(PipelineNotFound):
+        rt.spark.submit('_archive')  # a helper module, not a pipeline
+    cases = [({'args': 'x'}, 'args'), ({'args': [{'a': 1}]}, 'args'), ({'args': {'bad key': 1}}, 'args'),
+             ({'timeout': -1}, 'timeout'), ({'timeout': 'soon'}, 'timeout'), ({'master': 'local [2]'}, 'master'),
+             ({'conf': {'spark.x y': 1}}, 'conf'), ({'conf': ['a']}, 'conf'), ({'callback': 'nobody'}, 'callback')]
+    for kwargs, field in cases:
+        with pytest.raises(InvalidSparkJob) as e:
+            rt.spark.submit('traffic_analytics', **kwargs)
+        assert e.value.field == field and e.value.pipeline == 'traffic_analytics', kwargs
+    with pytest.raises(SparkJobNotFound, match="'nope'"):
+        rt.spark.get('nope')
+    with pytest.raises(InvalidSparkJob, match='status'):
+        rt.spark.jobs(status='done')
+    assert rt.spark.jobs() == []
+    assert rt.spark.pipelines() == ['procurement_spend', 'traffic_analytics']
+
+    class NoPipeline(SparkService):
+        name = 'sj.no-pipeline'
+    rt.deploy(NoPipeline)
+    with pytest.raises(InvalidService, match='no pipeline to submit'):
+        rt.invoke('sj.no-pipeline')
+
+    class BadPipeline(SparkService):
+        name = 'sj.bad-pipeline'
+        pipeline = 'a-b'
+    with pytest.raises(InvalidService, match="not 'a-b'"):
+        rt.deploy(BadPipeline)
+
+
+def test_admin_api(runtime_factory, tmp_path):
+    rt = _runtime(runtime_factory, tmp_path, None, duration_secs=30)
+    client = falcon.testing.TestClient(make_app(rt))
+    auth = {'Authorization': 'Basic ' + base64.b64encode(b'admin:test-admin-password').decode()}
+    conf = {'spark.sql.shuffle.partitions': 2, 'spark.hadoop.fs.s3a.secret.key': 's3-secret-7'}
+    r = client.simulate_post('/admin/spark/jobs', json={'pipeline': 'traffic_analytics', 'args': ['--topic', 'x'],
+                                                        'conf': conf}, headers=auth)
+    assert r.status_code == 201, r.text
+    job_id = r.json['job_id']
+    assert r.json['job']['service'] == 'admin'
+    assert r.json['job']['conf'] == {'spark.sql.shuffle.partitions': '2', 'spark.hadoop.fs.s3a.secret.key': '***'}
+    assert rt.spark.submitter.submissions[0].conf['spark.sql.shuffle.partitions'] == '2'
+    assert rt.spark.submitter.submissions[0].conf['spark.hadoop.fs.s3a.secret.key'] == 's3-secret-7'
+    with rt.engine.connect() as conn:  # the secret reached spark-submit but was never stored
+        assert 's3-secret-7' not in conn.execute(select(SparkJob.conf)).scalar_one()
+    assert rt.spark.submitter.submissions[0].conf['spark.ui.showConsoleProgress'] == 'false'  # server default
+    r = client.simulate_get('/admin/spark/jobs', headers=auth)
+    assert [j['job_id'] for j in r.json['jobs']] == [job_id]
+    log = Path(rt.spark.get(job_id)['log_path'])
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(''.join(f'line {n}\n' for n in range(100)))
+    r = client.simulate_get(f'/admin/spark/jobs/{job_id}', params={'lines': 3}, headers=auth)
+    assert r.json['job']['log_tail'] == ['line 97', 'line 98', 'line 99']
+    r = client.simulate_get(f'/admin/spark/jobs/{job_id}/log', params={'lines': 2}, headers=auth)
+    assert r.json['lines'] == ['line 98', 'line 99'] and r.json['status'] == 'running'
+    assert client.simulate_post(f'/admin/spark/jobs/{job_id}/kill', headers=auth).status_code == 200
+    r = client.simulate_post(f'/admin/spark/jobs/{job_id}/wait', params={'timeout': 10}, headers=auth)
+    assert r.json['job']['status'] == 'killed'
+    r = client.simulate_get('/admin/spark/pipelines', headers=auth)
+    assert r.json['pipelines'] == ['procurement_spend', 'traffic_analytics']
+    for body, status, text in (({'pipeline': 'nope'}, 404, "'nope'"), ({'pipeline': 'traffic_analytics',
+                                'timeout': -1}, 400, "'timeout'"), ({'pipeline': 'x', 'bogus': 1}, 400, 'bogus'),
+                               ([], 400, 'JSON object')):
+        r = client.simulate_post('/admin/spark/jobs', json=body, headers=auth)
+        assert r.status_code == status and text in r.json['details'], (body, r.text)
+    assert client.simulate_get('/admin/spark/jobs/nope', headers=auth).status_code == 404
+    assert client.simulate_get('/admin/spark/jobs').status_code == 401
+
+
+def test_history_keeps_the_newest_finished_jobs_and_removes_their_files(runtime_factory, tmp_path):
+    rt = _runtime(runtime_factory, tmp_path, None)
+    rt.spark.settings.history_max_jobs = 2
+    jobs = [rt.spark.submit('traffic_analytics') for _ in range(4)]
+    for job_id in jobs:
+        rt.spark.wait(job_id, TIMEOUT)
+        log = Path(rt.spark.get(job_id, log_lines=0)['log_path'])
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text('driver output\n')
+    rt.spark.sweep()
+    assert [j['job_id'] for j in rt.spark.jobs()] == jobs[:1:-1]
+    jobs_dir = Path(rt.spark.get(jobs[3], log_lines=0)['log_path']).parent.parent
+    assert sorted(p.name for p in jobs_dir.iterdir()) == sorted(jobs[2:])
+    assert rt.spark.get(jobs[3], log_lines=1)['log_tail'] == ['driver output']
