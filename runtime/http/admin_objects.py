@@ -248,6 +248,17 @@ class SecurityPasswordResource(AdminResource):
 _CHANNEL_FIELDS = {'name', 'service', 'url_path', 'methods', 'data_format', 'security', 'is_active'}
 
 
+def security_exists(runtime: Runtime, name: str) -> bool:
+    """Whether a security definition exists, asking the database.
+
+    Not this worker's copy: the definition may have been made a moment ago through another worker.
+    """
+    if runtime.security.get(name) is not None:
+        return True
+    return run_transaction(runtime.engine, lambda c: c.execute(
+        select(BasicAuthDef.id).where(BasicAuthDef.name == name)).first(), write=False) is not None
+
+
 def _channel_row(runtime: Runtime, name: str) -> Any:
     row = run_transaction(runtime.engine, lambda c: c.execute(select(RestChannel).where(RestChannel.name == name))
                           .first(), write=False)
@@ -277,7 +288,7 @@ def _channel_values(runtime: Runtime, body: Body, current: Any | None) -> dict[s
         raise BadRequest(str(e)) from None
     if any(c in channel.url_path for c in '?#'):
         raise InvalidInput('url_path', 'must be a path only, without ? or #')
-    if channel.security and runtime.security.get(channel.security) is None:
+    if channel.security and not security_exists(runtime, channel.security):
         raise InvalidInput('security', f'names no security definition ({channel.security!r})')
     return {'name': channel.name, 'service': channel.service, 'url_path': channel.url_path,
             'methods': ','.join(sorted(channel.methods)), 'data_format': channel.data_format,

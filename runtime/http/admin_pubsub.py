@@ -37,6 +37,7 @@ from runtime.errors import (
 )
 from runtime.http.admin import AdminResource
 from runtime.http.admin_input import MAX_DB_INT, Body, check_data, check_numbers, has_bad_chars
+from runtime.http.admin_objects import security_exists
 from runtime.http.openapi import (
     ANY,
     BOOL,
@@ -339,7 +340,7 @@ def _options(body: Body, runtime: Runtime, base: dict[str, Any], where: str) -> 
 def _check_endpoint(runtime: Runtime, kind: str, service: str, security: str, push_url: str) -> None:
     if service and not runtime.store.has(service):
         raise InvalidInput('service', f'names no deployed service ({service!r})')
-    if security and runtime.security.get(security) is None:
+    if security and not security_exists(runtime, security):
         raise InvalidInput('security', f'names no security definition ({security!r})')
     if kind == KIND_SERVICE and not service:
         raise InvalidInput('service', 'is required for a service subscription')
@@ -517,7 +518,7 @@ class PublishResource(AdminResource):
             raise BadRequest('publish on behalf of a service or of a security definition, not both')
         if service and not runtime.store.has(service):
             raise InvalidInput('service', f'names no deployed service ({service!r})')
-        if security and runtime.security.get(security) is None:
+        if security and not security_exists(runtime, security):
             raise InvalidInput('security', f'names no security definition ({security!r})')
         publisher = f'service:{service}' if service else f'security:{security}' if security else 'admin'
         msg_id = runtime.broker.publish(
