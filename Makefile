@@ -4,6 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
 
 .PHONY: run test lint bench chaos clean
 
@@ -27,8 +28,17 @@ chaos: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-bench: $(STAMP)
-	$(PY) bench/invoke.py
+# The peers (Celery, Dramatiq), profilers and the HTTP load generator (wrk, a Debian package) that
+# only the benchmarks need.
+$(BENCH_STAMP): $(STAMP) setup.cfg
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; } \
+		|| { echo 'wrk is needed for the REST benchmark: apt-get install wrk' >&2; exit 1; }
+	touch $(BENCH_STAMP)
+
+# Every figure of DESIGN §12, side by side with Celery and Dramatiq; writes bench/RESULTS.md.
+bench: $(BENCH_STAMP)
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var/*.db var/*.db-* var/*.pid

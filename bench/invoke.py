@@ -26,6 +26,9 @@ import timeit  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common  # noqa: E402
 from runtime.service import Service  # noqa: E402
 from runtime.testing import TestRuntime, make_settings  # noqa: E402
 
@@ -92,17 +95,20 @@ def main(argv: list[str] | None = None) -> None:
     imin, imed, imax = _fmt(invoke_us)
     pmin, pmed, pmax = _fmt(plain_us)
     ratio = imin / pmin
-    command = f'.venv/bin/python bench/invoke.py --rounds {args.rounds} --number {args.number}'
-    # Report output, not logging: this is a command-line benchmark.
-    print('| figure | min µs | median µs | max µs | ratio to a plain method call (min/min) | target |')
-    print('|---|---|---|---|---|---|')
-    print(f'| `self.invoke` of a no-op service | {imin:.2f} | {imed:.2f} | {imax:.2f} | {ratio:.0f}× '
-          f'| ≤ 20 µs |')
-    print(f'| plain method call (reference) | {pmin:.3f} | {pmed:.3f} | {pmax:.3f} | 1× | |')
-    print()
-    print(f'{args.rounds} rounds × {args.number:,} calls; Python {platform.python_version()} '
-          f'({sys.implementation.name}), gevent monkey-patched, SQLite in a temporary directory')
-    print(f'command: `{command}`')
+    command = common.command_line('invoke.py', [f'--rounds {args.rounds}', f'--number {args.number}'])
+    section = '\n'.join([
+        '## `self.invoke` of a no-op service (DESIGN §12 target: ≤ 20 µs)', '',
+        '| figure | min µs | median µs | max µs | ratio to a plain method call (min/min) | target |',
+        '|---|---|---|---|---|---|',
+        f'| `self.invoke` of a no-op service | {imin:.2f} | {imed:.2f} | {imax:.2f} | {ratio:.0f}× | ≤ 20 µs |',
+        f'| plain method call (reference) | {pmin:.3f} | {pmed:.3f} | {pmax:.3f} | 1× | |', '',
+        f'{args.rounds} rounds × {args.number:,} calls, per call; Python {platform.python_version()} '
+        f'({sys.implementation.name}), gevent monkey-patched, a started runtime on SQLite in a temporary directory.',
+        '', f'Command: `{command}`'])
+    common.write_result('invoke', section, {
+        'invoke_us': invoke_us, 'plain_us': plain_us, 'ratio_min': ratio,
+        'summary': [{'figure': '`self.invoke` of a no-op service', 'target': '≤ 20 µs',
+                     'measured': f'{imed:.2f} µs median ({ratio:.0f}× a plain method call)', 'met': imed <= 20}]})
 
 
 if __name__ == '__main__':

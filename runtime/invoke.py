@@ -121,9 +121,11 @@ class Invoker:
                                                 'the query string and the path were read)') from None
             if not svc.accept():
                 raise RequestRejected(cls.name)
-            _call_hook(svc, 'before_handle')
+            hooks = cls._hooks  # only the hooks the class overrides: the others are no-ops
+            if 'before_handle' in hooks:
+                _call_hook(svc, 'before_handle')
             is_job = channel == 'scheduler'
-            if is_job:
+            if is_job and 'before_job' in hooks:
                 _call_hook(svc, 'before_job')
             method = http.method if http is not None else ''
             if method in cls._verbs:
@@ -134,11 +136,13 @@ class Invoker:
                 raise MethodNotAllowed(method or channel, sorted(cls._verbs))
             if cls._required_output:
                 self._check_output(svc)
-            _call_hook(svc, 'after_handle')
-            if is_job:
+            if 'after_handle' in hooks:
+                _call_hook(svc, 'after_handle')
+            if is_job and 'after_job' in hooks:
                 _call_hook(svc, 'after_job')
         finally:
-            _call_hook(svc, 'finalize_handle')
+            if 'finalize_handle' in cls._hooks:
+                _call_hook(svc, 'finalize_handle')
             self.observe(cls.name, perf_counter() - started)
         return svc
 

@@ -114,6 +114,9 @@ class Service:
     _required_output: ClassVar[tuple[str, ...]] = ()
     _verbs: ClassVar[frozenset[str]] = frozenset()
     _has_handle: ClassVar[bool] = False
+    #: Hook methods the class overrides (only those are called); all of them until _prepare has run.
+    _hooks: ClassVar[frozenset[str]] = frozenset(
+        ('before_handle', 'after_handle', 'finalize_handle', 'before_job', 'after_job'))
 
     # Set per invocation by the invoker.
     cid: str
@@ -194,6 +197,7 @@ class Service:
         cls._required_output, _ = _parse_fields(cls.output, 'output', class_name)
         cls._verbs = frozenset(v for v in HTTP_VERBS if callable(getattr(cls, f'handle_{v}', None)))
         cls._has_handle = cls.handle is not Service.handle
+        cls._hooks = frozenset(h for h in Service._hooks if getattr(cls, h) is not getattr(Service, h))
         if not cls._has_handle and not cls._verbs:
             raise InvalidService(class_name, 'defines neither handle() nor handle_<VERB>()')
         cls.logger = logging.getLogger(f'conduit.service.{cls.name}')

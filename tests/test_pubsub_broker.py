@@ -744,3 +744,15 @@ def test_a_greenlet_killed_mid_transaction_leaves_its_thread_the_connection(tmp_
     gevent.get_hub().threadpool.join()
     engine.dispose()
     assert outcome == [1]
+
+
+def test_a_subscription_paused_and_resumed_at_once_delivers_again(make_rt: Callable[..., TestRuntime]) -> None:
+    rt = make_rt(Recorder, lease_renew_secs=2.0)  # both changes fall between two lease refreshes
+    rt.broker.create_topic('ps.resume')
+    sub = rt.broker.subscribe('ps.resume', 'service', service='ps.recorder')
+    rt.broker.publish('ps.resume', {'i': 0})
+    wait_until(lambda: len(seen('ps.recorder')) == 1, TIMEOUT, message='first delivery')
+    rt.broker.set_active(sub.sub_key, False)
+    rt.broker.set_active(sub.sub_key, True)
+    rt.broker.publish('ps.resume', {'i': 1})
+    wait_until(lambda: len(seen('ps.recorder')) == 2, TIMEOUT, message='delivery after the resume')

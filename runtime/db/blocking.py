@@ -4,24 +4,46 @@ psycopg 3 waits cooperatively under gevent, so PostgreSQL work runs inline. sqli
 a commit that waits for fsync (or for another process's write lock) would stop every greenlet of
 the worker. For SQLite the connection is checked out in the calling greenlet (the pool's locks are
 gevent locks) and the work itself runs in gevent's thread pool, where sqlite3 releases the GIL.
+
+SQLite has one writer at a time, and a writer that finds the database locked waits in SQLite's
+busy handler, which sleeps in steps of up to 100 ms. Within one process, write transactions
+therefore queue on a gevent lock first (in arrival order, woken as soon as the previous writer
+commits); the busy handler is left for writers of other processes.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
 import gevent
+from gevent.lock import Semaphore
 from sqlalchemy import Connection, Engine
 
 from runtime.db.engine import is_sqlite
 
 T = TypeVar('T')
 
+_write_locks: weakref.WeakKeyDictionary[Engine, Semaphore] = weakref.WeakKeyDictionary()
+
+
+def _write_lock(engine: Engine) -> Semaphore:
+    lock = _write_locks.get(engine)
+    if lock is None:
+        lock = _write_locks[engine] = Semaphore()
+    return lock
+
 
 def run_transaction(engine: Engine, work: Callable[[Connection], T], write: bool = True) -> T:
     """Run work(conn) in one transaction, committed on success, off the hub for SQLite."""
-    sqlite = is_sqlite(engine)
+    if write and is_sqlite(engine):
+        with _write_lock(engine):
+            return _run(engine, work, True, True)
+    return _run(engine, work, write, is_sqlite(engine))
+
+
+def _run(engine: Engine, work: Callable[[Connection], T], write: bool, sqlite: bool) -> T:
     conn = engine.connect()
     try:
         if sqlite and write:

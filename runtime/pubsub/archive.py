@@ -27,9 +27,11 @@ dependency in the server and is appendable; pipelines write their own results as
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -80,8 +82,21 @@ def safe_topic_name(topic: str) -> str:
     return safe
 
 
+@functools.lru_cache(maxsize=4096)
+def _iso_second(second: int) -> str:
+    return datetime.fromtimestamp(second, UTC).strftime('%Y-%m-%dT%H:%M:%S')
+
+
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec='milliseconds')
+    """ISO 8601 in UTC with milliseconds, as ``isoformat(timespec='milliseconds')`` writes it.
+
+    Records of one flush share a few seconds, so the seconds part is formatted once each.
+    """
+    second = math.floor(ts)
+    micros = round((ts - second) * 1e6)  # rounded to the microsecond first, as datetime does
+    if micros >= 1_000_000:
+        second, micros = second + 1, micros - 1_000_000
+    return f'{_iso_second(second)}.{micros // 1000:03d}+00:00'
 
 
 def _data_json(data: str, mime_type: str) -> str:
@@ -197,13 +212,13 @@ class MessageArchive(DeliveryHook):
     def _write(self, records: list[_Record]) -> None:
         """Serialise and append records, grouped by partition (runs in a pool thread)."""
         by_partition: dict[Path, list[str]] = {}
-        dates: dict[int, str] = {}
+        partitions: dict[tuple[str, int], Path] = {}
         for rec in records:
-            day = int(rec[14] // 86400)
-            date = dates.get(day)
-            if date is None:
-                date = dates[day] = datetime.fromtimestamp(day * 86400, UTC).strftime('%Y-%m-%d')
-            partition = self.directory / safe_topic_name(rec[5]) / f'date={date}'
+            key = (rec[5], int(rec[14] // 86400))
+            partition = partitions.get(key)
+            if partition is None:
+                date = datetime.fromtimestamp(key[1] * 86400, UTC).strftime('%Y-%m-%d')
+                partition = partitions[key] = self.directory / safe_topic_name(rec[5]) / f'date={date}'
             by_partition.setdefault(partition, []).append(encode_record(rec, self.include_data))
         for partition, lines in by_partition.items():
             self._append(partition, ('\n'.join(lines) + '\n').encode('utf-8'))

@@ -16,9 +16,11 @@ publications within ``poll_interval_secs`` (a look at the newest queue id).
 from __future__ import annotations
 
 import base64
+import functools
 import itertools
 import json
 import logging
+import math
 import os
 import time
 from datetime import UTC, datetime
@@ -98,8 +100,23 @@ class SkippedByHook(Exception):
     """A hook service asked for the message to be delivered later."""
 
 
+@functools.lru_cache(maxsize=4096)
+def _iso_second(second: int) -> str:
+    return datetime.fromtimestamp(second, UTC).strftime('%Y-%m-%dT%H:%M:%S')
+
+
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat()
+    """``datetime.fromtimestamp(ts, UTC).isoformat()``, with the seconds part formatted once per second.
+
+    Every delivery carries three of these; messages of one second share their prefix.
+    """
+    second = math.floor(ts)
+    micros = round((ts - second) * 1e6)  # rounded as datetime rounds
+    if micros >= 1_000_000:
+        second, micros = second + 1, micros - 1_000_000
+    if not micros:
+        return f'{_iso_second(second)}+00:00'
+    return f'{_iso_second(second)}.{micros:06d}+00:00'
 
 
 def _is_unicode(text: str) -> bool:
@@ -188,6 +205,7 @@ class Broker:
             select(func.coalesce(func.max(QueueEntry.id), 0))).scalar_one(), write=False)
         spawn = self._runtime.spawner.spawn
         self._committer = GroupCommitter(self.engine, self.settings.group_commit_max, spawn, self._committed)
+        self._backend.writer = self._committer.run
         self.hooks.emit('on_start')
         if background:
             spawn(self.leases.run, self._wanted_leases, self._leases_changed, name='pubsub-leases')
@@ -542,6 +560,9 @@ class Broker:
         entry = self._loops.pop(sub_id, None)
         if entry is not None:
             entry[1].kill(block=False)
+        # Forgotten as held, so that the next refresh reports the lease as gained if it is still ours and
+        # wanted (a subscription paused and resumed between two refreshes), and the loop starts again.
+        self.leases.held.discard(lease_name(sub_id))
 
     def _deliver_to_service(self, sub: SubInfo, d: Delivery) -> bool | None:
         """Invoke a subscribed service with one message; raises on failure."""

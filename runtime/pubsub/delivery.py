@@ -18,6 +18,14 @@ as in message mode; ``max_in_flight`` does not apply (one request per batch). Wi
 (nothing behind the head may go first anyway), so that the batch is tried again whole rather than
 split by jitter.
 
+One storage round trip per batch: the outcome of a batch is settled in the same transaction
+that takes the next batch from the queue and records its attempts (``QueueBackend.cycle``), so
+that a busy queue costs one commit per batch, not three. The outcome is therefore stored just
+before the next batch starts — at once when the loop goes on, and on its own (``settle``) before
+the loop waits or stops. Entries that were taken but not tried (behind a message that is not due
+yet, or pushed out of the batch by in-memory messages of higher priority) have their attempt
+taken back in the next settlement.
+
 The loop knows nothing of SQL or HTTP: storage is the ``QueueBackend`` it is given and the
 subscriber is the ``deliver`` (or ``deliver_batch``) callable, which raises on failure.
 """
@@ -36,7 +44,7 @@ from gevent.pool import Pool
 from runtime.pubsub.hooks import HookChain
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.retry import RedeliveryDecision, decide
-from runtime.pubsub.store import Delivery
+from runtime.pubsub.store import Delivery, Settlement
 
 _log = logging.getLogger(__name__)
 
@@ -53,14 +61,10 @@ DeliverBatch = Callable[[SubInfo, list[Delivery]], 'list[Outcome] | None']
 class QueueBackend(Protocol):
     """Storage as the delivery loop needs it."""
 
-    def fetch(self, sub_id: int, limit: int, due_before: float | None) -> list[Delivery]: ...
+    def cycle(self, sub_id: int, settlement: Settlement | None, limit: int,
+              due_before: float | None) -> tuple[list[Delivery], float | None]: ...
 
-    def count_attempt(self, entry_ids: list[int]) -> None: ...
-
-    def settle(self, acked: list[int], retries: list[tuple[Delivery, float, str]],
-               dead: list[tuple[Delivery, str, str]], uncount: list[int]) -> None: ...
-
-    def next_due(self, sub_id: int) -> float | None: ...
+    def settle(self, settlement: Settlement) -> None: ...
 
 
 class Outcome:
@@ -95,6 +99,8 @@ class DeliveryLoop:
         self._wake.set()
         #: Non-GD messages held in this worker's memory only (negative entry ids).
         self._ram: list[Delivery] = []
+        #: The stored part of the last batch's outcome, not yet written (see the module docstring).
+        self._pending: Settlement | None = None
 
     def wake(self) -> None:
         """New messages may be waiting: look now."""
@@ -115,6 +121,10 @@ class DeliveryLoop:
         while True:
             self._wake.clear()
             if not self._still_owner():
+                try:
+                    self._flush()
+                except Exception as e:  # the next owner delivers the batch again: at-least-once holds
+                    _log.error('%s: storing delivery outcomes failed (%s: %s)', self.sub.label, type(e).__name__, e)
                 _log.info('%s: lease lost, delivery stops here', self.sub.label)
                 return
             try:
@@ -126,43 +136,64 @@ class DeliveryLoop:
                            type(e).__name__, e)
                 wait = 1.0
             if wait:
+                try:
+                    self._flush()
+                except Exception as e:
+                    _log.error('%s: storing delivery outcomes failed (%s: %s); retrying shortly', self.sub.label,
+                               type(e).__name__, e)
+                    wait = 1.0
                 self._wake.wait(timeout=wait)
+
+    def _flush(self) -> None:
+        """Store the outcome of the last batch now, on its own (the loop is about to wait or stop)."""
+        if self._pending:
+            self._backend.settle(self._pending)
+            self._pending = None
+
+    def _take(self, now: float) -> tuple[list[Delivery], float | None]:
+        """Settle the last batch and take the next one in one round trip; the pending outcome is then stored."""
+        opts = self.sub.options
+        batch, due = self._backend.cycle(self.sub.id, self._pending, opts.delivery_batch_size,
+                                         None if opts.err_should_block else now)
+        self._pending = None
+        return batch, due
 
     def _one_batch(self) -> float:
         """Deliver one batch; returns how long to wait before the next (0 = at once)."""
         opts = self.sub.options
         now = time.time()
-        batch = self._backend.fetch(self.sub.id, opts.delivery_batch_size,
-                                    None if opts.err_should_block else now)
+        batch, due = self._take(now)
+        untried: list[int] = []  # taken (and so counted) but not tried: the attempt is taken back
         if self._ram:
             ram = [d for d in self._ram if opts.err_should_block or d.next_attempt_at <= now]
             # One order across both queues: priority first, then publication time.
-            batch = sorted(batch + ram, key=lambda d: (-d.priority, d.pub_time))[:opts.delivery_batch_size]
+            merged = sorted(batch + ram, key=lambda d: (-d.priority, d.pub_time))
+            batch, rest = merged[:opts.delivery_batch_size], merged[opts.delivery_batch_size:]
+            untried += [d.entry_id for d in rest if d.entry_id > 0]
         if not batch:
-            due = self._backend.next_due(self.sub.id)
             if self._ram:
                 ram_due = min(d.next_attempt_at for d in self._ram)
                 due = ram_due if due is None else min(due, ram_due)
+            self._pending = self._pending_or_none([], [], [], untried)
             return IDLE_RECHECK_SECS if due is None else max(0.01, min(due - now, IDLE_RECHECK_SECS))
         if opts.err_should_block:
             # Strict order: stop at the first message not due yet and wait for it.
             for i, d in enumerate(batch):
                 if d.next_attempt_at > now:
+                    untried += [x.entry_id for x in batch[i:] if x.entry_id > 0]
                     batch = batch[:i]
                     if not batch:
+                        self._pending = self._pending_or_none([], [], [], untried)
                         return max(0.01, min(d.next_attempt_at - now, IDLE_RECHECK_SECS))
                     break
         expired = [d for d in batch if d.expiration_time <= now]
         live = [d for d in batch if d.expiration_time > now]
-        if live:
-            stored = [d.entry_id for d in live if d.entry_id > 0]
-            if stored:
-                self._backend.count_attempt(stored)
-            for d in live:
-                d.delivery_count += 1
+        untried += [d.entry_id for d in expired if d.entry_id > 0]  # never tried: dead-lettered below
+        for d in live:
+            d.delivery_count += 1
         outcomes = self._deliver_all(live, opts.max_in_flight, opts.err_should_block)
         tried = {o.delivery.entry_id for o in outcomes}
-        uncount = [d.entry_id for d in live if d.entry_id not in tried]
+        uncount = untried + [d.entry_id for d in live if d.entry_id not in tried]
         acked, retries, dead = [], [], []
         for o in outcomes:
             d = o.delivery
@@ -188,12 +219,22 @@ class DeliveryLoop:
             dead.append((d, 'expired', d.last_error or 'the message expired before it could be delivered'))
         if self._ram:
             acked, retries, uncount = self._settle_in_memory(acked, retries, dead, uncount)
-        self._backend.settle(acked, retries, dead, uncount)
-        for d, reason, error in dead:
-            self._hooks.emit('after_dead_letter', self.sub, d, reason, error)
+        self._pending = self._pending_or_none(acked, retries, dead, uncount)
+        if dead:
+            # Dead letters are announced once stored, like every other outcome of storage.
+            self._flush()
+            for d, reason, error in dead:
+                self._hooks.emit('after_dead_letter', self.sub, d, reason, error)
         if retries and opts.err_should_block:
             return max(0.01, min(at for _, at, _ in retries) - time.time())
         return 0
+
+    @staticmethod
+    def _pending_or_none(acked: list[int], retries: list[tuple[Delivery, float, str]],
+                         dead: list[tuple[Delivery, str, str]], uncount: list[int]) -> Settlement | None:
+        if acked or retries or dead or uncount:
+            return Settlement(acked, retries, dead, uncount)
+        return None
 
     def _settle_in_memory(self, acked: list[int], retries: list[tuple[Delivery, float, str]],
                           dead: list[tuple[Delivery, str, str]], uncount: list[int]

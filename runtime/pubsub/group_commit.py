@@ -1,10 +1,20 @@
-"""Group commit: concurrent publishers share one transaction, and so one fsync.
+"""Group commit: publishers and delivery loops of one worker share transactions, and so commits.
 
-A publisher hands its ``Publication`` to ``GroupCommitter.submit`` and waits. A single writer
-greenlet takes everything queued so far (up to ``max_batch``), writes it in one transaction and
-then wakes every publisher of that batch: with the result once the commit is durable, or with the
-exception if it failed, in which case nothing of the batch was stored. One publisher alone pays
-one commit per message, as before; a hundred concurrent ones pay about one commit in total.
+A publisher hands its ``Publication`` to ``GroupCommitter.submit`` and waits; a delivery loop
+hands the storage work of one cycle (settle the last batch, take the next) to ``run`` and waits.
+A single writer greenlet takes everything queued so far (up to ``max_batch``), writes it in one
+transaction — publications first, so that a loop's cycle in the same transaction already sees
+them — and then wakes every waiter: with its result once the commit is durable, or with the
+exception if it failed, in which case nothing of the batch was stored.
+
+One publisher alone pays one commit per message, and its subscriber's acks and attempt counts
+ride in the same commits; a hundred concurrent publishers and their loops pay about one commit
+in total. On SQLite, where writers exclude each other, this turns three write transactions per
+delivered batch plus one per publication batch into one.
+
+A work item that raises does not fail the others: the batch is written again without it, and its
+waiter alone gets the exception. A failure of the publications themselves (the database is
+down) fails the whole batch, and no publisher is told that its message was stored.
 """
 
 from __future__ import annotations
@@ -12,6 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import gevent
 from gevent.event import AsyncResult
@@ -25,9 +36,23 @@ from runtime.pubsub.store import Publication, insert_publications
 
 _log = logging.getLogger(__name__)
 
+T = TypeVar('T')
+
+#: A queued item: a publication or a unit of work, and the result its waiter waits on.
+_Item = tuple['Publication | Callable[[Connection], Any]', AsyncResult]
+
+
+class _WorkFailed(Exception):
+    """A work item raised inside the shared transaction (which is then rolled back)."""
+
+    def __init__(self, index: int, error: Exception) -> None:
+        super().__init__(index, error)
+        self.index = index
+        self.error = error
+
 
 class GroupCommitter:
-    """Batches publications from many greenlets into shared transactions."""
+    """Batches publications and other writes from many greenlets into shared transactions."""
 
     def __init__(self, engine: Engine, max_batch: int, spawn: Callable[..., gevent.Greenlet],
                  on_committed: Callable[[list[Publication]], None]) -> None:
@@ -43,38 +68,79 @@ class GroupCommitter:
         self._queue.put((pub, result))
         result.get()
 
+    def run(self, work: Callable[[Connection], T]) -> T:
+        """Run work(conn) in the next shared transaction; returns its result once committed."""
+        result: AsyncResult = AsyncResult()
+        self._queue.put((work, result))
+        return result.get()
+
     def _run(self) -> None:
         while True:
-            batch = [self._queue.get()]
+            batch: list[_Item] = [self._queue.get()]
+            # Let greenlets that are ready to run (a loop that has just delivered, a publisher that
+            # has just been answered) queue their work first, so that it rides in this commit.
+            gevent.sleep(0)
             while len(batch) < self._max_batch:
                 try:
                     batch.append(self._queue.get_nowait())
                 except Empty:
                     break
-            pubs = [p for p, _ in batch]
+            pubs = [(p, r) for p, r in batch if isinstance(p, Publication)]
+            works = [(w, r) for w, r in batch if not isinstance(w, Publication)]
             try:
-                run_transaction(self._engine, functools.partial(self._write, pubs=pubs))
+                self._commit(pubs, works)
             except gevent.GreenletExit:
                 for _, result in batch:
-                    result.set_exception(StorageUnavailable('the server is stopping; nothing was stored'))
+                    if not result.ready():
+                        result.set_exception(StorageUnavailable('the server is stopping; nothing was stored'))
                 raise
+
+    def _commit(self, pubs: list[_Item], works: list[_Item]) -> None:
+        while True:
+            try:
+                values = run_transaction(self._engine, functools.partial(self._write_all, pubs=pubs, works=works))
+            except _WorkFailed as failed:
+                # Only that item's waiter hears of it; the rest are written again without it.
+                works[failed.index][1].set_exception(failed.error)
+                works = works[:failed.index] + works[failed.index + 1:]
+                if pubs or works:
+                    continue
+                return
             except (OperationalError, DBAPIError) as e:
                 _log.error('storing %d publication(s) failed: %s', len(pubs), e.__class__.__name__)
                 error = StorageUnavailable(f'storage unavailable, nothing was stored: {e.orig.__class__.__name__}')
-                for _, result in batch:
+                for _, result in pubs + works:
                     result.set_exception(error)
-                continue
+                return
+            except gevent.GreenletExit:
+                raise
             except Exception as e:
                 _log.exception('storing %d publication(s) failed', len(pubs))
-                for _, result in batch:
+                for _, result in pubs + works:
                     result.set_exception(e)
-                continue
-            for _, result in batch:
-                result.set(None)
+                return
+            break
+        for _, result in pubs:
+            result.set(None)
+        for (_, result), value in zip(works, values, strict=True):
+            result.set(value)
+        if pubs:
             try:
-                self._on_committed(pubs)
+                self._on_committed([p for p, _ in pubs])  # type: ignore[misc]
             except Exception:
                 _log.exception('waking subscribers after a commit failed')
+
+    @classmethod
+    def _write_all(cls, conn: Connection, pubs: list[_Item], works: list[_Item]) -> list[Any]:
+        if pubs:
+            cls._write(conn, [p for p, _ in pubs])  # type: ignore[misc]
+        values = []
+        for index, (work, _) in enumerate(works):
+            try:
+                values.append(work(conn))  # type: ignore[operator]
+            except Exception as e:
+                raise _WorkFailed(index, e) from e
+        return values
 
     @staticmethod
     def _write(conn: Connection, pubs: list[Publication]) -> None:

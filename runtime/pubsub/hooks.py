@@ -13,6 +13,8 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from runtime.pubsub.registry import SubInfo
     from runtime.pubsub.store import Delivery, Publication
 
@@ -44,16 +46,28 @@ class HookChain:
 
     def __init__(self) -> None:
         self.hooks: list[DeliveryHook] = []
+        #: Per method, the (hook, bound method) pairs to call, in calling order; made on first emit.
+        self._calls: dict[str, list[tuple[DeliveryHook, Callable[..., None]]]] = {}
 
     def add(self, hook: DeliveryHook) -> None:
         """Register a hook (its after_* methods run before those of earlier hooks)."""
         self.hooks.append(hook)
+        self._calls.clear()
 
     def emit(self, method: str, *args: object) -> None:
         """Call method on every hook, in reverse order for after_* methods."""
-        hooks = reversed(self.hooks) if method.startswith('after_') else self.hooks
-        for hook in hooks:
+        calls = self._calls.get(method)
+        if calls is None:
+            calls = self._calls[method] = self._resolve(method)
+        for hook, call in calls:
             try:
-                getattr(hook, method)(*args)
+                call(*args)
             except Exception:
                 _log.critical('delivery hook %r failed in %s; ignored', hook, method, exc_info=True)
+
+    def _resolve(self, method: str) -> list[tuple[DeliveryHook, Callable[..., None]]]:
+        """The hooks that override method (the base class's no-ops are not worth a call per message)."""
+        hooks = reversed(self.hooks) if method.startswith('after_') else self.hooks
+        base = getattr(DeliveryHook, method)
+        calls = [(h, getattr(h, method)) for h in hooks]
+        return [(h, call) for h, call in calls if getattr(call, '__func__', None) is not base]

@@ -1,0 +1,197 @@
+"""Run every benchmark and write ``bench/RESULTS.md`` (``make bench``).
+
+Each benchmark runs in a process of its own, one after the other (never two at once: they would
+measure each other), and leaves its section in ``bench/results/``. The report is then put
+together: the machine, a headline table of every DESIGN §12 target with its figure, Conduit side
+by side with Celery and Dramatiq, each benchmark's section with the command that reproduces it,
+and the hand-written notes of ``bench/notes/`` (profiles, bounds, the fault harness).
+
+    .venv/bin/python bench/run.py [--only throughput,peers] [--skip spark_pipeline]
+
+With ``--only`` or ``--skip``, the sections of the benchmarks not run are kept from their last
+run (each says when it was measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common  # noqa: E402
+
+#: (name, script, time limit in seconds), in the order of the report. The name is the results file.
+BENCHMARKS: list[tuple[str, str, int]] = [
+    ('throughput', 'throughput.py', 900),
+    ('peers', 'peers.py', 1200),
+    ('latency', 'latency.py', 600),
+    ('invoke', 'invoke.py', 300),
+    ('rest', 'rest.py', 600),
+    ('backlog', 'backlog.py', 900),
+    ('patterns', 'patterns.py', 600),
+    ('spark_pipeline', 'spark_pipeline.py', 600),
+]
+
+#: Notes that stand on their own, after the benchmark sections.
+EXTRA_NOTES = ('profile', 'fault_harness')
+
+RESULTS_MD = common.REPO / 'bench' / 'RESULTS.md'
+
+
+def run_one(name: str, script: str, limit: int) -> tuple[bool, float, str]:
+    """Run one benchmark script; returns (ok, seconds, last lines of output when it failed)."""
+    print(f'== {name}: bench/{script}', flush=True)
+    started = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, str(common.REPO / 'bench' / script)], cwd=common.REPO,
+                              capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or '') if isinstance(e.stdout, str) else (e.stdout or b'').decode(errors='replace')
+        return False, time.monotonic() - started, f'timed out after {limit} s\n{out[-2000:]}'
+    elapsed = time.monotonic() - started
+    sys.stdout.write(proc.stdout[-3000:])
+    if proc.returncode != 0:
+        return False, elapsed, (proc.stdout[-1500:] + proc.stderr[-3000:])
+    return True, elapsed, ''
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = common.RESULTS_DIR / f'{name}.json'
+    return json.loads(path.read_text(encoding='utf-8')) if path.exists() else None
+
+
+def _median(rates: list[float]) -> float:
+    return common.stats(rates)[1]
+
+
+def comparison(throughput: dict[str, Any] | None, peers: dict[str, Any] | None) -> tuple[str, list[dict]]:
+    """Conduit's end-to-end rate beside Celery's and Dramatiq's, per publisher concurrency."""
+    if not throughput or not peers:
+        return '', []
+    conduit = {(r['broker'], r['publishers']): _median(r['rates']) for r in throughput['rows']}
+    peer = {(r['system'], r['broker'], r['publishers']): (_median(r['rates']), r.get('config', ''))
+            for r in peers['rows']}
+    lines = ['## Side by side: durable messaging end to end, msg/s (medians)', '',
+             '| publishers | Conduit SQLite | Conduit PostgreSQL | Celery RabbitMQ | Dramatiq RabbitMQ '
+             '| Celery Redis¹ | Dramatiq Redis¹ | Conduit SQLite ÷ Celery RabbitMQ (target ≥ 3×) '
+             '| Conduit SQLite ÷ Dramatiq RabbitMQ (target ≥ 1.5×) |',
+             '|---|---|---|---|---|---|---|---|---|']
+    summary = []
+    for publishers in sorted({p for _, p in conduit}):
+        sqlite = conduit.get(('sqlite', publishers))
+        cells = [str(publishers)]
+        for key in (('sqlite', publishers), ('postgresql', publishers)):
+            cells.append(common.fmt(conduit[key]) if key in conduit else '—')
+        for system, broker in (('celery', 'rabbitmq'), ('dramatiq', 'rabbitmq'), ('celery', 'redis'),
+                               ('dramatiq', 'redis')):
+            value = peer.get((system, broker, publishers))
+            cells.append(common.fmt(value[0]) if value else '—')
+        for system, floor in (('celery', 3.0), ('dramatiq', 1.5)):
+            value = peer.get((system, 'rabbitmq', publishers))
+            if sqlite is None or value is None:
+                cells.append('—')
+                continue
+            ratio = sqlite / value[0]
+            cells.append(f'{ratio:.2f}×')
+            summary.append({'figure': f'Conduit SQLite vs {system.title()} on RabbitMQ, {publishers} publisher(s)',
+                            'target': f'≥ {floor:g}×', 'measured': f'{ratio:.2f}×', 'met': ratio >= floor})
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    configs = sorted({f'{s.title()}: {c}' for (s, _, _), (_, c) in peer.items() if c})
+    lines += ['', 'Same no-op handler, same message counts and publisher concurrency, measured in the same '
+              '`make bench` run; the rows come from the two sections below. ¹ This machine\'s Redis keeps nothing '
+              'on disk (`--save "" --appendonly no`), so the Redis figures are not durable.']
+    if configs:
+        lines += [''] + [f'- {c}' for c in configs]
+    return '\n'.join(lines), summary
+
+
+def headline(summaries: list[dict]) -> str:
+    """Every DESIGN §12 target with its figure."""
+    lines = ['## DESIGN §12 targets', '', '| figure | target | measured | met |', '|---|---|---|---|']
+    for s in summaries:
+        met = {True: 'yes', False: '**no**', None: '—'}[s.get('met')]
+        lines.append(f"| {s['figure']} | {s['target']} | {s['measured']} | {met} |")
+    return '\n'.join(lines)
+
+
+def write_report(failures: dict[str, str]) -> None:
+    """Put RESULTS.md together from the sections in bench/results and the notes."""
+    sections, summaries = [], []
+    data = {name: _load(name) for name, _, _ in BENCHMARKS}
+    compare_md, compare_summary = comparison(data['throughput'], data['peers'])
+    for name, script, _ in BENCHMARKS:
+        section_path = common.RESULTS_DIR / f'{name}.md'
+        if name in failures:
+            sections.append(f'## {name}: FAILED in this run\n\n`bench/{script}` failed:\n\n```\n'
+                            f'{failures[name][-1500:]}\n```')
+        elif section_path.exists():
+            text = section_path.read_text(encoding='utf-8').rstrip()
+            measured = (data[name] or {}).get('measured_at', '')
+            if measured:
+                text += f'\n\nMeasured {measured}.'
+            sections.append(text)
+        else:
+            sections.append(f'## {name}\n\nNot measured yet: run `make bench`.')
+        note = common.NOTES_DIR / f'{name}.md'
+        if note.exists():
+            sections.append(note.read_text(encoding='utf-8').rstrip())
+        if data[name] and name not in failures:
+            summaries += data[name].get('summary', [])
+        if name == 'throughput' and compare_md:
+            summaries += compare_summary
+    if compare_md:
+        sections.insert(1, compare_md)
+    for extra in EXTRA_NOTES:
+        note = common.NOTES_DIR / f'{extra}.md'
+        if note.exists():
+            sections.append(note.read_text(encoding='utf-8').rstrip())
+    today = datetime.now(UTC).strftime('%Y-%m-%d')
+    report = '\n\n'.join([
+        '# Benchmark results',
+        f'Written by `make bench` (`bench/run.py`), last on {today}. Every figure was measured on the machine '
+        'below, one benchmark at a time; figures are min / median / max over the rounds each section states, '
+        'and each section ends with the command that reproduces it.',
+        '## Machine\n\n' + common.machine_markdown().rstrip(),
+        headline(summaries),
+        *sections,
+    ])
+    RESULTS_MD.write_text(report + '\n', encoding='utf-8')
+    print(f'wrote {RESULTS_MD}')
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen benchmarks, then write the report; exit status 1 if any failed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--only', default='', help='comma-separated benchmark names')
+    parser.add_argument('--skip', default='', help='comma-separated benchmark names')
+    parser.add_argument('--report-only', action='store_true', help='only put RESULTS.md together')
+    args = parser.parse_args(argv)
+    names = [n for n, _, _ in BENCHMARKS]
+    only = [n for n in args.only.split(',') if n]
+    skip = [n for n in args.skip.split(',') if n]
+    for n in only + skip:
+        if n not in names:
+            parser.error(f'no benchmark {n!r}; choose from {", ".join(names)}')
+    failures: dict[str, str] = {}
+    if not args.report_only:
+        for name, script, limit in BENCHMARKS:
+            if (only and name not in only) or name in skip:
+                continue
+            ok, elapsed, output = run_one(name, script, limit)
+            print(f'== {name}: {"ok" if ok else "FAILED"} in {elapsed:.0f} s', flush=True)
+            if not ok:
+                failures[name] = output
+                print(output, file=sys.stderr)
+    write_report(failures)
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
