@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--rounds', type=int, default=DEFAULT_ROUNDS)
     parser.add_argument('--number', type=int, default=DEFAULT_NUMBER, help='calls per round')
+    parser.add_argument('--no-write', action='store_true', help='print only; do not write bench/results')
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix='conduit-bench-') as tmp:
@@ -105,6 +106,9 @@ def main(argv: list[str] | None = None) -> None:
         f'{args.rounds} rounds × {args.number:,} calls, per call; Python {platform.python_version()} '
         f'({sys.implementation.name}), gevent monkey-patched, a started runtime on SQLite in a temporary directory.',
         '', f'Command: `{command}`'])
+    if args.no_write:
+        print(section)
+        return
     common.write_result('invoke', section, {
         'invoke_us': invoke_us, 'plain_us': plain_us, 'ratio_min': ratio,
         'summary': [{'figure': '`self.invoke` of a no-op service', 'target': '≤ 20 µs',

@@ -1,0 +1,55 @@
+"""The benchmarks still run: each script, with tiny sizes, end to end (no figure is checked here).
+
+`make bench` is not part of the suite (it takes half an hour and needs a quiet machine), so this
+keeps the scripts from rotting between runs. Nothing is written to bench/results (``--no-write``).
+The peers and REST benchmarks need what only `make bench` installs (Celery and Dramatiq, wrk);
+they run here when it is installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+SMALL = {
+    'throughput.py': ['--backends', 'sqlite', '--publishers', '1,10', '--count', '300', '--seq-count', '50',
+                      '--rounds', '1'],
+    'latency.py': ['--backends', 'sqlite', '--rates', '200', '--seconds', '0.5', '--warmup', '0.2', '--rounds', '1'],
+    'backlog.py': ['--backlog', '3000', '--window', '1000', '--windows', '2', '--empty', '1000'],
+    'patterns.py': ['--sizes', '40,400', '--rounds', '1', '--publishes', '200'],
+    'invoke.py': ['--rounds', '1', '--number', '1000'],
+}
+
+
+def _run(script: str, args: list[str]) -> str:
+    proc = subprocess.run([sys.executable, str(REPO / 'bench' / script), *args, '--no-write'], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f'bench/{script} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}'
+    return proc.stdout
+
+
+@pytest.mark.parametrize('script', sorted(SMALL))
+def test_benchmark_runs(script: str) -> None:
+    out = _run(script, SMALL[script])
+    assert out.strip(), f'bench/{script} printed nothing'
+
+
+@pytest.mark.skipif(importlib.util.find_spec('celery') is None or importlib.util.find_spec('dramatiq') is None,
+                    reason='Celery and Dramatiq are installed by make bench only')
+def test_peers_benchmark_runs() -> None:
+    out = _run('peers.py', ['--count', '200', '--seq-count', '50', '--rounds', '1', '--publishers', '1,4',
+                            '--brokers', 'rabbitmq', '--confirms', ''])
+    assert 'celery rabbitmq' in out and 'dramatiq rabbitmq' in out
+
+
+@pytest.mark.skipif(shutil.which('wrk') is None, reason='wrk is installed by make bench only')
+def test_rest_benchmark_runs() -> None:
+    out = _run('rest.py', ['--seconds', '1', '--warmup', '1', '--rounds', '1'])
+    assert 'conduit:' in out and 'falcon:' in out
