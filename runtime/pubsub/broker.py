@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 import psycopg
+from gevent.event import AsyncResult
 from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import IntegrityError
 
@@ -204,7 +205,8 @@ class Broker:
         self._last_queue_id = run_transaction(self.engine, lambda c: c.execute(
             select(func.coalesce(func.max(QueueEntry.id), 0))).scalar_one(), write=False)
         spawn = self._runtime.spawner.spawn
-        self._committer = GroupCommitter(self.engine, self.settings.group_commit_max, spawn, self._committed)
+        self._committer = GroupCommitter(self.engine, self.settings.group_commit_max, spawn, self._committed,
+                                         self._claim_loops)
         self._backend.writer = self._committer.run
         self.hooks.emit('on_start')
         if background:
@@ -418,6 +420,20 @@ class Broker:
             f.flush()
             os.fsync(f.fileno())
         _log.warning('topic %s is at its max depth: message %s written to %s', pub.topic_name, pub.msg_id, path)
+
+    def _claim_loops(self, pubs: list[Publication]) -> list[tuple[Callable[[Connection], Any], AsyncResult]]:
+        """The next-batch work of this worker's idle loops that these publications feed."""
+        claims, seen = [], set()
+        for pub in pubs:
+            for sub_id in pub.sub_ids:
+                if sub_id in seen:
+                    continue
+                seen.add(sub_id)
+                entry = self._loops.get(sub_id)
+                claim = entry[0].claim() if entry is not None else None
+                if claim is not None:
+                    claims.append(claim)
+        return claims
 
     def _committed(self, pubs: list[Publication]) -> None:
         for pub in pubs:

@@ -35,10 +35,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import gevent
-from gevent.event import Event
+from gevent.event import AsyncResult, Event
 from gevent.pool import Pool
 
 from runtime.pubsub.hooks import HookChain
@@ -58,11 +58,18 @@ Deliver = Callable[[SubInfo, Delivery], 'bool | None']
 DeliverBatch = Callable[[SubInfo, list[Delivery]], 'list[Outcome] | None']
 
 
+#: A cycle's storage work as a unit to run in someone else's transaction (opaque to the loop).
+CycleWork = Callable[[Any], tuple[list[Delivery], 'float | None']]
+
+
 class QueueBackend(Protocol):
     """Storage as the delivery loop needs it."""
 
     def cycle(self, sub_id: int, settlement: Settlement | None, limit: int,
               due_before: float | None) -> tuple[list[Delivery], float | None]: ...
+
+    def cycle_work(self, sub_id: int, settlement: Settlement | None, limit: int,
+                   due_before: float | None) -> CycleWork: ...
 
     def settle(self, settlement: Settlement) -> None: ...
 
@@ -101,10 +108,30 @@ class DeliveryLoop:
         self._ram: list[Delivery] = []
         #: The stored part of the last batch's outcome, not yet written (see the module docstring).
         self._pending: Settlement | None = None
+        #: Waiting for messages (nothing pending): a commit that queues some may take the next batch.
+        self._idle = False
+        #: The next batch, taken on this loop's behalf in a publishers' commit (see claim()).
+        self._claim: AsyncResult | None = None
 
     def wake(self) -> None:
         """New messages may be waiting: look now."""
         self._wake.set()
+
+    def claim(self) -> tuple[CycleWork, AsyncResult] | None:
+        """Let a commit that queues messages for this subscription take the loop's next batch.
+
+        Called by the writer before such a commit; only an idle loop is claimed, and only once. The
+        cycle then rides in that commit — a message waits for one commit before its delivery, not
+        two — and the loop, once woken, takes its batch from the returned result instead of running
+        a cycle of its own.
+        """
+        if not self._idle or self._claim is not None or self._pending is not None:
+            return None
+        opts = self.sub.options
+        work = self._backend.cycle_work(self.sub.id, None, opts.delivery_batch_size,
+                                        None if opts.err_should_block else time.time())
+        self._claim = AsyncResult()
+        return work, self._claim
 
     def push(self, delivery: Delivery) -> None:
         """Queue a non-GD message in memory (lost if this worker stops, by design)."""
@@ -142,7 +169,11 @@ class DeliveryLoop:
                     _log.error('%s: storing delivery outcomes failed (%s: %s); retrying shortly', self.sub.label,
                                type(e).__name__, e)
                     wait = 1.0
-                self._wake.wait(timeout=wait)
+                self._idle = self._pending is None
+                try:
+                    self._wake.wait(timeout=wait)
+                finally:
+                    self._idle = False
 
     def _flush(self) -> None:
         """Store the outcome of the last batch now, on its own (the loop is about to wait or stop)."""
@@ -152,6 +183,9 @@ class DeliveryLoop:
 
     def _take(self, now: float) -> tuple[list[Delivery], float | None]:
         """Settle the last batch and take the next one in one round trip; the pending outcome is then stored."""
+        if self._claim is not None:  # taken in a publishers' commit while this loop was idle
+            claimed, self._claim = self._claim, None
+            return claimed.get()
         opts = self.sub.options
         batch, due = self._backend.cycle(self.sub.id, self._pending, opts.delivery_batch_size,
                                          None if opts.err_should_block else now)

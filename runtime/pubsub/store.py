@@ -11,16 +11,17 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, and_, bindparam, delete, exists, func, insert, select, text, update
+from sqlalchemy import Connection, Engine, and_, bindparam, delete, exists, func, insert, select, update
 
 from runtime.config import PubSubSection
 from runtime.db.blocking import run_transaction
 from runtime.db.models import DeadLetter, Message, QueueEntry, Subscription, Topic
 from runtime.errors import ConfigError
+from runtime.pubsub import queue_sql
 from runtime.pubsub.registry import DeliveryOptions, Registry, SubInfo, TopicInfo, parse_options
 from runtime.pubsub.topics import matches, normalize
 
@@ -183,79 +184,21 @@ def insert_publications(conn: Connection, pubs: list[Publication]) -> None:
     """Store messages and their queue entries (one round trip per table).
 
     Must run in a write transaction (on SQLite: ``BEGIN IMMEDIATE``, as ``run_transaction`` does for
-    writes): on SQLite the message ids are given here rather than read back row by row, which is
-    safe only while this transaction holds the database's write lock.
+    writes): the message ids are taken first (see ``queue_sql.next_message_ids``) and the rows
+    inserted with them. With RETURNING instead, SQLAlchemy runs a statement per row on SQLite (to
+    keep parameter order), and on PostgreSQL a multi-row VALUES whose text differs with every batch
+    size, which psycopg must parse anew each time; both made inserting the publisher's main cost.
     """
-    rows = [{'msg_id': p.msg_id, 'topic_id': p.topic_id, 'topic_name': p.topic_name, 'data': p.data,
-             'mime_type': p.mime_type, 'priority': p.priority, 'pub_time': p.pub_time,
-             'expiration_time': p.expiration_time, 'publisher': p.publisher, 'correl_id': p.correl_id,
-             'in_reply_to': p.in_reply_to, 'ext_client_id': p.ext_client_id, 'has_gd': p.has_gd,
-             'size': p.size, 'in_topic': p.in_topic} for p in pubs]
-    # The ids are taken first and the rows inserted with them: one executemany on SQLite, one
-    # INSERT ... SELECT FROM unnest(arrays) on PostgreSQL. With RETURNING instead, SQLAlchemy runs a
-    # statement per row on SQLite (to keep parameter order), and on PostgreSQL a multi-row VALUES
-    # whose text differs with every batch size, which psycopg must parse anew each time; both made
-    # inserting the publisher's main cost.
-    if conn.dialect.name == 'sqlite':
-        ids: Sequence[int] = _next_sqlite_message_ids(conn, len(rows))
-    else:
-        ids = sorted(conn.execute(_PG_NEXT_IDS, {'count': len(rows)}).scalars())
-    for row, message_id in zip(rows, ids, strict=True):
-        row['id'] = message_id
-    entries = [{'sub_id': sub_id, 'message_id': message_id, 'priority': -p.priority, 'next_attempt_at': 0.0,
-                'recv_time': p.pub_time, 'delivery_count': 0, 'last_error': ''}
+    ids = queue_sql.next_message_ids(conn, len(pubs))
+    queue_sql.insert_messages(conn, [
+        (message_id, p.msg_id, p.topic_id, p.topic_name, p.data, p.mime_type, p.priority, p.pub_time,
+         p.expiration_time, p.publisher, p.correl_id, p.in_reply_to, p.ext_client_id, p.has_gd, p.size, p.in_topic)
+        for p, message_id in zip(pubs, ids, strict=True)])
+    entries = [(sub_id, message_id, -p.priority, 0.0, p.pub_time, 0, '')
                for p, message_id in zip(pubs, ids, strict=True) for sub_id in p.sub_ids]
-    if conn.dialect.name == 'sqlite':
-        conn.execute(_INSERT_MESSAGE, rows)
-        if entries:
-            conn.execute(_INSERT_ENTRY, entries)
-    else:
-        _pg_insert_unnest(conn, _PG_INSERT_MESSAGES, rows)
-        if entries:
-            _pg_insert_unnest(conn, _PG_INSERT_ENTRIES, entries)
     if entries:
-        notify_subscribers(conn, {e['sub_id'] for e in entries})
-
-
-def _pg_unnest_insert(table: str, columns: dict[str, str]) -> tuple[Any, tuple[str, ...]]:
-    """INSERT ... SELECT FROM unnest(one array per column): one statement of the same text for any row count.
-
-    psycopg sends each array as one parameter, so a batch costs one round trip and no per-row work
-    in Python, where an executemany costs a message and a Python loop per row.
-    """
-    arrays = ', '.join(f'CAST(:{name} AS {pg_type}[])' for name, pg_type in columns.items())
-    return text(f'INSERT INTO {table} ({", ".join(columns)}) SELECT * FROM unnest({arrays})'), tuple(columns)
-
-
-def _pg_insert_unnest(conn: Connection, statement: tuple[Any, tuple[str, ...]], rows: list[dict[str, Any]]) -> None:
-    sql, columns = statement
-    conn.execute(sql, {name: [row[name] for row in rows] for name in columns})
-
-
-_INSERT_MESSAGE = insert(Message)
-_INSERT_ENTRY = insert(QueueEntry)
-#: Ids in order of the batch: a message's id also orders it within its priority.
-_PG_NEXT_IDS = text(f"SELECT nextval(pg_get_serial_sequence('{Message.__tablename__}', 'id')) "
-                    f"FROM generate_series(1, :count)")
-_SQLITE_SEQ = text('SELECT seq FROM sqlite_sequence WHERE name = :name')
-
-
-def _next_sqlite_message_ids(conn: Connection, count: int) -> range:
-    """The next ``count`` message ids, as AUTOINCREMENT would give them (never an id used before)."""
-    last = conn.execute(_SQLITE_SEQ, {'name': Message.__tablename__}).scalar()
-    if last is None:  # no message was ever stored: sqlite_sequence has no row yet
-        last = conn.execute(select(func.coalesce(func.max(Message.id), 0))).scalar_one()
-    return range(last + 1, last + 1 + count)
-
-
-_PG_INSERT_MESSAGES = _pg_unnest_insert(Message.__tablename__, {
-    'id': 'bigint', 'msg_id': 'text', 'topic_id': 'integer', 'topic_name': 'text', 'data': 'text',
-    'mime_type': 'text', 'priority': 'integer', 'pub_time': 'float8', 'expiration_time': 'float8',
-    'publisher': 'text', 'correl_id': 'text', 'in_reply_to': 'text', 'ext_client_id': 'text', 'has_gd': 'boolean',
-    'size': 'integer', 'in_topic': 'boolean'})
-_PG_INSERT_ENTRIES = _pg_unnest_insert(QueueEntry.__tablename__, {
-    'sub_id': 'integer', 'message_id': 'bigint', 'priority': 'integer', 'next_attempt_at': 'float8',
-    'recv_time': 'float8', 'delivery_count': 'integer', 'last_error': 'text'})
+        queue_sql.insert_entries(conn, entries)
+        notify_subscribers(conn, {e[0] for e in entries})
 
 
 #: PostgreSQL channel on which commits announce the subscriptions that got new queue entries.
@@ -265,7 +208,6 @@ NOTIFY_CHANNEL = 'conduit_queue'
 MAX_NOTIFY_PAYLOAD = 7000
 
 
-_NOTIFY = text('SELECT pg_notify(:channel, :payload)')
 
 
 def notify_subscribers(conn: Connection, sub_ids: set[int]) -> None:
@@ -275,7 +217,7 @@ def notify_subscribers(conn: Connection, sub_ids: set[int]) -> None:
     payload = ','.join(map(str, sorted(sub_ids)))
     if len(payload) > MAX_NOTIFY_PAYLOAD:
         payload = '*'
-    conn.execute(_NOTIFY, {'channel': NOTIFY_CHANNEL, 'payload': payload})
+    conn.exec_driver_sql('SELECT pg_notify(%s, %s)', (NOTIFY_CHANNEL, payload))
 
 
 def topic_depth(conn: Connection, topic_id: int, has_gd: bool) -> int:
@@ -287,28 +229,8 @@ def topic_depth(conn: Connection, topic_id: int, has_gd: bool) -> int:
 # Delivering
 
 
-def _delivery_query(sub_id: int) -> Any:
-    return (select(QueueEntry.id, QueueEntry.sub_id, QueueEntry.delivery_count, QueueEntry.next_attempt_at,
-                   QueueEntry.last_error, QueueEntry.recv_time, *_MESSAGE_COLUMNS)
-            .join(Message, Message.id == QueueEntry.message_id)
-            .where(QueueEntry.sub_id == sub_id))
-
-
-# The delivery loop's statements, built once: constructing a SQLAlchemy statement costs more than
-# running it, and these run for every batch. Values are bound at execution.
-_HEAD = (_delivery_query(bindparam('sub_id')).where(QueueEntry.ack_id.is_(None))  # type: ignore[arg-type]
-         .order_by(QueueEntry.priority, QueueEntry.message_id))
-_FETCH_HEAD = _HEAD.limit(bindparam('limit'))
-_FETCH_DUE = (_HEAD.where(QueueEntry.next_attempt_at <= bindparam('due_before'))
-              .limit(bindparam('limit')))
 _NEXT_DUE = select(func.min(QueueEntry.next_attempt_at)).where(
     QueueEntry.sub_id == bindparam('sub_id'), QueueEntry.ack_id.is_(None))
-_ENTRY_IDS = bindparam('entry_ids', expanding=True)
-_COUNT_ATTEMPT = (update(QueueEntry).where(QueueEntry.id.in_(_ENTRY_IDS))
-                  .values(delivery_count=QueueEntry.delivery_count + 1))
-_UNCOUNT = (update(QueueEntry).where(QueueEntry.id.in_(_ENTRY_IDS))
-            .values(delivery_count=QueueEntry.delivery_count - 1))
-_ACK = delete(QueueEntry).where(QueueEntry.id.in_(_ENTRY_IDS))
 
 
 def fetch_batch(conn: Connection, sub_id: int, limit: int, due_before: float | None = None) -> list[Delivery]:
@@ -317,11 +239,10 @@ def fetch_batch(conn: Connection, sub_id: int, limit: int, due_before: float | N
     With due_before, only entries whose next attempt is due by then (err_should_block=false);
     without it, the head whether due or not (strict order: the caller waits for it).
     """
-    if due_before is None:
-        rows = conn.execute(_FETCH_HEAD, {'sub_id': sub_id, 'limit': limit}).all()
-    else:
-        rows = conn.execute(_FETCH_DUE, {'sub_id': sub_id, 'limit': limit, 'due_before': due_before}).all()
-    return [Delivery(*row) for row in rows]
+    batch = [Delivery(*row) for row in queue_sql.head(conn, sub_id, limit, due_before)]
+    for d in batch:
+        d.has_gd = bool(d.has_gd)  # SQLite answers 0 or 1
+    return batch
 
 
 def next_due(conn: Connection, sub_id: int) -> float | None:
@@ -329,19 +250,9 @@ def next_due(conn: Connection, sub_id: int) -> float | None:
     return conn.execute(_NEXT_DUE, {'sub_id': sub_id}).scalar()
 
 
-def count_attempt(conn: Connection, entry_ids: list[int]) -> None:
-    """Record that delivery of these entries starts now (counted even if the process dies)."""
-    conn.execute(_COUNT_ATTEMPT, {'entry_ids': entry_ids})
-
-
-def uncount_attempt(conn: Connection, entry_ids: list[int]) -> None:
-    """Take back attempts recorded for entries that were not tried after all."""
-    conn.execute(_UNCOUNT, {'entry_ids': entry_ids})
-
-
-def ack(conn: Connection, entry_ids: list[int]) -> None:
-    """Remove delivered entries from their queue."""
-    conn.execute(_ACK, {'entry_ids': entry_ids})
+count_attempt = queue_sql.count_attempt
+uncount_attempt = queue_sql.uncount_attempt
+ack = queue_sql.ack
 
 
 def schedule_retry(conn: Connection, entry_id: int, at: float, error: str) -> None:
@@ -462,6 +373,12 @@ class SqlQueueBackend:
         Returns the batch (as it was before the count) and, when it is empty, when the queue's
         earliest entry is due (None for an empty queue).
         """
+        return self._write(self.cycle_work(sub_id, settlement, limit, due_before))
+
+    @staticmethod
+    def cycle_work(sub_id: int, settlement: Settlement | None, limit: int,
+                   due_before: float | None) -> Callable[[Connection], tuple[list[Delivery], float | None]]:
+        """What ``cycle`` does, as work to run in a transaction of the caller's."""
         def work(conn: Connection) -> tuple[list[Delivery], float | None]:
             if settlement is not None:
                 apply_settlement(conn, settlement)
@@ -471,7 +388,7 @@ class SqlQueueBackend:
                 return batch, None
             # Taking the head regardless of due times, an empty batch means an empty queue.
             return batch, (next_due(conn, sub_id) if due_before is not None else None)
-        return self._write(work)
+        return work
 
     def settle(self, settlement: Settlement) -> None:
         """Store a batch's outcomes on their own."""
