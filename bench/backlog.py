@@ -77,8 +77,7 @@ class Sink(Service):
 @contextlib.contextmanager
 def _runtime(backend: str) -> Iterator[TestRuntime]:
     with tempfile.TemporaryDirectory(prefix='conduit-bench-backlog-') as tmp:
-        with (contextlib.nullcontext(f'sqlite:///{tmp}/conduit.db') if backend == 'sqlite'
-              else common.pg_database()) as url:
+        with common.database(backend, Path(tmp)) as url:
             settings = make_settings(Path(tmp), url)
             settings.archive.enabled = False  # a million archive records would measure the disk, not the queue
             rt = TestRuntime(settings)

@@ -115,7 +115,8 @@ def machine_markdown() -> str:
         'PostgreSQL ' + _first_line(['sh', '-c', 'psql -V | cut -d" " -f3']),
         'Redis ' + _first_line(['sh', '-c', "redis-server --version | sed 's/.*v=\\([^ ]*\\).*/\\1/'"]),
         'RabbitMQ ' + _first_line(['sh', '-c', "rabbitmqctl version 2>/dev/null || echo unknown"]),
-        'wrk ' + _first_line(['sh', '-c', "wrk -v 2>&1 | head -1 | cut -d' ' -f2"]),
+        'wrk ' + _first_line(['sh', '-c', "command -v wrk >/dev/null && wrk -v 2>&1 | head -1 | cut -d' ' -f2 "
+                                            "|| echo 'not installed'"]),
     ])
     return (f'- CPU: {os.cpu_count()} × {cpu}; memory {mem_gib:.0f} GiB; disk {disk}; '
             f'{platform.system()} {platform.release()}\n'
@@ -136,6 +137,16 @@ def pg_database(prefix: str = 'conduit_bench') -> Iterator[str]:
     finally:
         with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5) as conn:
             conn.execute(sql.SQL('DROP DATABASE IF EXISTS {} WITH (FORCE)').format(sql.Identifier(name)))
+
+
+@contextlib.contextmanager
+def database(backend: str, tmp: Path) -> Iterator[str]:
+    """The URL of an empty database for one run: a file in tmp for 'sqlite', else a new PostgreSQL database."""
+    if backend == 'sqlite':
+        yield f'sqlite:///{tmp / "conduit.db"}'
+    else:
+        with pg_database() as url:
+            yield url
 
 
 def rss_mib(pid: int | None = None) -> float:

@@ -18,11 +18,9 @@ from gevent import monkey
 monkey.patch_all()
 
 import argparse  # noqa: E402
-import contextlib  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import gevent  # noqa: E402
@@ -59,15 +57,6 @@ class Source(Service):
         self.pubsub.publish('bench.sink', self.request.payload)
 
 
-@contextlib.contextmanager
-def _database(backend: str, tmp: Path) -> Iterator[str]:
-    if backend == 'sqlite':
-        yield f'sqlite:///{tmp / "conduit.db"}'
-    else:
-        with common.pg_database() as url:
-            yield url
-
-
 def one_round(rt: TestRuntime, rate: int, seconds: float, warmup: float, base: int) -> dict:
     """Latencies (ms) of one round, warm-up excluded, and the rate the generator kept."""
     total = int(rate * (seconds + warmup))
@@ -95,7 +84,7 @@ def one_round(rt: TestRuntime, rate: int, seconds: float, warmup: float, base: i
 def measure(backend: str, rate: int, seconds: float, warmup: float, rounds: int) -> list[dict]:
     """Several rounds at one rate against one fresh database."""
     STARTS.clear()
-    with tempfile.TemporaryDirectory(prefix='conduit-bench-') as tmp, _database(backend, Path(tmp)) as url:
+    with tempfile.TemporaryDirectory(prefix='conduit-bench-') as tmp, common.database(backend, Path(tmp)) as url:
         rt = TestRuntime(make_settings(Path(tmp), url))
         rt.start(watch=False)
         try:

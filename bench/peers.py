@@ -202,7 +202,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
               'separate process (50 threads, or one sequential loop) sending a small JSON payload to a no-op '
               'handler. Neither peer waits for publisher confirms by default: with the default a send returns '
               'before the message is on disk, so the RabbitMQ rows are also measured with confirms on, the '
-              'guarantee a Conduit publisher gets. kombu {common.version("kombu")}, '
+              f'guarantee a Conduit publisher gets. kombu {common.version("kombu")}, '
               f'pika {common.version("pika")}, redis-py {common.version("redis")}.', '', f'Command: `{cmd}`']
     common.write_result(NAME, '\n'.join(lines), {'rows': rows, 'summary': []})
 

@@ -43,6 +43,8 @@ BENCHMARKS: list[tuple[str, str, int]] = [
 EXTRA_NOTES = ('profile', 'fault_harness')
 
 RESULTS_MD = common.REPO / 'bench' / 'RESULTS.md'
+#: The machine and versions of the last run that measured something.
+MACHINE_MD = common.RESULTS_DIR / 'machine.md'
 
 
 def run_one(name: str, script: str, limit: int) -> tuple[bool, float, str]:
@@ -128,6 +130,13 @@ def headline(summaries: list[dict]) -> str:
     return '\n'.join(lines)
 
 
+def _machine() -> str:
+    """The machine description saved by the last run that measured something (see main)."""
+    if MACHINE_MD.exists():
+        return MACHINE_MD.read_text(encoding='utf-8')
+    return common.machine_markdown()
+
+
 def write_report(failures: dict[str, str]) -> None:
     """Put RESULTS.md together from the sections in bench/results and the notes."""
     sections, summaries = [], []
@@ -165,7 +174,7 @@ def write_report(failures: dict[str, str]) -> None:
         f'Written by `make bench` (`bench/run.py`), last on {today}. Every figure was measured on the machine '
         'below, one benchmark at a time; figures are min / median / max over the rounds each section states, '
         'and each section ends with the command that reproduces it.',
-        '## Machine\n\n' + common.machine_markdown().rstrip(),
+        '## Machine\n\n' + _machine().rstrip(),
         headline(summaries),
         *sections,
     ])
@@ -188,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f'no benchmark {n!r}; choose from {", ".join(names)}')
     failures: dict[str, str] = {}
     if not args.report_only:
+        # Saved, so that --report-only later describes the machine and versions the figures come from,
+        # not whatever the venv holds then.
+        MACHINE_MD.write_text(common.machine_markdown(), encoding='utf-8')
         for name, script, limit in BENCHMARKS:
             if (only and name not in only) or name in skip:
                 continue

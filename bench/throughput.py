@@ -17,11 +17,9 @@ from gevent import monkey
 monkey.patch_all()
 
 import argparse  # noqa: E402
-import contextlib  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import gevent  # noqa: E402
@@ -81,15 +79,6 @@ class Source(Service):
         self.pubsub.publish('bench.sink', self.request.payload)
 
 
-@contextlib.contextmanager
-def _database(backend: str, tmp: Path) -> Iterator[str]:
-    if backend == 'sqlite':
-        yield f'sqlite:///{tmp / "conduit.db"}'
-    else:
-        with common.pg_database() as url:
-            yield url
-
-
 def _publish_all(rt: TestRuntime, count: int, publishers: int) -> None:
     invoke = rt.invoke
 
@@ -123,7 +112,7 @@ def one_round(rt: TestRuntime, count: int, publishers: int, timeout: float) -> f
 
 def measure(backend: str, publishers: int, count: int, rounds: int) -> list[float]:
     """Rates of several rounds against one fresh database."""
-    with tempfile.TemporaryDirectory(prefix='conduit-bench-') as tmp, _database(backend, Path(tmp)) as url:
+    with tempfile.TemporaryDirectory(prefix='conduit-bench-') as tmp, common.database(backend, Path(tmp)) as url:
         rt = TestRuntime(make_settings(Path(tmp), url))
         rt.start(watch=False)
         try:

@@ -28,8 +28,9 @@ SMALL = {
 }
 
 
-def _run(script: str, args: list[str]) -> str:
-    proc = subprocess.run([sys.executable, str(REPO / 'bench' / script), *args, '--no-write'], cwd=REPO,
+def _run(script: str, args: list[str], writes_results: bool = True) -> str:
+    no_write = ['--no-write'] if writes_results else []  # a script that writes nothing has no such option
+    proc = subprocess.run([sys.executable, str(REPO / 'bench' / script), *args, *no_write], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f'bench/{script} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}'
     return proc.stdout
@@ -39,6 +40,12 @@ def _run(script: str, args: list[str]) -> str:
 def test_benchmark_runs(script: str) -> None:
     out = _run(script, SMALL[script])
     assert out.strip(), f'bench/{script} printed nothing'
+
+
+def test_latency_profile_runs() -> None:
+    out = _run('latency_profile.py', ['--backend', 'sqlite', '--rate', '200', '--seconds', '0.5', '--warmup', '0.2'],
+               writes_results=False)
+    assert 'commits:' in out and 'INSERT INTO conduit_message' in out
 
 
 @pytest.mark.skipif(importlib.util.find_spec('celery') is None or importlib.util.find_spec('dramatiq') is None,

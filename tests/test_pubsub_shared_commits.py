@@ -119,6 +119,24 @@ def test_a_failing_work_item_fails_alone(make_rt: Callable[..., TestRuntime]) ->
     wait_until(lambda: sorted(HANDLED) == list(range(5)), 10, message='all delivered')
 
 
+def test_a_loop_that_cannot_be_claimed_delays_nothing(make_rt: Callable[..., TestRuntime],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    rt = make_rt()
+    rt.broker.publish('commits.sink', {'n': -1})
+    wait_until(lambda: HANDLED == [-1] and _queue_empty(rt), 10, message='warm-up delivered')
+    sub = rt.broker.registry.service_subscription('commits.sink')
+    assert sub is not None
+    loop = rt.broker._loops[sub.id][0]
+
+    def broken_claim() -> None:
+        raise RuntimeError('claim failed')
+    monkeypatch.setattr(loop, 'claim', broken_claim)
+    # The publication is stored and answered; the loop, not claimed, takes the message in its own cycle.
+    for n in range(3):
+        rt.broker.publish('commits.sink', {'n': n})
+    wait_until(lambda: sorted(HANDLED[1:]) == [0, 1, 2] and _queue_empty(rt), 10, message='delivered unclaimed')
+
+
 def test_message_ids_keep_growing_after_the_newest_are_swept(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
     for n in range(3):

@@ -430,7 +430,13 @@ class Broker:
                     continue
                 seen.add(sub_id)
                 entry = self._loops.get(sub_id)
-                claim = entry[0].claim() if entry is not None else None
+                if entry is None:
+                    continue
+                try:
+                    claim = entry[0].claim()
+                except Exception:  # the loop then runs its own cycle when woken, as without a claim
+                    _log.exception('%s: taking the next batch in the publishers\' commit failed', entry[0].sub.label)
+                    continue
                 if claim is not None:
                     claims.append(claim)
         return claims

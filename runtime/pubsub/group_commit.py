@@ -94,14 +94,11 @@ class GroupCommitter:
             pubs = [(p, r) for p, r in batch if isinstance(p, Publication)]
             works = [(w, r) for w, r in batch if not isinstance(w, Publication)]
             if pubs and self._claim is not None:
-                try:
-                    works += self._claim([p for p, _ in pubs])  # type: ignore[misc]
-                except Exception:
-                    _log.exception('claiming delivery loops for a commit failed; they take their batches alone')
+                works += self._claim([p for p, _ in pubs])  # type: ignore[misc]
             try:
                 self._commit(pubs, works)
             except gevent.GreenletExit:
-                for _, result in batch:
+                for _, result in pubs + works:
                     if not result.ready():
                         result.set_exception(StorageUnavailable('the server is stopping; nothing was stored'))
                 raise
