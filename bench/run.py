@@ -40,7 +40,7 @@ BENCHMARKS: list[tuple[str, str, int]] = [
 ]
 
 #: Notes that stand on their own, after the benchmark sections.
-EXTRA_NOTES = ('profile', 'fault_harness')
+EXTRA_NOTES = ('fault_harness',)
 
 RESULTS_MD = common.REPO / 'bench' / 'RESULTS.md'
 #: The machine and versions of the last run that measured something.
