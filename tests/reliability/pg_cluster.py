@@ -24,8 +24,11 @@ def find_bindir() -> Path | None:
     if initdb := shutil.which('initdb'):
         return Path(initdb).parent
     # Debian keeps the server tools out of PATH, one directory per major version.
-    found = sorted(glob.glob('/usr/lib/postgresql/*/bin/initdb'), key=lambda p: int(Path(p).parts[3]))
-    return Path(found[-1]).parent if found else None
+    found = [Path(p) for p in glob.glob('/usr/lib/postgresql/*/bin/initdb')]
+    versions = [p for p in found if p.parts[4].isdigit()]
+    if versions:
+        return max(versions, key=lambda p: int(p.parts[4])).parent
+    return found[0].parent if found else None
 
 
 class PgCluster:
