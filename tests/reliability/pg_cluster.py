@@ -7,7 +7,6 @@ free loopback port, and removed afterwards.
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import subprocess
@@ -24,11 +23,8 @@ def find_bindir() -> Path | None:
     if initdb := shutil.which('initdb'):
         return Path(initdb).parent
     # Debian keeps the server tools out of PATH, one directory per major version.
-    found = [Path(p) for p in glob.glob('/usr/lib/postgresql/*/bin/initdb')]
-    versions = [p for p in found if p.parts[4].isdigit()]
-    if versions:
-        return max(versions, key=lambda p: int(p.parts[4])).parent
-    return found[0].parent if found else None
+    found = [p for p in Path('/usr/lib/postgresql').glob('*/bin/initdb') if p.parts[4].isdigit()]
+    return max(found, key=lambda p: int(p.parts[4])).parent if found else None
 
 
 class PgCluster:
