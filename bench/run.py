@@ -34,6 +34,7 @@ BENCHMARKS: list[tuple[str, str, int]] = [
     ('latency', 'latency.py', 600),
     ('invoke', 'invoke.py', 300),
     ('rest', 'rest.py', 600),
+    ('slow_clients', 'slow_clients.py', 300),
     ('backlog', 'backlog.py', 900),
     ('patterns', 'patterns.py', 600),
     ('spark_pipeline', 'spark_pipeline.py', 600),

@@ -72,9 +72,28 @@ class ObjectsSection:
 
 @dataclass
 class HttpSection:
-    """Limits of the HTTP layer."""
+    """Limits of the HTTP layer: what a client may send, how slowly, and what is public."""
 
     max_body_size: int = 5 * 1024 * 1024
+    #: Deepest nesting of arrays and objects a JSON body (or a published message) may have.
+    max_json_depth: int = 64
+    #: Most digits an integer in a JSON body may have.
+    max_json_int_digits: int = 100
+    #: Time to receive a request's line and headers (also how long an idle keep-alive connection waits).
+    header_timeout_secs: float = 5.0
+    #: A request body must arrive at body_min_rate_bytes per second once body_grace_secs have passed.
+    body_grace_secs: float = 10.0
+    body_min_rate_bytes: int = 10240
+    #: Longest one write of an answer may take before the connection is closed (a client that never reads).
+    send_timeout_secs: float = 60.0
+    #: Open connections per worker; past it new ones are answered 503 at once and closed.
+    max_connections: int = 10000
+    #: Whether /metrics and /openapi.json answer without the admin credentials.
+    metrics_public: bool = False
+    openapi_public: bool = False
+    #: Failed sign-ins from one client address within auth_failure_window_secs before it gets 429 (0: off).
+    auth_max_failures: int = 10
+    auth_failure_window_secs: float = 60.0
 
 
 @dataclass
@@ -120,6 +139,10 @@ class PubSubSection:
     sweep_interval_secs: float = 30.0
     #: Publications past a topic's max depth are appended here (one JSON line each).
     overflow_dir: str = 'var/overflow'
+    #: Cap of one topic's overflow log, in bytes; past it a publication is refused with 503.
+    max_overflow_bytes: int = 100 * 1024 * 1024
+    #: Cap of max_len of one REST pull: characters of data one answer may carry (at least max_message_size).
+    max_pull_chars: int = 10_000_000
     #: Most publications one group commit writes.
     group_commit_max: int = 1000
 

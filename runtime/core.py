@@ -20,6 +20,7 @@ from sqlalchemy import Engine, select
 
 from runtime.channels import Channel, ChannelRouter, parse_methods
 from runtime.config import Settings
+from runtime.datafiles import create_private_file, private_dir
 from runtime.db.engine import make_engine, make_psycopg_cooperative
 from runtime.db.migrate import upgrade
 from runtime.db.models import BasicAuthDef, RestChannel
@@ -61,9 +62,9 @@ def admin_password(settings: Settings, create: bool = False) -> str:
         return path.read_text(encoding='utf-8').strip()
     if not create:
         raise ConfigError('admin.password', f'not set, and {path} does not exist yet (start the server once)')
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     password = secrets.token_urlsafe(18)
-    path.touch(mode=0o600)
+    create_private_file(path)  # 0600 before the password is in it, whatever the umask
     path.write_text(password + '\n', encoding='utf-8')
     return password
 

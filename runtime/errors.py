@@ -181,6 +181,28 @@ class StorageUnavailable(ConduitError):
     http_status = 503
 
 
+class RequestTimeout(ConduitError):
+    """The client sent its request body too slowly."""
+
+    http_status = 408
+
+
+class TooManyRequests(ConduitError):
+    """Too many failed sign-ins from this client: wait before trying again."""
+
+    http_status = 429
+
+    def __init__(self, retry_after_secs: int) -> None:
+        self.retry_after_secs = max(1, int(retry_after_secs))
+        super().__init__(f'too many failed sign-ins from this client; retry after {self.retry_after_secs} s')
+
+
+class ServerBusy(ConduitError):
+    """The worker is shedding load: too many open connections."""
+
+    http_status = 503
+
+
 # Publish/subscribe
 
 
@@ -232,6 +254,25 @@ class TopicFull(ConduitError):
         super().__init__(f'topic {name!r} is full ({depth} messages waiting)')
 
 
+class QueueFull(TopicFull):
+    """A subscription queue of the topic reached the topic's max depth; nothing was stored."""
+
+    def __init__(self, name: str, depth: int, subscriber: str) -> None:
+        self.subscriber = subscriber
+        super().__init__(name, depth)
+        # The subscriber's label, never its sub_key (a secret).
+        self.args = (f'topic {name!r}: the queue of subscriber {subscriber} is full ({depth} messages waiting)',)
+
+
+class OverflowLogFull(TopicFull):
+    """The topic's overflow log reached its size cap; the publication was refused."""
+
+    def __init__(self, name: str, size: int, limit: int) -> None:
+        super().__init__(name, 0)
+        self.args = (f'topic {name!r} is full and its overflow log reached its cap of {limit} bytes '
+                     f'({size} bytes)',)
+
+
 class InvalidMessage(ConduitError, ValueError):
     """A publication is malformed (a field of it is named)."""
 
@@ -252,6 +293,15 @@ class MessageTooLarge(ConduitError):
         self.size = size
         self.limit = limit
         super().__init__(f'message of {size} bytes exceeds the limit of {limit} bytes')
+
+
+class UnrenderableMessage(ConduitError, ValueError):
+    """A stored message cannot be turned into what its subscriber receives; it goes to the dead-letter queue."""
+
+    def __init__(self, msg_id: str, problem: str) -> None:
+        self.msg_id = msg_id
+        self.problem = problem
+        super().__init__(f'message {msg_id} cannot be rendered for its subscriber: {problem}')
 
 
 class SubscriptionNotFound(ConduitError, LookupError):

@@ -8,13 +8,17 @@ What is counted, and where:
 - queue depths, read from the database at scrape time: ``conduit_pubsub_queue_depth`` and
   ``conduit_pubsub_dead_letters`` per subscription, ``conduit_pubsub_topic_depth`` per topic;
 - HTTP: ``conduit_http_requests_total{method, route, status}`` and
-  ``conduit_http_request_duration_seconds{method, route}`` by a falcon middleware (``route`` is the
-  URI template, ``channel`` for REST channels, so that arbitrary paths cannot blow up the series);
+  ``conduit_http_request_duration_seconds{method, route}`` by a falcon middleware. Every label is
+  bounded, so that no client can add series: ``method`` is one of the standard methods or
+  ``OTHER``, ``route`` the URI template of the routed resource or ``channel`` for everything else
+  (REST channels, unknown paths, requests refused before routing), ``status`` a status code;
 - ``conduit_invoke_duration_seconds{service}``: every run of a service, whatever the channel.
 
 The hot paths (publish, deliver, invoke) only bump plain dicts: a histogram observation is a bisect
-and two additions, well under a microsecond. prometheus_client is used at scrape time only, through
-a custom collector, so nothing here takes a lock.
+and two additions, well under a microsecond. prometheus_client is used at scrape time only, so
+nothing here takes a lock. A scrape copies the dicts on the hub (greenlets change them, threads must
+not read them) and reads the queue depths, then builds and formats the exposition in gevent's
+thread pool from those copies alone, so that a large exposition does not stop the worker's hub.
 
 Several gunicorn workers: each worker counts what it did and answers ``/metrics`` with its own
 counters, labelled with its ``pid`` (the database gauges are the same in every worker). Through one
@@ -32,10 +36,11 @@ import os
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry
+import gevent
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -59,8 +64,17 @@ LATENCY_BUCKETS_SECS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.0
 #: Publications per topic each worker remembers for the admin API's topic details.
 RECENT_PER_TOPIC = 20
 
-#: Route label of requests no resource routed (REST channels, unknown paths).
+#: Route label of requests no resource routed (REST channels, unknown paths, requests refused before routing).
 CHANNEL_ROUTE = 'channel'
+
+#: HTTP methods counted under their own name.
+STANDARD_METHODS = frozenset(('GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'))
+
+#: Method label of every other method (a client may send any token as a method).
+OTHER_METHOD = 'OTHER'
+
+#: Status label of a response whose status is not a code from 100 to 599.
+OTHER_STATUS = '0'
 
 
 class Histogram:
@@ -81,17 +95,26 @@ class Histogram:
         series[bisect_left(self.bounds, value)] += 1
         series[-1] += value
 
+    def snapshot(self) -> list[tuple[Any, list[float]]]:
+        """A copy of every series, safe to read in another thread while observations go on."""
+        return [(key, list(series)) for key, series in list(self.series.items())]
+
     def family(self, name: str, doc: str, labels: list[str], pid: str) -> HistogramMetricFamily:
         """The exposition of every key (a key is a tuple of label values, or one value)."""
-        family = HistogramMetricFamily(name, doc, labels=[*labels, 'pid'])
-        for key, series in list(self.series.items()):
-            cumulative, buckets = 0.0, []
-            for bound, count in zip((*map(str, self.bounds), '+Inf'), series[:-1], strict=True):
-                cumulative += count
-                buckets.append((bound, cumulative))
-            values = key if isinstance(key, tuple) else (key,)
-            family.add_metric([*map(str, values), pid], buckets, series[-1])
-        return family
+        return _histogram_family(name, doc, labels, pid, self.bounds, self.snapshot())
+
+
+def _histogram_family(name: str, doc: str, labels: list[str], pid: str, bounds: tuple[float, ...],
+                      items: list[tuple[Any, list[float]]]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, doc, labels=[*labels, 'pid'])
+    for key, series in items:
+        cumulative, buckets = 0.0, []
+        for bound, count in zip((*map(str, bounds), '+Inf'), series[:-1], strict=True):
+            cumulative += count
+            buckets.append((bound, cumulative))
+        values = key if isinstance(key, tuple) else (key,)
+        family.add_metric([*map(str, values), pid], buckets, series[-1])
+    return family
 
 
 def _subscriber(sub: SubInfo) -> str:
@@ -157,10 +180,21 @@ class HttpMetrics:
         started = req.context.get('metrics_started')
         if started is None:
             return
+        method = req.method if req.method in STANDARD_METHODS else OTHER_METHOD
+        # Only the router sets uri_template, to a template an add_route call registered: bounded.
         route = req.uri_template or CHANNEL_ROUTE
-        key = (req.method, route, str(resp.status_code))
+        key = (method, route, _status_label(resp))
         self._requests[key] = self._requests.get(key, 0) + 1
-        self._latency.observe((req.method, route), perf_counter() - started)
+        self._latency.observe((method, route), perf_counter() - started)
+
+
+def _status_label(resp: falcon.Response) -> str:
+    """The response's status code as a label: a number from 100 to 599, else OTHER_STATUS."""
+    try:
+        code = int(resp.status_code)
+    except (TypeError, ValueError):
+        return OTHER_STATUS
+    return str(code) if 100 <= code <= 599 else OTHER_STATUS
 
 
 class Metrics:
@@ -172,8 +206,6 @@ class Metrics:
         self.invoke = Histogram()
         self.http_requests: dict[tuple[str, str, str], int] = {}
         self.http_latency = Histogram()
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Collector(self))  # type: ignore[arg-type]
 
     def http_middleware(self) -> HttpMetrics:
         """The falcon middleware that feeds the HTTP metrics."""
@@ -184,49 +216,29 @@ class Metrics:
         return self.pubsub.recent_publications(topic_id)
 
     def render(self) -> bytes:
-        """The Prometheus text exposition of every metric."""
-        return generate_latest(self.registry)
+        """The Prometheus text exposition of every metric, formatted in gevent's thread pool."""
+        snapshot = self.snapshot()
+        return gevent.get_hub().threadpool.apply(generate_latest, (snapshot,))
 
     def collect(self) -> Iterator[Metric]:
         """Every metric family, the database gauges read now."""
-        pid = str(os.getpid())
+        return self.snapshot().collect()
+
+    def snapshot(self) -> MetricsSnapshot:
+        """Copies of every counter, and the queue depths read now; call it on the hub."""
         pubsub = self.pubsub
-        # Snapshots first: reading the database below lets other greenlets change the dicts.
-        published = list(pubsub.published.items())
-        per_sub = [('delivered', 'Messages delivered successfully', list(pubsub.delivered.items())),
-                   ('failed', 'Delivery attempts that failed (retried or dead-lettered)', list(pubsub.failed.items()))]
-        dead = list(pubsub.dead_lettered.items())
-        requests = list(self.http_requests.items())
-        invoke = self.invoke.family('conduit_invoke_duration_seconds', 'Service run time, any channel', ['service'],
-                                    pid)
-        latency = self.http_latency.family('conduit_http_request_duration_seconds', 'HTTP request time',
-                                           ['method', 'route'], pid)
+        # Copied before the database is read: the read lets other greenlets change the dicts.
+        counters = MetricsSnapshot(
+            pid=str(os.getpid()), published=list(pubsub.published.items()),
+            delivered=list(pubsub.delivered.items()), failed=list(pubsub.failed.items()),
+            dead_lettered=list(pubsub.dead_lettered.items()), http_requests=list(self.http_requests.items()),
+            invoke=(self.invoke.bounds, self.invoke.snapshot()),
+            http_latency=(self.http_latency.bounds, self.http_latency.snapshot()))
+        counters.queues, counters.topics = self._depths()
+        return counters
 
-        family = CounterMetricFamily('conduit_pubsub_published', 'Messages published', labels=['topic', 'pid'])
-        for topic, count in published:
-            family.add_metric([topic, pid], count)
-        yield family
-        for name, doc, items in per_sub:
-            family = CounterMetricFamily(f'conduit_pubsub_{name}', doc,
-                                         labels=['topic', 'subscription', 'subscriber', 'pid'])
-            for key, count in items:
-                family.add_metric([*key, pid], count)
-            yield family
-        family = CounterMetricFamily('conduit_pubsub_dead_lettered', 'Messages moved to a dead-letter queue',
-                                     labels=['topic', 'subscription', 'subscriber', 'reason', 'pid'])
-        for key, count in dead:
-            family.add_metric([*key, pid], count)
-        yield family
-        family = CounterMetricFamily('conduit_http_requests', 'HTTP requests answered',
-                                     labels=['method', 'route', 'status', 'pid'])
-        for key, count in requests:
-            family.add_metric([*key, pid], count)
-        yield family
-        yield latency
-        yield invoke
-        yield from self._depths()
-
-    def _depths(self) -> Iterator[Metric]:
+    def _depths(self) -> tuple[list[tuple[list[str], int, int]] | None, list[tuple[str, int, int]] | None]:
+        """Per subscription (labels, depth, dead letters) and per topic (name, GD, non-GD); None if unread."""
         broker = self._runtime.broker
         registry = broker.registry
         try:
@@ -234,35 +246,81 @@ class Metrics:
                                                                             admin_ops.topic_depths(c)), write=False)
         except Exception as e:
             _log.warning('metrics: queue depths not read (%s: %s)', type(e).__name__, e)
-            return
-        labels = ['subscription', 'kind', 'subscriber', 'topic']
-        queue = GaugeMetricFamily('conduit_pubsub_queue_depth', 'Messages waiting in a subscription queue '
-                                  '(stored ones; non-GD messages held in memory are not counted)', labels=labels)
-        dead = GaugeMetricFamily('conduit_pubsub_dead_letters', 'Messages in a dead-letter queue', labels=labels)
+            return None, None
+        queues = []
         for sub in sorted(registry.subs.values(), key=lambda s: s.id):
             row = stats.get(sub.id, {})
-            values = [str(sub.id), sub.kind, _subscriber(sub), sub.pattern]
-            queue.add_metric(values, row.get('depth', 0))
-            dead.add_metric(values, row.get('dead_letters', 0))
-        topics = GaugeMetricFamily('conduit_pubsub_topic_depth', 'Messages waiting in a topic for a subscriber',
-                                   labels=['topic', 'gd'])
+            queues.append(([str(sub.id), sub.kind, _subscriber(sub), sub.pattern], row.get('depth', 0),
+                           row.get('dead_letters', 0)))
+        topics = []
         for topic in sorted(registry.topics.values(), key=lambda t: t.id):
             depth = topic_depths.get(topic.id, {'gd': 0, 'non_gd': 0})
-            topics.add_metric([topic.name, 'true'], depth['gd'])
-            topics.add_metric([topic.name, 'false'], depth['non_gd'])
-        yield queue
-        yield dead
-        yield topics
+            topics.append((topic.name, depth['gd'], depth['non_gd']))
+        return queues, topics
 
 
-class _Collector:
-    """Adapts Metrics to prometheus_client's collector protocol."""
+@dataclass
+class MetricsSnapshot:
+    """Copies of the metrics at one moment: a collector that reads nothing else, so any thread may run it."""
 
-    def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
+    pid: str
+    published: list[tuple[str, int]]
+    delivered: list[tuple[tuple[str, str, str], int]]
+    failed: list[tuple[tuple[str, str, str], int]]
+    dead_lettered: list[tuple[tuple[str, str, str, str], int]]
+    http_requests: list[tuple[tuple[str, str, str], int]]
+    #: (bucket bounds, series) of a Histogram.
+    invoke: tuple[tuple[float, ...], list[tuple[Any, list[float]]]]
+    http_latency: tuple[tuple[float, ...], list[tuple[Any, list[float]]]]
+    #: None when the database could not be read.
+    queues: list[tuple[list[str], int, int]] | None = None
+    topics: list[tuple[str, int, int]] | None = None
 
     def collect(self) -> Iterator[Metric]:
-        return self._metrics.collect()
+        """Every metric family (prometheus_client's collector protocol)."""
+        pid = self.pid
+        family = CounterMetricFamily('conduit_pubsub_published', 'Messages published', labels=['topic', 'pid'])
+        for topic, count in self.published:
+            family.add_metric([topic, pid], count)
+        yield family
+        for name, doc, items in (('delivered', 'Messages delivered successfully', self.delivered),
+                                 ('failed', 'Delivery attempts that failed (retried or dead-lettered)', self.failed)):
+            family = CounterMetricFamily(f'conduit_pubsub_{name}', doc,
+                                         labels=['topic', 'subscription', 'subscriber', 'pid'])
+            for key, count in items:
+                family.add_metric([*key, pid], count)
+            yield family
+        family = CounterMetricFamily('conduit_pubsub_dead_lettered', 'Messages moved to a dead-letter queue',
+                                     labels=['topic', 'subscription', 'subscriber', 'reason', 'pid'])
+        for key, count in self.dead_lettered:
+            family.add_metric([*key, pid], count)
+        yield family
+        family = CounterMetricFamily('conduit_http_requests', 'HTTP requests answered',
+                                     labels=['method', 'route', 'status', 'pid'])
+        for key, count in self.http_requests:
+            family.add_metric([*key, pid], count)
+        yield family
+        yield _histogram_family('conduit_http_request_duration_seconds', 'HTTP request time', ['method', 'route'],
+                                pid, *self.http_latency)
+        yield _histogram_family('conduit_invoke_duration_seconds', 'Service run time, any channel', ['service'], pid,
+                                *self.invoke)
+        if self.queues is not None:
+            labels = ['subscription', 'kind', 'subscriber', 'topic']
+            queue = GaugeMetricFamily('conduit_pubsub_queue_depth', 'Messages waiting in a subscription queue '
+                                      '(stored ones; non-GD messages held in memory are not counted)', labels=labels)
+            dead = GaugeMetricFamily('conduit_pubsub_dead_letters', 'Messages in a dead-letter queue', labels=labels)
+            for values, depth, dead_letters in self.queues:
+                queue.add_metric(values, depth)
+                dead.add_metric(values, dead_letters)
+            yield queue
+            yield dead
+        if self.topics is not None:
+            topics = GaugeMetricFamily('conduit_pubsub_topic_depth', 'Messages waiting in a topic for a subscriber',
+                                       labels=['topic', 'gd'])
+            for name, gd, non_gd in self.topics:
+                topics.add_metric([name, 'true'], gd)
+                topics.add_metric([name, 'false'], non_gd)
+            yield topics
 
 
 class MetricsResource:

@@ -6,8 +6,9 @@ files declared and this one does not are removed, and objects made through the a
 left alone. A set of files that fails validation is rejected whole, with a message naming the
 file, section and object, and the previous configuration stays in force.
 
-Passwords may be written as ``${ENV_VAR}``; they are resolved when the files are applied and
-only a hash is stored. Each section is handled by a ``SectionHandler``; the broker, scheduler
+Passwords may be written as ``${CONDUIT_SECRET_...}`` references (``runtime.secret_refs``: no other
+environment variable may be named); they are resolved when the files are applied and only a hash
+is stored. Each section is handled by a ``SectionHandler``; the broker, scheduler
 and the rest register theirs for their own sections.
 """
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 from sqlalchemy import Connection, Engine, delete, select
 
+from runtime import secret_refs
 from runtime.channels import Channel, parse_methods
 from runtime.db.engine import transaction
 from runtime.db.models import BasicAuthDef, RestChannel
@@ -39,9 +40,6 @@ SYNC_KEY = 'objects'
 SECURITY_KEY = 'security'
 CHANNELS_KEY = 'channels'
 
-_ENV_REF = re.compile(r'^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$')
-_ENV_IN_TEXT = re.compile(r'\$\{([A-Za-z_][A-Za-z0-9_]*)\}')
-
 
 @dataclass
 class SectionHandler:
@@ -54,14 +52,11 @@ class SectionHandler:
 
 
 def resolve_secret(value: Any, where: str) -> str:
-    """A password as written, or the environment variable it references."""
+    """A password as written, or the ``${CONDUIT_SECRET_...}`` variable it references (runtime.secret_refs)."""
     if not isinstance(value, str):
         raise ConfigError(where, 'password must be a string')
-    m = _ENV_REF.match(value.strip())
-    if m:
-        if m.group(1) not in os.environ:
-            raise ConfigError(where, f'password references ${{{m.group(1)}}}, which is not set')
-        return os.environ[m.group(1)]
+    if secret_refs.is_reference(value):
+        return secret_refs.resolve(value, 'password', where)
     return value
 
 
@@ -187,8 +182,8 @@ class ObjectsApplier:
         for path in files:
             text = path.read_text(encoding='utf-8')
             digest.update(str(path).encode() + b'\0' + text.encode() + b'\0')
-            # Referenced ${ENV} values take part in the hash, so changing one re-applies the files.
-            for name in sorted(set(_ENV_IN_TEXT.findall(text))):
+            # Referenced ${CONDUIT_SECRET_...} values take part in the hash, so changing one re-applies the files.
+            for name in secret_refs.referenced_names(text):
                 digest.update(f'{name}={os.environ.get(name, "")}\0'.encode())
             try:
                 doc = yaml.safe_load(text) or {}

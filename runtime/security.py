@@ -5,7 +5,12 @@ constant time. scrypt is slow on purpose (tens of milliseconds), so it runs in g
 pool and does not freeze the hub; and a successful check is remembered, keyed by an HMAC of the
 credentials under a per-process random key, so that a client sending the same valid
 credentials again costs one HMAC instead of one scrypt. The memory is cleared whenever
-definitions change. Failed checks are never cached: each costs a full scrypt.
+definitions change. A failed check is remembered the same way for ``FAILED_CHECK_TTL_SECS``, so a
+client repeating a wrong password costs one HMAC, not one scrypt each time (the HTTP layer also
+throttles failed sign-ins per client address: runtime.http.auth).
+
+A username or password with a NUL character never authenticates: the KDF would not tell
+``secret`` from ``secret\0`` (HMAC pads short keys with zero bytes).
 
 Nothing here logs a password, a hash or the Authorization header.
 """
@@ -18,6 +23,7 @@ import hashlib
 import hmac
 import logging
 import os
+import time
 from dataclasses import dataclass
 
 import gevent
@@ -33,8 +39,11 @@ SCRYPT_P = 1
 SCRYPT_DKLEN = 32
 SALT_BYTES = 16
 
-#: Upper bound of remembered successful checks per worker.
+#: Upper bound of remembered successful (and, separately, failed) checks per worker.
 MAX_CACHED_CHECKS = 10_000
+
+#: How long a failed check is remembered.
+FAILED_CHECK_TTL_SECS = 60.0
 
 
 def _b64(data: bytes) -> str:
@@ -42,7 +51,9 @@ def _b64(data: bytes) -> str:
 
 
 def hash_password(password: str) -> str:
-    """A new scrypt hash of password, with a random salt."""
+    """A new scrypt hash of password, with a random salt; ValueError for a password with a NUL."""
+    if '\x00' in password:
+        raise ValueError('a password must not contain NUL characters')
     salt = os.urandom(SALT_BYTES)
     digest = hashlib.scrypt(password.encode('utf-8'), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P,
                             dklen=SCRYPT_DKLEN)
@@ -87,11 +98,14 @@ def parse_basic_header(header: str | None) -> tuple[str, str] | None:
     if scheme.lower() != 'basic' or not value:
         return None
     try:
+        # ValueError: a header with non-ASCII characters (binascii.Error is one too).
         decoded = base64.b64decode(value.strip(), validate=True).decode('utf-8')
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:
         return None
     username, sep, password = decoded.partition(':')
-    return (username, password) if sep else None
+    if not sep or '\x00' in decoded:
+        return None
+    return username, password
 
 
 class SecurityRegistry:
@@ -101,6 +115,8 @@ class SecurityRegistry:
         self._by_name: dict[str, BasicAuth] = {}
         self._by_username: dict[str, BasicAuth] = {}
         self._ok_cache: dict[bytes, str] = {}
+        #: HMAC of failed credentials -> when the failure is forgotten (monotonic).
+        self._failed_cache: dict[bytes, float] = {}
         self._cache_key = os.urandom(32)
 
     def replace_all(self, defs: list[BasicAuth]) -> None:
@@ -108,6 +124,7 @@ class SecurityRegistry:
         self._by_name = {d.name: d for d in defs}
         self._by_username = {d.username: d for d in defs}
         self._ok_cache = {}
+        self._failed_cache = {}
 
     def get(self, name: str) -> BasicAuth | None:
         """A definition by name."""
@@ -129,14 +146,22 @@ class SecurityRegistry:
         if creds is None:
             raise Unauthorized(realm)
         username, password = creds
+        key = hmac.new(self._cache_key, f'{username}\0{password}'.encode(), hashlib.sha256).digest()
+        # Failures are remembered per required definition: credentials refused by one channel may be
+        # right for another.
+        failed_key = hmac.new(self._cache_key, f'{required}\0{username}\0{password}'.encode(),
+                              hashlib.sha256).digest()
         definition = self._by_username.get(username)
         if definition is None or (required is not None and definition.name != required):
-            # Spend the same time as a real check so usernames cannot be probed by timing.
-            _in_pool(verify_password, password, _DUMMY_HASH)
+            if not self._failed_recently(failed_key):
+                # Spend the same time as a real check so usernames cannot be probed by timing.
+                _in_pool(verify_password, password, _DUMMY_HASH)
+                self._remember_failure(failed_key)
             raise Unauthorized(realm)
-        key = hmac.new(self._cache_key, f'{username}\0{password}'.encode(), hashlib.sha256).digest()
         if self._ok_cache.get(key) != definition.password_hash:
-            if not _in_pool(verify_password, password, definition.password_hash):
+            if self._failed_recently(failed_key) or not _in_pool(verify_password, password,
+                                                                 definition.password_hash):
+                self._remember_failure(failed_key)
                 raise Unauthorized(realm)
             if len(self._ok_cache) >= MAX_CACHED_CHECKS:
                 self._ok_cache.clear()
@@ -145,6 +170,16 @@ class SecurityRegistry:
         if not definition.is_active:
             raise Unauthorized(realm, 'security definition is inactive')
         return definition
+
+
+    def _failed_recently(self, key: bytes) -> bool:
+        until = self._failed_cache.get(key)
+        return until is not None and until > time.monotonic()
+
+    def _remember_failure(self, key: bytes) -> None:
+        if len(self._failed_cache) >= MAX_CACHED_CHECKS:
+            self._failed_cache.clear()
+        self._failed_cache[key] = time.monotonic() + FAILED_CHECK_TTL_SECS
 
 
 _DUMMY_HASH = hash_password(os.urandom(8).hex())

@@ -10,6 +10,7 @@ finish for up to ``server.graceful_timeout_secs``.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -41,8 +42,11 @@ class ConduitApplication(BaseApplication):
         options: dict[str, Any] = {
             'bind': [s.bind],
             'workers': s.workers,
-            'worker_class': 'gevent',
-            'worker_connections': 1000,
+            # gevent's worker with connection shedding and send timeouts (runtime.http.worker).
+            'worker_class': 'runtime.http.worker.ConduitWorker',
+            'worker_connections': self.settings.http.max_connections,
+            # gunicorn waits this long for each request line and headers (and on an idle keep-alive connection).
+            'keepalive': max(1, math.ceil(self.settings.http.header_timeout_secs)),
             'graceful_timeout': max(1, round(s.graceful_timeout_secs)),
             'timeout': 60,
             'pidfile': str(self.settings.path(s.pidfile)),

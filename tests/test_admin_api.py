@@ -94,7 +94,7 @@ def test_every_admin_endpoint_requires_admin_credentials(server: LiveServer) -> 
     admin('POST', '/admin/security', 201, json={'name': 'client', 'username': 'client', 'password': 'client-pw'})
     admin('POST', '/admin/topics', 201, json={'name': 'guarded'})
     topics_before = admin('GET', '/admin/topics')['topics']
-    doc = server.request('GET', '/openapi.json').json()
+    doc = server.request('GET', '/openapi.json', auth=server.admin).json()
     admin_ops = [(m.upper(), p) for p, ops in doc['paths'].items() if p.startswith('/admin') for m in ops]
     assert len(admin_ops) > 50
     for method, path in admin_ops + [('GET', '/admin'), ('GET', '/admin/no/such/thing')]:

@@ -25,6 +25,7 @@ SMALL = {
     'backlog.py': ['--backlog', '3000', '--window', '1000', '--windows', '2', '--empty', '1000'],
     'patterns.py': ['--sizes', '40,400', '--rounds', '1', '--publishes', '200'],
     'invoke.py': ['--rounds', '1', '--number', '1000'],
+    'slow_clients.py': ['--sockets', '50', '--seconds', '2'],
 }
 
 

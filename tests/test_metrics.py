@@ -32,7 +32,7 @@ class Flaky(Service):
 
 
 def _samples(server: LiveServer) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    r = server.request('GET', '/metrics')
+    r = server.request('GET', '/metrics', auth=server.admin)
     assert r.status_code == 200 and r.headers['Content-Type'].startswith('text/plain')
     found = {}
     for family in text_string_to_metric_families(r.text):
@@ -91,7 +91,7 @@ def test_counters_move_after_traffic(server_factory) -> None:
     assert _value(after, 'conduit_invoke_duration_seconds_count', service='metrics.flaky') == 5
     assert _value(after, 'conduit_invoke_duration_seconds_bucket', service='metrics.flaky', le='+Inf') == 5
     # No secret ever becomes a label.
-    text = server.request('GET', '/metrics').text
+    text = server.request('GET', '/metrics', auth=server.admin).text
     assert 'sk.' not in text and 'metrics-secret-pw' not in text
 
 

@@ -132,13 +132,13 @@ def test_security_definition_changes_take_effect_without_restart(hello_server: L
 
 
 def test_password_may_reference_an_environment_variable(server_factory: Callable[..., LiveServer]) -> None:
-    server = server_factory(env={'TEST_API_PASSWORD': 'from-env-pw-3'})
+    server = server_factory(env={'CONDUIT_SECRET_TEST_API_PASSWORD': 'from-env-pw-3'})
     server.write_module('hello.py', SERVICES)
-    server.write_objects('a-security.yaml', security_yaml(password='${TEST_API_PASSWORD}'))
+    server.write_objects('a-security.yaml', security_yaml(password='${CONDUIT_SECRET_TEST_API_PASSWORD}'))
     server.write_objects('b-channels.yaml', channel_yaml(security='test.sec'))
     server.start()
     assert status_of(server, '/api/hello/ada', auth=('api-user', 'from-env-pw-3')) == 200
-    assert status_of(server, '/api/hello/ada', auth=('api-user', '${TEST_API_PASSWORD}')) == 401
+    assert status_of(server, '/api/hello/ada', auth=('api-user', '${CONDUIT_SECRET_TEST_API_PASSWORD}')) == 401
 
 
 def test_broken_files_are_rejected_whole_and_the_previous_configuration_stays(

@@ -259,12 +259,12 @@ def test_dead_letter_after_max_attempts_names_the_status_and_never_a_credential(
         make_rt: Callable[..., TestRuntime], receiver: Receiver, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    monkeypatch.setenv('PUSH_TEST_PASSWORD', PASSWORD)
+    monkeypatch.setenv('CONDUIT_SECRET_PUSH_TEST', PASSWORD)
     rt = make_rt(wait_non_sock_err=0.02)
     receiver.start(status=503)
     url = receiver.url + '?token=q-secret-77'
     sub = push_subscription(rt, 'push.poison', url, max_attempts=3, push_username='conduit',
-                            push_password='${PUSH_TEST_PASSWORD}')
+                            push_password='${CONDUIT_SECRET_PUSH_TEST}')
     msg_id = rt.broker.publish('push.poison', {'bad': True})
     wait_until(lambda: rt.broker.dead_letters(sub.sub_key), TIMEOUT, message='dead letter')
 
@@ -391,13 +391,13 @@ def test_hook_services_and_non_gd_messages(make_rt: Callable[..., TestRuntime], 
 
 def test_credentials_are_stored_only_as_references(make_rt: Callable[..., TestRuntime], receiver: Receiver,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv('PUSH_TEST_PASSWORD', raising=False)
+    monkeypatch.delenv('CONDUIT_SECRET_PUSH_TEST', raising=False)
     rt = make_rt()
     rt.broker.create_topic('push.auth')
     with pytest.raises(ConfigError) as e:
         rt.broker.subscribe('push.auth', 'rest_push', push_url=receiver.url,
                             options={'push_username': 'u', 'push_password': PASSWORD})
-    assert 'ENV_VAR' in str(e.value) and PASSWORD not in str(e.value)
+    assert 'CONDUIT_SECRET_' in str(e.value) and PASSWORD not in str(e.value)
     with pytest.raises(ConfigError) as e:
         rt.broker.subscribe('push.auth', 'rest_push', push_url=f'http://u:{PASSWORD}@127.0.0.1:1/hook')
     assert PASSWORD not in str(e.value)
@@ -410,18 +410,18 @@ def test_credentials_are_stored_only_as_references(make_rt: Callable[..., TestRu
     attempts = Attempts()
     rt.broker.hooks.add(attempts)
     sub = rt.broker.subscribe('push.auth', 'rest_push', push_url=receiver.url,
-                              options={'push_username': 'u', 'push_password': '${PUSH_TEST_PASSWORD}'})
+                              options={'push_username': 'u', 'push_password': '${CONDUIT_SECRET_PUSH_TEST}'})
     rt.broker.publish('push.auth', 'x')
     wait_until(lambda: attempts.seen, TIMEOUT, message='an attempt')
-    assert 'PUSH_TEST_PASSWORD' in str(attempts.seen[0].error) and not is_socket_error(attempts.seen[0].error)
+    assert 'CONDUIT_SECRET_PUSH_TEST' in str(attempts.seen[0].error) and not is_socket_error(attempts.seen[0].error)
     assert receiver.requests == []
-    monkeypatch.setenv('PUSH_TEST_PASSWORD', PASSWORD)
+    monkeypatch.setenv('CONDUIT_SECRET_PUSH_TEST', PASSWORD)
     wait_until(lambda: receiver.requests, TIMEOUT, message='a request')
     assert receiver.requests[0].authorization == 'Basic ' + base64.b64encode(f'u:{PASSWORD}'.encode()).decode()
     with rt.engine.connect() as conn:
         stored = conn.execute(select(Subscription.options, Subscription.push_url)
                               .where(Subscription.id == sub.id)).one()
-    assert '${PUSH_TEST_PASSWORD}' in stored.options and PASSWORD not in stored.options + stored.push_url
+    assert '${CONDUIT_SECRET_PUSH_TEST}' in stored.options and PASSWORD not in stored.options + stored.push_url
 
 
 OBJECTS = '''
@@ -434,7 +434,7 @@ outgoing_rest:
     data_format: json
     timeout: 5
     username: conduit
-    password: ${{PUSH_TEST_PASSWORD}}
+    password: ${{CONDUIT_SECRET_PUSH_TEST}}
   - name: not.used
     host: http://example.invalid
     security: some.basic.auth
@@ -452,7 +452,7 @@ pubsub_subscription:
 def test_config_objects_outgoing_rest_and_push_rest_endpoint(
         make_rt: Callable[..., TestRuntime], settings_factory: Callable[..., Settings], receiver: Receiver,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv('PUSH_TEST_PASSWORD', PASSWORD)
+    monkeypatch.setenv('CONDUIT_SECRET_PUSH_TEST', PASSWORD)
     settings = settings_factory()
     objects_dir = settings.path(settings.objects.dir)
     objects_dir.mkdir(parents=True)
@@ -465,7 +465,7 @@ def test_config_objects_outgoing_rest_and_push_rest_endpoint(
     assert (sub.kind, sub.push_url) == ('rest_push', receiver.url)
     opts = sub.options
     assert (opts.push_rest_endpoint, opts.push_timeout_secs, opts.push_username, opts.push_password) == (
-        'crm.hook', 5, 'conduit', '${PUSH_TEST_PASSWORD}')
+        'crm.hook', 5, 'conduit', '${CONDUIT_SECRET_PUSH_TEST}')
     assert (opts.delivery_batch_size, opts.wrap_one_msg_in_list, opts.max_attempts) == (2, True, 4)
     rt.broker.publish('cfg.push', {'n': 1})
     wait_until(lambda: receiver.requests, TIMEOUT, message='a request')
@@ -488,10 +488,11 @@ def test_config_objects_outgoing_rest_and_push_rest_endpoint(
         other.stop()
 
     # A literal password is refused, and the error does not quote it.
-    path.write_text(OBJECTS.format(port=receiver.port).replace('${PUSH_TEST_PASSWORD}', PASSWORD), encoding='utf-8')
+    literal = OBJECTS.format(port=receiver.port).replace('${CONDUIT_SECRET_PUSH_TEST}', PASSWORD)
+    path.write_text(literal, encoding='utf-8')
     with pytest.raises(ConfigError) as e:
         rt.objects.apply()
-    assert "'crm.hook'" in str(e.value) and 'ENV_VAR' in str(e.value) and PASSWORD not in str(e.value)
+    assert "'crm.hook'" in str(e.value) and 'CONDUIT_SECRET_' in str(e.value) and PASSWORD not in str(e.value)
 
     path.write_text(OBJECTS.format(port=receiver.port).replace('push_rest_endpoint: crm.hook',
                                                               'push_rest_endpoint: missing'), encoding='utf-8')

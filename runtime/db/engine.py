@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+from runtime.datafiles import create_private_file, private_dir
 from runtime.errors import ConfigError
 
 
@@ -69,8 +70,12 @@ def make_engine(url: str, pool_size: int = 10, sqlite_synchronous: str = 'FULL',
     except Exception as e:
         raise ConfigError('database.url', f'not a valid database URL: {e}') from None
     if parsed.get_backend_name() == 'sqlite':
-        if parsed.database and parsed.database != ':memory:':
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        if parsed.database and parsed.database != ':memory:' and not parsed.database.startswith('file:'):
+            # Made before the first connection: SQLite would create the file with the umask's mode,
+            # and it gives the -wal and -shm files the mode of the database file.
+            path = Path(parsed.database)
+            private_dir(path.parent)
+            create_private_file(path)
         if sqlite_synchronous.upper() not in ('OFF', 'NORMAL', 'FULL', 'EXTRA'):
             raise ConfigError('database.sqlite_synchronous', f'must be OFF, NORMAL, FULL or EXTRA, '
                                                              f'not {sqlite_synchronous!r}')

@@ -2,58 +2,32 @@
 
 from __future__ import annotations
 
-import hmac
 import os
 from typing import TYPE_CHECKING, Any
 
 import falcon
 
-from runtime.errors import BadRequest, ConduitError, DeploymentError, Unauthorized
-from runtime.http.body import parse_json, read_body
+from runtime.errors import BadRequest, ConduitError, DeploymentError
+from runtime.http.auth import ADMIN, AdminNotFound
+from runtime.http.body import read_json
 from runtime.http.openapi import ANY, BOOL, INT, STR, TIME, arr, obj, operation, query, string
-from runtime.security import parse_basic_header
 
 if TYPE_CHECKING:
     from runtime.core import Runtime
 
-#: Realm of the admin API's Basic Auth challenge.
-ADMIN_REALM = 'Conduit admin'
-
-
-#: Every path under this prefix needs the admin credentials, whether a resource serves it or not.
+#: Every admin route lives under this prefix; the rest of it is served by AdminNotFound.
 ADMIN_PREFIX = '/admin'
 
 
 class AdminResource:
-    """Base of every admin resource (mounted under ADMIN_PREFIX, which AdminAuth guards)."""
+    """Base of every admin resource: routed ones need the admin credentials (runtime.http.auth)."""
+
+    auth = ADMIN
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
 
 
-class AdminAuth:
-    """Middleware: checks the admin credentials (constant-time) before anything under /admin runs."""
-
-    def __init__(self, username: str, password: str) -> None:
-        self._username = username.encode()
-        self._password = password.encode()
-
-    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        # Checked before routing, so that an unknown admin path tells an anonymous caller nothing.
-        path = req.path
-        if path != ADMIN_PREFIX and not path.startswith(ADMIN_PREFIX + '/'):
-            return
-        creds = parse_basic_header(req.get_header('Authorization'))
-        if creds is None:
-            raise Unauthorized(ADMIN_REALM)
-        user_ok = hmac.compare_digest(creds[0].encode(), self._username)
-        password_ok = hmac.compare_digest(creds[1].encode(), self._password)
-        if not (user_ok and password_ok):
-            raise Unauthorized(ADMIN_REALM)
-
-
-def _json_body(req: falcon.Request, runtime: Runtime) -> Any:
-    return parse_json(read_body(req, runtime.settings.http.max_body_size))
 
 
 def _service_dict(info: Any) -> dict[str, Any]:
@@ -86,7 +60,7 @@ class InvokeResource(AdminResource):
     """POST /admin/services/{name}/invoke: run a service with the body as its payload."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        payload = _json_body(req, self._runtime)
+        payload = read_json(req)
         timeout = req.get_param_as_float('timeout', min_value=0.001)
         try:
             response = self._runtime.invoker.invoke(name, payload, timeout=timeout, cid=req.context.cid)
@@ -109,7 +83,7 @@ class DeployResource(AdminResource):
     """POST /admin/deploy {file_name, source}: hot-deploy a module on every worker."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = _json_body(req, self._runtime)
+        body = read_json(req)
         if not isinstance(body, dict):
             raise BadRequest('body must be a JSON object with file_name and source')
         file_name, source = body.get('file_name'), body.get('source')
@@ -137,7 +111,7 @@ class StatusResource(AdminResource):
 
 
 def add_routes(app: falcon.App, runtime: Runtime) -> None:
-    """Mount the admin resources (AdminAuth, installed as middleware, guards them)."""
+    """Mount the admin resources, and AdminNotFound under every other admin path."""
     routes = {
         '/admin/status': StatusResource(runtime),
         '/admin/services': ServicesResource(runtime),
@@ -157,9 +131,13 @@ def add_routes(app: falcon.App, runtime: Runtime) -> None:
     from runtime.http.admin_objects import routes as object_routes
     routes.update(object_routes(runtime))
     for path, resource in routes.items():
-        if not path.startswith(ADMIN_PREFIX + '/'):
-            raise ValueError(f'admin route {path} is outside {ADMIN_PREFIX}/, where AdminAuth would not guard it')
+        if not path.startswith(ADMIN_PREFIX + '/') or not isinstance(resource, AdminResource):
+            raise ValueError(f'admin route {path} must be an AdminResource under {ADMIN_PREFIX}/')
         app.add_route(path, resource)
+    # Unknown admin paths answer 404 only after the admin credentials, like known ones.
+    not_found = AdminNotFound()
+    app.add_route(ADMIN_PREFIX, not_found)
+    app.add_route(ADMIN_PREFIX + '/{rest:path}', not_found)
 
 
 # OpenAPI operations of the resources above (read by runtime.http.openapi).

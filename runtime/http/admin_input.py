@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import falcon
 
 from runtime.errors import BadRequest, InvalidInput
-from runtime.http.body import parse_json, read_body
+from runtime.http.body import read_json
 from runtime.http.openapi import integer, query
 from runtime.pubsub import admin_ops
 
@@ -43,7 +43,7 @@ class Body:
     """A JSON object body with typed accessors; errors name the field that is wrong."""
 
     def __init__(self, req: falcon.Request, runtime: Runtime, allowed: set[str], required: bool = True) -> None:
-        value = parse_json(read_body(req, runtime.settings.http.max_body_size))
+        value = read_json(req)
         if value is None and not required:
             value = {}
         if not isinstance(value, dict):

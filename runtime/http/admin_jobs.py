@@ -19,7 +19,7 @@ import falcon
 
 from runtime.errors import BadRequest
 from runtime.http.admin import AdminResource
-from runtime.http.body import parse_json, read_body
+from runtime.http.body import read_json
 from runtime.http.openapi import ANY, BOOL, INT, STR, arr, integer, obj, operation, query, string
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ MAX_WAIT_SECS = 300.0
 
 
 def _object_body(req: falcon.Request, runtime: Runtime) -> dict[str, Any]:
-    body = parse_json(read_body(req, runtime.settings.http.max_body_size))
+    body = read_json(req)
     if not isinstance(body, dict):
         raise BadRequest('body must be a JSON object of job attributes')
     return body

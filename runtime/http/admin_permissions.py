@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from runtime.db.blocking import run_transaction
 from runtime.errors import BadRequest, ObjectNotFound
 from runtime.http.admin import AdminResource
-from runtime.http.body import parse_json, read_body
+from runtime.http.body import read_json
 from runtime.pubsub import permissions
 from runtime.pubsub.permissions import SYNC_KEY, Grant
 
@@ -87,7 +87,7 @@ class PermissionsResource(AdminResource):
         resp.media = {'is_ok': True, 'permissions': grant.as_dict() if grant else _none_set(name)}
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        body = parse_json(read_body(req, self._runtime.settings.http.max_body_size))
+        body = read_json(req)
         if not isinstance(body, dict):
             raise BadRequest('body must be a JSON object: {pub?: [...], sub?: [...], patterns?: "..."}')
         unknown = sorted(set(body) - {'pub', 'sub', 'patterns'})

@@ -18,7 +18,7 @@ import falcon
 
 from runtime.errors import BadRequest
 from runtime.http.admin import AdminResource
-from runtime.http.body import parse_json, read_body
+from runtime.http.body import read_json
 from runtime.http.openapi import STR, arr, integer, obj, operation, query, string
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class SparkJobsResource(AdminResource):
         resp.media = {'is_ok': True, 'jobs': jobs}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = parse_json(read_body(req, self._runtime.settings.http.max_body_size))
+        body = read_json(req)
         if not isinstance(body, dict):
             raise BadRequest('body must be a JSON object: {pipeline, args?, master?, conf?, timeout?, callback?}')
         unknown = sorted(set(body) - _SUBMIT_KEYS)

@@ -9,17 +9,22 @@ from sqlalchemy import text
 
 from runtime.core import admin_password
 from runtime.errors import BadRequest
-from runtime.http import admin, errors, pubsub_rest
+from runtime.http import admin, auth, errors, pubsub_rest
+from runtime.http.body import InputLimits
 from runtime.http.channel_sink import ChannelSink
 from runtime.http.openapi import BOOL, INT, STR, OpenApiResource, obj, operation
 from runtime.invoke import new_cid
 from runtime.metrics import MetricsResource
+from runtime.security import BasicAuth, SecurityRegistry, hash_password
 
 if TYPE_CHECKING:
     from runtime.core import Runtime
 
 #: Response header carrying the request's correlation id.
 CID_HEADER = 'X-Conduit-CID'
+
+#: Name of the admin credentials' definition (never shown: admin failures name no definition).
+ADMIN_DEFINITION = 'conduit.admin'
 
 
 class _CidMiddleware:
@@ -44,6 +49,8 @@ class _NulGuard:
 class HealthResource:
     """GET /health: 200 when the database answers, 503 otherwise."""
 
+    auth = auth.PUBLIC
+
     _HEALTH = obj({'is_ok': BOOL, 'status': STR, 'services': INT}, required=['is_ok', 'status'])
     openapi = {'get': operation('Health: 200 while the database answers, 503 otherwise', tags=['runtime'],
                                 errors=(), response_schema=_HEALTH)}
@@ -67,16 +74,32 @@ class HealthResource:
 
 def make_app(runtime: Runtime, **kwargs: Any) -> falcon.App:
     """Build the WSGI app of a started runtime."""
-    auth = admin.AdminAuth(runtime.settings.admin.username, admin_password(runtime.settings, create=True))
+    http = runtime.settings.http
+    throttle = auth.SignInThrottle(http.auth_max_failures, http.auth_failure_window_secs)
+    route_auth = auth.RouteAuth(_admin_credentials(runtime), runtime.security, throttle)
     # Metrics first: its process_response times every request, those the others refuse too.
-    app = falcon.App(middleware=[runtime.metrics.http_middleware(), _CidMiddleware(), _NulGuard(), auth], **kwargs)
+    app = falcon.App(middleware=[runtime.metrics.http_middleware(), _CidMiddleware(), _NulGuard(),
+                                 InputLimits.from_settings(http), route_auth], **kwargs)
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)
     app.add_route('/health', HealthResource(runtime))
-    app.add_route('/metrics', MetricsResource(runtime))
-    app.add_route('/openapi.json', OpenApiResource(runtime, app))
+    metrics = MetricsResource(runtime)
+    # Topic, definition and channel names are in both documents: admin-only unless configured public.
+    metrics.auth = auth.PUBLIC if http.metrics_public else auth.ADMIN
+    app.add_route('/metrics', metrics)
+    app.add_route('/openapi.json', OpenApiResource(runtime, app, auth.PUBLIC if http.openapi_public else auth.ADMIN))
     admin.add_routes(app, runtime)
     for path, resource in pubsub_rest.routes(runtime).items():
         app.add_route(path, resource)
     app.add_sink(ChannelSink(runtime), prefix='/')
+    auth.check_routes(app)
     return app
+
+
+def _admin_credentials(runtime: Runtime) -> SecurityRegistry:
+    """The admin credentials as a one-definition registry: hashed, cached and compared like any other."""
+    settings = runtime.settings
+    registry = SecurityRegistry()
+    password_hash = hash_password(admin_password(settings, create=True))
+    registry.replace_all([BasicAuth(ADMIN_DEFINITION, settings.admin.username, password_hash, auth.ADMIN_REALM)])
+    return registry

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import falcon
 
 from runtime.errors import ChannelNotFound, MethodNotAllowed, ServiceNotFound
-from runtime.http.body import parse_body, read_body
+from runtime.http.body import limits_of, parse_body, read_body
 from runtime.invoke import CHANNEL_REST
 from runtime.service import HttpInfo
 
@@ -31,7 +31,7 @@ class ChannelSink:
             raise MethodNotAllowed(req.method, sorted({m for c in channels for m in c.methods}))
         if channel.security:
             runtime.security.authenticate(req.get_header('Authorization'), required=channel.security)
-        payload = parse_body(read_body(req, runtime.settings.http.max_body_size), channel.data_format)
+        payload = parse_body(read_body(req), channel.data_format, limits_of(req).json)
         cls = runtime.store.get(channel.service)
         http = HttpInfo(req.method, req.path, dict(req.params), path_params, dict(req.headers))
         try:

@@ -12,7 +12,7 @@ from typing import Any
 
 import falcon
 
-from runtime.errors import ConduitError, MethodNotAllowed, Unauthorized
+from runtime.errors import ConduitError, MethodNotAllowed, TooManyRequests, TopicFull, Unauthorized
 
 _log = logging.getLogger(__name__)
 
@@ -25,7 +25,10 @@ def envelope(req: falcon.Request, status: str, details: str) -> dict[str, Any]:
 def handle_conduit_error(req: falcon.Request, resp: falcon.Response, ex: ConduitError, _params: Any) -> None:
     """Map a ConduitError to its status and a JSON body naming what is wrong."""
     status = falcon.code_to_http_status(ex.http_status)
-    if ex.http_status >= 500:
+    if isinstance(ex, TopicFull):
+        # A full topic or queue is the publishers' doing, answered as designed: no server error.
+        _log.warning('cid %s: %s %s refused: %s', req.context.cid, req.method, req.path, ex)
+    elif ex.http_status >= 500:
         # An error raised because of another one (a service that raised) keeps that one's traceback.
         _log.error('cid %s: %s %s failed: %s', req.context.cid, req.method, req.path, ex,
                    exc_info=ex if ex.__cause__ is not None else None)
@@ -33,6 +36,9 @@ def handle_conduit_error(req: falcon.Request, resp: falcon.Response, ex: Conduit
     resp.media = envelope(req, status, ex.details)
     if isinstance(ex, Unauthorized):
         resp.set_header('WWW-Authenticate', f'Basic realm="{ex.realm}"')
+        req.context.auth_failed = True  # counted by the sign-in throttle (runtime.http.auth)
+    elif isinstance(ex, TooManyRequests):
+        resp.set_header('Retry-After', str(ex.retry_after_secs))
     elif isinstance(ex, MethodNotAllowed) and ex.allowed:
         resp.set_header('Allow', ', '.join(ex.allowed))
 

@@ -8,8 +8,8 @@ the lower-case HTTP method to an OpenAPI Operation object, usually built with ``
         openapi = {'get': operation('List topics', tags=['topics'], response={'topics': arr(TOPIC)})}
 
 What the generator adds so that resources stay short: path parameters a method does not declare
-(typed from falcon's converters: ``{id:int}`` is an integer), the security of the prefix (admin
-credentials under ``/admin``, a Basic Auth definition under ``/pubsub``), 401 answers where
+(typed from falcon's converters: ``{id:int}`` is an integer), the security of the resource's ``auth``
+policy (admin credentials, or a Basic Auth definition for pub/sub; runtime.http.auth), 401 answers where
 credentials are needed, a ``4XX`` error answer, and an operationId. A method of a resource with no
 ``openapi`` entry still appears, with a minimal operation taken from the class docstring. REST
 channels are routed by a sink, not the router: they are described from the live channel table,
@@ -23,6 +23,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import falcon
+
+from runtime.http.auth import ADMIN, CALLER, routed_resources
 
 if TYPE_CHECKING:
     from runtime.core import Runtime
@@ -153,23 +155,11 @@ def _path_fields(uri_template: str) -> tuple[str, list[dict[str, Any]]]:
     return _FIELD.sub(lambda m: '{' + m.group(1) + '}', uri_template), params
 
 
-def _routes(app: falcon.App) -> list[tuple[str, Any]]:
-    """(uri_template, resource) of every route, in template order."""
-    found: list[tuple[str, Any]] = []
-
-    def walk(nodes: list[Any]) -> None:
-        for node in nodes:
-            if node.resource is not None and node.uri_template:
-                found.append((node.uri_template, node.resource))
-            walk(node.children)
-    walk(app._router._roots)  # falcon.inspect walks the same private attribute
-    return sorted(found, key=lambda r: r[0])
-
-
-def _security_for(path: str) -> tuple[list[dict[str, list[str]]] | None, str]:
-    if path == '/admin' or path.startswith('/admin/'):
+def _security_for(resource: Any) -> tuple[list[dict[str, list[str]]] | None, str]:
+    policy = getattr(resource, 'auth', ADMIN)
+    if policy == ADMIN:
         return [{'adminAuth': []}], 'admin'
-    if path.startswith('/pubsub/'):
+    if policy == CALLER:
         return [{'basicAuth': []}], 'pubsub'
     return None, 'runtime'
 
@@ -180,13 +170,14 @@ def _fallback(resource: Any, method: str) -> dict[str, Any]:
             'responses': {'200': {'description': 'OK', 'content': json_content(ANY)}}}
 
 
-def _complete(op: dict[str, Any], path: str, method: str, path_params: list[dict[str, Any]]) -> dict[str, Any]:
+def _complete(op: dict[str, Any], path: str, method: str, path_params: list[dict[str, Any]],
+              resource: Any) -> dict[str, Any]:
     op = copy.deepcopy(op)
     declared = {p.get('name') for p in op.get('parameters', []) if p.get('in') == 'path'}
     missing = [p for p in path_params if p['name'] not in declared]
     if missing:
         op['parameters'] = missing + list(op.get('parameters', []))
-    security, tag = _security_for(path)
+    security, tag = _security_for(resource)
     op.setdefault('tags', [tag])
     responses = op.setdefault('responses', {'200': {'description': 'OK'}})
     if security is not None:
@@ -226,14 +217,16 @@ def _channel_paths(runtime: Runtime) -> dict[str, dict[str, Any]]:
 def build_document(app: falcon.App, runtime: Runtime) -> dict[str, Any]:
     """The OpenAPI 3.1 document of an app: every routed resource, plus the runtime's REST channels."""
     paths: dict[str, dict[str, Any]] = {}
-    for uri_template, resource in _routes(app):
+    for uri_template, resource in routed_resources(app):
+        if getattr(resource, 'openapi_hidden', False):
+            continue
         path, path_params = _path_fields(uri_template)
         specs = getattr(type(resource), 'openapi', None) or {}
         for method in _HTTP_METHODS:
             if not callable(getattr(resource, f'on_{method}', None)):
                 continue
             op = specs.get(method) or _fallback(resource, method)
-            paths.setdefault(path, {})[method] = _complete(op, path, method, path_params)
+            paths.setdefault(path, {})[method] = _complete(op, path, method, path_params, resource)
     for path, ops in _channel_paths(runtime).items():
         paths.setdefault(path, ops)
     return {
@@ -270,9 +263,11 @@ class OpenApiResource:
                                                      'components': obj(additional=True)},
                                                     required=['openapi', 'paths'], additional=True))}
 
-    def __init__(self, runtime: Runtime, app: falcon.App) -> None:
+    def __init__(self, runtime: Runtime, app: falcon.App, auth: str = ADMIN) -> None:
         self._runtime = runtime
         self._app = app
+        #: ADMIN unless http.openapi_public: the document names every channel, topic path and parameter.
+        self.auth = auth
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.media = build_document(self._app, self._runtime)

@@ -22,6 +22,8 @@ percent-encoded: the ``{topic:path}`` field takes the rest of the path.
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -38,7 +40,8 @@ from runtime.errors import (
     TopicInactive,
     TopicNotFound,
 )
-from runtime.http.body import parse_json, read_body
+from runtime.http.auth import CALLER, CALLER_REALM
+from runtime.http.body import read_json
 from runtime.pubsub import pull
 from runtime.pubsub.permissions import PUB, SUB
 from runtime.pubsub.registry import KIND_PULL, KIND_REST_PUSH, SubInfo, TopicInfo
@@ -49,7 +52,7 @@ if TYPE_CHECKING:
     from runtime.security import BasicAuth
 
 #: Realm of the Basic Auth challenge of the pub/sub API.
-REALM = 'Conduit pub/sub'
+REALM = CALLER_REALM
 
 #: Status text of every successful answer (Zato's).
 STATUS_OK = '200 OK'
@@ -111,7 +114,7 @@ def _caller(runtime: Runtime, req: falcon.Request) -> BasicAuth:
 
 def _object_body(runtime: Runtime, req: falcon.Request) -> dict[str, Any]:
     """The JSON object sent (an empty body is an empty object)."""
-    body = parse_json(read_body(req, runtime.settings.http.max_body_size))
+    body = read_json(req)
     if body is None:
         return {}
     if not isinstance(body, dict):
@@ -151,6 +154,9 @@ def _optional_str(body: dict[str, Any], key: str) -> str | None:
 
 class _PubSubResource:
     """Base of the pub/sub resources: the runtime, and lookups of topics and the caller's subscriptions."""
+
+    #: Each responder authenticates its caller first (the definition is the subscriber's identity).
+    auth = CALLER
 
     #: OpenAPI 3.1 Operation objects by lower-case HTTP method (read by the /openapi.json builder).
     openapi: dict[str, dict[str, Any]] = {}
@@ -245,6 +251,8 @@ def _publish_options(body: dict[str, Any], default_expiration: float) -> dict[st
         expiration = default_expiration
     elif isinstance(expiration, bool) or not isinstance(expiration, (int, float)):
         raise InvalidMessage('expiration', f'must be a number of seconds, not {type(expiration).__name__}')
+    elif isinstance(expiration, float) and not math.isfinite(expiration):
+        raise InvalidMessage('expiration', f'must be a finite number of seconds, not {expiration!r}')
     expiration = max(MIN_EXPIRATION_SECS, expiration)
     pub_time = body.get('pub_time')
     if pub_time is not None and pub_time != '':
@@ -338,14 +346,16 @@ class MessagesGetResource(_PubSubResource):
                        "priority high first, then publication. ack 'auto' removes what is returned; 'manual' "
                        "leases it for ack_deadline seconds (acknowledge with /pubsub/messages/ack; unacknowledged "
                        "messages come back with their attempt counted). A first message longer than max_len stays "
-                       "queued and nothing is returned.",
+                       "queued and nothing is returned. A stored message that cannot be rendered as JSON within the "
+                       "server's limits goes to the subscription's dead-letter queue (reason 'unrenderable') and the "
+                       "others are returned.",
         'tags': ['pub/sub'],
         'requestBody': _body({'type': 'object', 'properties': {
             'sub_key': {'type': 'string'},
             'max_messages': {'type': 'integer', 'minimum': 1, 'default': pull.DEFAULT_MAX_MESSAGES,
                              'description': f'capped at {pull.MAX_MESSAGES}'},
             'max_len': {'type': 'integer', 'minimum': 1, 'default': pull.DEFAULT_MAX_LEN_CHARS,
-                        'description': 'total characters of data'},
+                        'description': 'total characters of data, capped by the server (pubsub.max_pull_chars)'},
             'ack': {'enum': list(pull.ACK_MODES), 'default': pull.ACK_AUTO},
             'ack_deadline': {'type': 'number', 'minimum': 0.001, 'maximum': pull.MAX_ACK_DEADLINE_SECS,
                              'default': pull.DEFAULT_ACK_DEADLINE_SECS},
@@ -382,15 +392,25 @@ class MessagesGetResource(_PubSubResource):
             raise SubscriptionNotFound() if sub_key else NoSubscription()
         active = [s for s in subs if s.is_active]  # a paused subscription keeps its messages
         pulled = pull.take(runtime.broker, active, min(max_messages, pull.MAX_MESSAGES),
-                           min(max_len, pull.DEFAULT_MAX_LEN_CHARS),
+                           min(max_len, _max_pull_chars(runtime)),
                            deadline if mode == pull.ACK_MANUAL else None,
                            runtime.permissions.may_read) if active else []
-        now = time.time()
-        messages = [pull.message_dict(p, now) for p in pulled]
-        answer = _ok(req, message_count=len(messages), messages=messages)
-        if max_messages == 1 and len(messages) == 1 and not body.get('wrap_in_list'):
-            answer.update(messages[0])  # Zato 4.1 answers a single message as top-level data and meta
-        resp.media = answer
+        # Each message was rendered before it left the queue (or was leased); the answer only joins
+        # those texts, so nothing can fail once they are gone.
+        parts = [json.dumps(_ok(req, message_count=len(pulled)), ensure_ascii=False)[:-1].encode(),
+                 b',"messages":[', b','.join(p.text for p in pulled), b']']
+        if max_messages == 1 and len(pulled) == 1 and not body.get('wrap_in_list'):
+            parts += [b',', pulled[0].text[1:-1]]  # Zato 4.1 answers a single message as top-level data and meta
+        parts.append(b'}')
+        resp.data = b''.join(parts)
+        resp.content_type = falcon.MEDIA_JSON
+
+
+def _max_pull_chars(runtime: Runtime) -> int:
+    """Most characters of data one pull answer carries: the configured cap, never below one whole message."""
+    pubsub = runtime.settings.pubsub
+    # A message larger than the cap would stay at the head of its queue for ever.
+    return max(pubsub.max_pull_chars, pubsub.max_message_size)
 
 
 class MessagesAckResource(_PubSubResource):

@@ -13,6 +13,8 @@ attempt), ``duration_ms`` (the handler's time), ``error``, ``reason`` (of a dead
 ``priority, size, publisher, correl_id, mime_type`` and, unless ``include_data`` is off,
 ``data`` (the JSON value itself for JSON messages, else the text).
 
+Directories are created 0700 and files 0600 (``runtime.datafiles``), whatever the umask.
+
 Guarantees: at least once. A record is buffered in memory when the attempt ends and written
 within ``flush_interval_secs`` (sooner past ``max_buffer``), on ``flush()`` and when the broker
 stops, so a worker killed with -9 loses at most one interval of records, and a message delivered
@@ -43,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import gevent
 from gevent.lock import Semaphore
 
+from runtime.datafiles import open_private_append, private_dir
 from runtime.pubsub.hooks import DeliveryHook
 
 if TYPE_CHECKING:
@@ -226,12 +229,12 @@ class MessageArchive(DeliveryHook):
     def _append(self, partition: Path, data: bytes) -> None:
         number, size = self._parts.get(partition, (0, -1))
         if size < 0:
-            partition.mkdir(parents=True, exist_ok=True)
+            private_dir(partition)  # records carry message data: owner-only, as every data file
             size = 0
         if size and size + len(data) > self.max_file_bytes:
             number, size = number + 1, 0
         path = partition / f'part-{os.getpid()}-{number}.jsonl'
         # One write of whole lines in append mode: readers never see records of two flushes interleaved.
-        with open(path, 'ab') as f:
+        with open_private_append(path) as f:
             f.write(data)
         self._parts[partition] = (number, size + len(data))

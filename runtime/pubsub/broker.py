@@ -30,24 +30,30 @@ import gevent
 import psycopg
 from gevent.event import AsyncResult
 from sqlalchemy import Connection, func, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from runtime import json_limits
 from runtime.db.blocking import run_transaction
 from runtime.db.models import QueueEntry, Subscription
 from runtime.errors import (
     ConfigError,
     InvalidMessage,
     MessageTooLarge,
+    QueueFull,
+    StorageUnavailable,
     SubscriptionNotFound,
     TopicFull,
     TopicInactive,
     TopicNotFound,
+    UnrenderableMessage,
 )
+from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub import store
 from runtime.pubsub.delivery import DeliveryLoop
 from runtime.pubsub.group_commit import GroupCommitter
 from runtime.pubsub.hooks import HookChain
 from runtime.pubsub.leases import LeaseManager
+from runtime.pubsub.limits import OverflowLog, QueueDepths
 from runtime.pubsub.push import PushDeliverer, check_push_url
 from runtime.pubsub.registry import (
     KIND_PULL,
@@ -61,6 +67,7 @@ from runtime.pubsub.registry import (
     check_topic_attributes,
     service_topic_name,
 )
+from runtime.pubsub.retry import REASON_UNRENDERABLE
 from runtime.pubsub.store import Delivery, Publication, SqlQueueBackend
 from runtime.pubsub.topics import validate_pattern, validate_topic_name
 from runtime.sync import bump
@@ -136,8 +143,12 @@ def lease_name(sub_id: int) -> str:
     return f'pubsub:sub:{sub_id}'
 
 
-def encode_data(data: Any, mime_type: str | None) -> tuple[str, str]:
-    """Data as stored (text) and its mime type; InvalidMessage for what cannot be stored."""
+def encode_data(data: Any, mime_type: str | None, limits: JsonLimits = DEFAULT_LIMITS) -> tuple[str, str]:
+    """Data as stored (text) and its mime type; InvalidMessage for what cannot be stored.
+
+    JSON data must be within limits (nesting, integer digits) and finite: NaN and Infinity would
+    be stored as text no JSON parser reads, and deep values could not be rendered for subscribers.
+    """
     if data is None:
         raise InvalidMessage('data', 'is required')
     if isinstance(data, bytes):
@@ -145,24 +156,31 @@ def encode_data(data: Any, mime_type: str | None) -> tuple[str, str]:
     if isinstance(data, str) and mime_type != 'application/json':
         return data, mime_type or 'text/plain'
     try:
-        return json.dumps(data, separators=(',', ':'), ensure_ascii=False), 'application/json'
-    except (TypeError, ValueError) as e:
+        json_limits.check(data, limits)
+        return json.dumps(data, separators=(',', ':'), ensure_ascii=False, allow_nan=False), 'application/json'
+    except json_limits.InvalidJson as e:
+        raise InvalidMessage('data', str(e)) from None
+    except (TypeError, ValueError, RecursionError) as e:
         raise InvalidMessage('data', f'cannot be serialised as JSON: {e}') from None
 
 
-def decode_data(data: str, mime_type: str) -> Any:
-    """Data as the publisher gave it."""
+def decode_data(data: str, mime_type: str, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
+    """Data as the publisher gave it; a ValueError when the stored text is not what its mime type says."""
     if mime_type == 'application/json':
-        return json.loads(data)
+        return json_limits.loads(data, limits)
     if mime_type.endswith(BASE64_SUFFIX):
         return base64.b64decode(data)
     return data
 
 
-def message_meta(d: Delivery, sub: SubInfo) -> dict[str, Any]:
-    """The message and its metadata as a subscriber sees it (request.raw_request)."""
+def message_meta(d: Delivery, sub: SubInfo, limits: JsonLimits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """The message and its metadata as a subscriber sees it (request.raw_request), or UnrenderableMessage."""
     mime = d.mime_type[:-len(BASE64_SUFFIX)] if d.mime_type.endswith(BASE64_SUFFIX) else d.mime_type
-    meta = {'msg_id': d.msg_id, 'topic_name': d.topic_name, 'data': decode_data(d.data, d.mime_type),
+    try:
+        data = decode_data(d.data, d.mime_type, limits)
+    except ValueError as e:  # stored past the checks of publish (an older version, an edit, the database itself)
+        raise UnrenderableMessage(d.msg_id, f'its data {e}') from None
+    meta = {'msg_id': d.msg_id, 'topic_name': d.topic_name, 'data': data,
             'mime_type': mime, 'priority': d.priority, 'size': d.size, 'has_gd': d.has_gd,
             'pub_time': d.pub_time, 'pub_time_iso': _iso(d.pub_time),
             'expiration': round(d.expiration_time - d.pub_time, 3), 'expiration_time_iso': _iso(d.expiration_time),
@@ -187,10 +205,15 @@ class Broker:
         self._since_depth_check: dict[int, int] = {}
         self._depths: dict[int, int] = {}
         self._last_queue_id = 0
-        self._overflow_dir = runtime.settings.path(self.settings.overflow_dir)
+        self._overflow_log = OverflowLog(runtime.settings.path(self.settings.overflow_dir),
+                                         self.settings.max_overflow_bytes)
+        #: Depths of subscription queues, for the topics' max depths (see runtime.pubsub.limits).
+        self._queue_depths = QueueDepths(self._read_queue_depths)
         self._listening = False
         #: Observers of publications and deliveries (metrics, archive): see runtime.pubsub.hooks.
         self.hooks = HookChain()
+        #: What JSON data may hold (nesting, integer digits), at publication and when rendered for subscribers.
+        self.json_limits = JsonLimits.from_settings(runtime.settings.http)
         #: Entry ids of in-memory (non-GD) queue entries: negative, so they never clash with stored ones.
         self._ram_ids = itertools.count(-1, -1)
         #: Whether a subscription may receive a topic's messages (pub/sub permissions, set by the runtime);
@@ -231,6 +254,7 @@ class Broker:
         """Reload topics and subscriptions from the database."""
         self.registry = run_transaction(self.engine, lambda c: store.load_registry(c, self.settings), write=False)
         self._depths.clear()  # a new subscription may have taken a topic's backlog: count again
+        self._queue_depths.invalidate(self.registry.subs.keys())  # and queues may have been purged or removed
         for sub_id, (loop, _greenlet) in list(self._loops.items()):
             sub = self.registry.subs.get(sub_id)
             if sub is None or not sub.is_active:
@@ -319,10 +343,11 @@ class Broker:
             raise InvalidMessage('priority', f'must be a whole number from 0 to 9, not {priority!r}')
         if expiration is None:
             expiration = self.settings.default_expiration_secs
-        if isinstance(expiration, bool) or not isinstance(expiration, (int, float)) or expiration <= 0:
-            raise InvalidMessage('expiration', f'must be a positive number of seconds, not {expiration!r}')
+        if (isinstance(expiration, bool) or not isinstance(expiration, (int, float)) or expiration <= 0
+                or (isinstance(expiration, float) and not math.isfinite(expiration))):
+            raise InvalidMessage('expiration', f'must be a positive, finite number of seconds, not {expiration!r}')
         expiration = min(expiration, topic.limit_message_expiry)
-        text, mime = encode_data(data, mime_type)
+        text, mime = encode_data(data, mime_type, self.json_limits)
         if not _is_unicode(text):
             raise InvalidMessage('data', 'is not valid Unicode (it has a lone surrogate)')
         size = len(text.encode('utf-8')) if not text.isascii() else len(text)
@@ -361,18 +386,69 @@ class Broker:
                 msg_id.overflowed = True
                 self.hooks.emit('after_publish', pub, True)
                 return msg_id
-        if not gd and subs:
-            remote = self._hold_in_memory(pub, subs)
-            if not remote:
-                self.hooks.emit('after_publish', pub, False)
+        elif any(s.kind != KIND_SERVICE for s in subs):
+            subs = self._within_queue_limits(topic, pub, subs, gd)
+            if not subs:  # every copy went to the overflow log
+                msg_id.overflowed, pub.sub_ids = True, []
+                self.hooks.emit('after_publish', pub, True)
                 return msg_id
-            pub.sub_ids = remote
-        assert self._committer is not None, 'broker not started'
-        self._committer.submit(pub)
-        self.hooks.emit('after_publish', pub, False)
+            msg_id.overflowed = len(subs) < len(pub.sub_ids)
+            pub.sub_ids = [s.id for s in subs]
+        # Service queues are not limited: the runtime drains them itself, and a message published to a
+        # service must survive until it is processed (an overflowed copy is never delivered).
+        reserved = [s.id for s in subs if s.kind != KIND_SERVICE]
+        if reserved:
+            self._queue_depths.reserve(reserved)
+        unstored = reserved
+        try:
+            if not gd and subs:
+                remote = self._hold_in_memory(pub, subs)
+                unstored = [i for i in reserved if i in remote]
+                if not remote:
+                    self.hooks.emit('after_publish', pub, msg_id.overflowed)
+                    return msg_id
+                pub.sub_ids = remote
+            assert self._committer is not None, 'broker not started'
+            self._committer.submit(pub)
+            unstored = []
+        finally:
+            if reserved:
+                self._queue_depths.release(reserved, failed=unstored)
+        self.hooks.emit('after_publish', pub, msg_id.overflowed)
         if pub.in_topic:
             self._depths[topic.id] = self._depths.get(topic.id, 0) + 1
         return msg_id
+
+    def _within_queue_limits(self, topic: TopicInfo, pub: Publication, subs: list[SubInfo],
+                             gd: bool) -> list[SubInfo]:
+        """The subscriptions whose queues may take the publication; overflowed copies are logged.
+
+        QueueFull (reject) or OverflowLogFull (overflow, log at its cap) refuse the whole publication.
+        """
+        limit = topic.max_depth_gd if gd else topic.max_depth_non_gd
+        full = self._queue_depths.full([s for s in subs if s.kind != KIND_SERVICE], limit, topic.depth_check_freq)
+        if not full:
+            return subs
+        if topic.on_max_depth == 'reject':
+            sub, depth = full[0]
+            # Named by id only: the publisher may not learn who else subscribes (label: security
+            # definition, service, push host).
+            raise QueueFull(topic.name, depth, f'sub#{sub.id}')
+        overflowed = {sub.id for sub, _depth in full}
+        self._overflow(pub, sorted(overflowed))
+        return [s for s in subs if s.id not in overflowed]
+
+    def _read_queue_depths(self, sub_ids: list[int]) -> dict[int, int]:
+        """Depths of queues: stored entries plus the non-GD ones this worker's loops hold in memory."""
+        try:
+            depths = run_transaction(self.engine, lambda c: store.queue_depths(c, sub_ids), write=False)
+        except DBAPIError as e:
+            raise StorageUnavailable(f'storage unavailable, nothing was stored: {type(e.orig).__name__}') from None
+        for sub_id in sub_ids:
+            entry = self._loops.get(sub_id)
+            if entry is not None and entry[0].ram_depth:
+                depths[sub_id] = depths.get(sub_id, 0) + entry[0].ram_depth
+        return depths
 
     def _hold_in_memory(self, pub: Publication, subs: list[SubInfo]) -> list[int]:
         """Queue a non-GD message in the RAM of the loops this worker runs; returns the other subs.
@@ -405,21 +481,18 @@ class Broker:
         self._since_depth_check[topic.id] = count + 1
         return self._depths[topic.id] >= limit
 
-    def _overflow(self, pub: Publication) -> None:
-        """Append a publication past the topic's max depth to its overflow log (never re-read)."""
-        self._overflow_dir.mkdir(parents=True, exist_ok=True)
-        safe = ''.join(c if c.isalnum() or c in '._-' else '_' for c in pub.topic_name.strip('/')) or 'topic'
-        path = self._overflow_dir / f'{safe}.jsonl'
-        line = json.dumps({'msg_id': pub.msg_id, 'topic_name': pub.topic_name, 'data': pub.data,
-                           'mime_type': pub.mime_type, 'priority': pub.priority, 'pub_time': pub.pub_time,
-                           'expiration_time': pub.expiration_time, 'correl_id': pub.correl_id,
-                           'in_reply_to': pub.in_reply_to, 'ext_client_id': pub.ext_client_id,
-                           'publisher': pub.publisher}, ensure_ascii=False)
-        with open(path, 'a', encoding='utf-8') as f:
-            f.write(line + '\n')
-            f.flush()
-            os.fsync(f.fileno())
-        _log.warning('topic %s is at its max depth: message %s written to %s', pub.topic_name, pub.msg_id, path)
+    def _overflow(self, pub: Publication, sub_ids: list[int] | None = None) -> None:
+        """Append a publication past a max depth (the topic's, or these queues') to its overflow log.
+
+        Written before the publication's commit: OverflowLogFull (the log at its cap) must refuse it
+        before anything is stored.
+        """
+        path = self._overflow_log.append(pub, sub_ids)
+        if sub_ids is None:
+            _log.warning('topic %s is at its max depth: message %s written to %s', pub.topic_name, pub.msg_id, path)
+        else:
+            _log.warning('topic %s: the queues of %s are at the max depth: their copies of message %s written to %s',
+                         pub.topic_name, ', '.join(f'sub#{i}' for i in sub_ids), pub.msg_id, path)
 
     def _claim_loops(self, pubs: list[Publication]) -> list[tuple[Callable[[Connection], Any], AsyncResult]]:
         """The next-batch work of this worker's idle loops that these publications feed."""
@@ -508,18 +581,28 @@ class Broker:
         if sub is None or sub.kind != KIND_PULL:
             raise SubscriptionNotFound('pull subscription')
 
-        def work(conn: Connection) -> list[dict[str, Any]]:
+        def work(conn: Connection) -> tuple[list[dict[str, Any]], list[tuple[Delivery, str]]]:
             batch = store.fetch_batch(conn, sub.id, max(1, min(max_messages, 1000)), due_before=time.time())
             now = time.time()
-            live = [d for d in batch if d.expiration_time > now]
-            store.ack(conn, [d.entry_id for d in live])
+            taken, unrenderable = [], []
             for d in batch:
                 if d.expiration_time <= now:  # never handed over: dead-lettered, as the sweeper does
                     store.dead_letter(conn, d, 'expired', d.last_error or 'the message expired unread')
-            for d in live:
+                    continue
                 d.delivery_count += 1
-            return [message_meta(d, sub) for d in live]
-        return run_transaction(self.engine, work)
+                # Decoded before the ack: a message that cannot be must not cost the others theirs.
+                try:
+                    taken.append((d, message_meta(d, sub, self.json_limits)))
+                except UnrenderableMessage as e:
+                    store.dead_letter(conn, d, REASON_UNRENDERABLE, str(e))
+                    unrenderable.append((d, str(e)))
+            store.ack(conn, [d.entry_id for d, _meta in taken])
+            return [meta for _d, meta in taken], unrenderable
+        messages, unrenderable = run_transaction(self.engine, work)
+        for d, error in unrenderable:
+            _log.warning('%s: message %s dead-lettered (%s): %s', sub.label, d.msg_id, REASON_UNRENDERABLE, error)
+            self.hooks.emit('after_dead_letter', sub, d, REASON_UNRENDERABLE, error)
+        return messages
 
     def queue_depth(self, sub_key: str) -> int:
         """How many messages wait in a subscription's queue."""
@@ -560,7 +643,8 @@ class Broker:
         def owns() -> bool:
             return self.leases.owns(name)
         if sub.kind == KIND_REST_PUSH:
-            pusher = PushDeliverer(self._prepare)  # one HTTP session per subscription, closed with its loop
+            # One HTTP session per subscription, closed with its loop.
+            pusher = PushDeliverer(self._prepare, self.json_limits)
             loop = DeliveryLoop(sub, self._backend, None, owns, self.hooks, deliver_batch=pusher.deliver_batch)
         else:
             pusher = None
@@ -605,7 +689,7 @@ class Broker:
             # A backlog handed to a pattern subscription is not filtered when handed over.
             _log.info('%s: message %s not delivered: no sub permission for %s', sub.label, d.msg_id, topic.name)
             return None
-        meta = message_meta(d, sub)
+        meta = message_meta(d, sub, self.json_limits)
         invoker = self._runtime.invoker
         for hook in (topic.hook_service if topic else '', sub.options.hook_service):
             if hook:

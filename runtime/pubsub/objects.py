@@ -7,12 +7,13 @@ made them. A subscription's delivery options (e.g. ``max_attempts``, ``wait_non_
 
 REST push subscribers are declared as in Zato's enmasse files: an ``outgoing_rest`` definition
 (``name, host, url_path, data_format: json, timeout``, and for Basic Auth ``username`` with
-``password: ${ENV_VAR}``), and a ``pubsub_subscription`` with ``delivery_type: push`` and
+``password: ${CONDUIT_SECRET_...}``), and a ``pubsub_subscription`` with ``delivery_type: push`` and
 ``push_rest_endpoint`` naming it. ``outgoing_rest`` definitions are not stored on their own:
 each subscription that references one gets the endpoint's URL, timeout and credentials copied into
 its row when the files are applied (the files are always applied whole, so a changed endpoint
-updates its subscriptions). The password is kept only as its ``${ENV_VAR}`` reference and read from
-the environment at each delivery, never stored; a literal password is refused. ``security`` on an
+updates its subscriptions). The password is kept only as its ``${CONDUIT_SECRET_...}`` reference
+and read from the environment at each delivery, never stored; a literal password, or a reference to
+a variable without that prefix, is refused (``runtime.secret_refs``). ``security`` on an
 ``outgoing_rest`` is refused too: security definitions keep only password hashes, which cannot
 authenticate an outgoing request. Definitions no subscription references are checked for a name
 and otherwise ignored (Conduit has no other use for them yet).
@@ -25,6 +26,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
+from runtime import secret_refs
 from runtime.config import PubSubSection
 from runtime.db.models import Subscription, Topic
 from runtime.errors import ConfigError
@@ -33,7 +35,6 @@ from runtime.pubsub import store
 from runtime.pubsub.broker import SYNC_KEY
 from runtime.pubsub.push import check_push_url
 from runtime.pubsub.registry import (
-    ENV_REF,
     KIND_PULL,
     KIND_REST_PUSH,
     KIND_SERVICE,
@@ -86,7 +87,7 @@ def _endpoint_options(endpoint: dict[str, Any], where: str) -> tuple[str, dict[s
     """An outgoing_rest definition as a push subscription uses it: its URL and delivery options."""
     if endpoint.get('security'):
         raise ConfigError(where, 'security definitions keep only password hashes and cannot authenticate '
-                                 'outgoing requests; give username and password: ${ENV_VAR} instead')
+                                 'outgoing requests; give username and password: ${CONDUIT_SECRET_...} instead')
     if str(endpoint.get('data_format') or 'json').lower() != 'json':
         raise ConfigError(where, 'REST push sends JSON: data_format must be json')
     host = endpoint.get('host')
@@ -105,10 +106,8 @@ def _endpoint_options(endpoint: dict[str, Any], where: str) -> tuple[str, dict[s
         options['push_timeout_secs'] = timeout
     username, password = endpoint.get('username'), endpoint.get('password')
     if password is not None:
-        if not isinstance(password, str) or not ENV_REF.match(password.strip()):
-            # The value would have to be stored to be sent later: only a reference may be.
-            raise ConfigError(where, 'password must be a ${ENV_VAR} reference (it is read at each delivery, '
-                                     'never stored)')
+        # The value would have to be stored to be sent later: only a reference may be.
+        secret_refs.reference_name(password, 'password', where)
         if not username:
             raise ConfigError(where, 'password needs username')
         options['push_password'] = password.strip()

@@ -19,12 +19,20 @@ Entries of topics the caller may no longer read (a pattern subscription that inh
 backlog, a permission withdrawn after publication) are dead-lettered with reason
 ``no_permission``, never handed over. Expired messages are left to the sweeper.
 
+Nothing is acked or leased before it is rendered: each message chosen is turned into its final
+JSON text (``Pulled.text``, within the broker's JSON limits) in the transaction that acks or
+leases it, and the answer is composed of those texts, so that nothing can fail once they are
+gone from the queue. A message that cannot be rendered (stored data that is not JSON within the
+limits, NaN, text that is not Unicode) is dead-lettered with reason ``unrenderable`` and the rest
+of the batch is handed over.
+
 On PostgreSQL, concurrent pulls of one queue lock what they take (``FOR UPDATE SKIP LOCKED``) and
 so never hand one entry to two callers; SQLite serialises write transactions anyway.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -38,10 +46,13 @@ from sqlalchemy import Connection, delete, func, select, update
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from runtime import json_limits
 from runtime.db.blocking import run_transaction
 from runtime.db.models import Message, QueueEntry
-from runtime.errors import StorageUnavailable
+from runtime.errors import StorageUnavailable, UnrenderableMessage
+from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub import store
+from runtime.pubsub.retry import REASON_UNRENDERABLE
 from runtime.pubsub.store import Delivery
 
 if TYPE_CHECKING:
@@ -63,6 +74,9 @@ MAX_ACK_DEADLINE_SECS = 12 * 3600.0
 
 #: Most ack_ids one acknowledgement may name.
 MAX_ACK_IDS = 1000
+
+#: Most times one pull looks again for messages in place of those it dead-lettered on the way.
+MAX_REFILLS = 10
 
 #: ack_ids are this prefix and 32 hex digits.
 ACK_ID_PREFIX = 'ack.'
@@ -91,6 +105,8 @@ class Pulled:
     delivery: Delivery
     sub: SubInfo
     ack_id: str | None = None
+    #: The message as the UTF-8 JSON text of ``{data, meta}``, rendered before it was acked or leased.
+    text: bytes = b''
 
 
 @contextmanager
@@ -146,10 +162,11 @@ def take(broker: Broker, subs: list[SubInfo], max_messages: int, max_len: int, l
     """Hand over the heads of subs' queues as one queue; lease_secs None acks them at once (auto)."""
     by_id = {s.id: s for s in subs}
     dead: list[tuple[SubInfo, Delivery, str, str]] = []
+    limits = broker.json_limits
 
-    def work(conn: Connection) -> list[Pulled]:
-        now = time.time()
-        rows = [r for sub in subs for r in _candidates(conn, sub.id, max_messages, now)]
+    def one_round(conn: Connection, now: float, room: int, budget: int) -> tuple[list[Pulled], int, bool]:
+        """Up to room messages of up to budget characters; with their characters, and whether any was dead-lettered."""
+        rows = [r for sub in subs for r in _candidates(conn, sub.id, room, now)]
         rows.sort(key=lambda r: (r.priority, r.message_id, r.id))
         chosen: list[Any] = []
         twins: dict[int, list[Any]] = {}  # message_id -> the same message's entries in the caller's other queues
@@ -167,7 +184,7 @@ def take(broker: Broker, subs: list[SubInfo], max_messages: int, max_len: int, l
             if row.ack_id is not None and row.delivery_count >= sub.options.max_attempts:
                 doomed.append((row, REASON_MAX_ATTEMPTS, f'handed over {row.delivery_count} times without an ack'))
                 continue
-            if len(chosen) >= max_messages or total + row.chars > max_len:
+            if len(chosen) >= room or total + row.chars > budget:
                 break  # in order: nothing behind a message that does not fit
             total += row.chars
             chosen.append(row)
@@ -178,19 +195,43 @@ def take(broker: Broker, subs: list[SubInfo], max_messages: int, max_len: int, l
             d = full[row.id]
             store.dead_letter(conn, d, reason, error)
             dead.append((by_id[row.sub_id], d, reason, error))
-        pulled = []
+        pulled, chars, unrenderable = [], 0, False
         for row in chosen:
             entries = [row, *twins[row.message_id]]
-            ack_id = None
+            d = full[row.id]
+            p = Pulled(d, by_id[row.sub_id], None if lease_secs is None else new_ack_id())
+            d.delivery_count += 1
+            try:
+                p.text = render(p, now, limits)
+            except UnrenderableMessage as e:
+                d.delivery_count -= 1  # never handed over
+                unrenderable = True
+                for entry in entries:
+                    store.dead_letter(conn, full[entry.id], REASON_UNRENDERABLE, str(e))
+                    dead.append((by_id[entry.sub_id], full[entry.id], REASON_UNRENDERABLE, str(e)))
+                continue
             if lease_secs is None:
                 store.ack(conn, [e.id for e in entries])
             else:
-                ack_id = new_ack_id()
                 conn.execute(update(QueueEntry).where(QueueEntry.id.in_([e.id for e in entries])).values(
-                    ack_id=ack_id, next_attempt_at=now + lease_secs, delivery_count=QueueEntry.delivery_count + 1))
-            d = full[row.id]
-            d.delivery_count += 1
-            pulled.append(Pulled(d, by_id[row.sub_id], ack_id))
+                    ack_id=p.ack_id, next_attempt_at=now + lease_secs,
+                    delivery_count=QueueEntry.delivery_count + 1))
+            pulled.append(p)
+            chars += row.chars
+        return pulled, chars, bool(doomed) or unrenderable
+
+    def work(conn: Connection) -> list[Pulled]:
+        dead.clear()  # of an earlier run of this work that was rolled back
+        now = time.time()
+        pulled: list[Pulled] = []
+        budget = max_len
+        for _round in range(1 + MAX_REFILLS):
+            got, chars, dropped = one_round(conn, now, max_messages - len(pulled), budget)
+            pulled += got
+            budget -= chars
+            # What was dead-lettered on the way is gone from the queues: look again for what comes after it.
+            if not dropped or len(pulled) >= max_messages:
+                break
         return pulled
 
     with storage_errors():
@@ -227,8 +268,8 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat()
 
 
-def message_dict(p: Pulled, now: float) -> dict[str, Any]:
-    """A pulled message as the REST API returns it: {data, meta} (Zato 4.1's keys, plus ours)."""
+def meta_dict(p: Pulled, now: float) -> dict[str, Any]:
+    """A pulled message's meta as the REST API returns it (Zato 4.1's keys, plus ours)."""
     d = p.delivery
     meta: dict[str, Any] = {
         'topic_name': d.topic_name, 'size': d.size, 'priority': d.priority,
@@ -247,4 +288,39 @@ def message_dict(p: Pulled, now: float) -> dict[str, Any]:
         meta['mime_type'] = d.mime_type  # text as it was published, or base64 ('...;base64') for bytes
     if p.ack_id is not None:
         meta['ack_id'] = p.ack_id
-    return {'data': d.payload(), 'meta': meta}
+    return meta
+
+
+def message_dict(p: Pulled, now: float, limits: JsonLimits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """A pulled message as the REST API returns it: {data, meta}; UnrenderableMessage if its data is not JSON."""
+    d = p.delivery
+    data: Any = d.data
+    if d.mime_type == 'application/json':
+        try:
+            data = json_limits.loads(d.data, limits)
+        except json_limits.InvalidJson as e:
+            raise UnrenderableMessage(d.msg_id, f'its data {e}') from None
+    return {'data': data, 'meta': meta_dict(p, now)}
+
+
+def render(p: Pulled, now: float, limits: JsonLimits = DEFAULT_LIMITS) -> bytes:
+    """The UTF-8 JSON text of message_dict(p, now); UnrenderableMessage if the message cannot be rendered.
+
+    Stored JSON data is checked against the limits and then used as it is stored (it was written
+    by json.dumps at publication): it is not parsed into objects only to be written out again.
+    """
+    d = p.delivery
+    try:
+        if d.mime_type == 'application/json':
+            json_limits.loads(d.data, limits)
+            data = d.data.strip()
+        else:
+            data = json.dumps(d.data, ensure_ascii=False)
+        meta = json.dumps(meta_dict(p, now), ensure_ascii=False, separators=(',', ':'), allow_nan=False)
+        return f'{{"data":{data},"meta":{meta}}}'.encode()
+    except json_limits.InvalidJson as e:
+        raise UnrenderableMessage(d.msg_id, f'its data {e}') from None
+    except UnicodeEncodeError:
+        raise UnrenderableMessage(d.msg_id, 'it has text that is not valid Unicode (a lone surrogate)') from None
+    except (TypeError, ValueError, RecursionError) as e:
+        raise UnrenderableMessage(d.msg_id, f'it cannot be rendered as JSON ({type(e).__name__})') from None

@@ -1,7 +1,7 @@
 """REST push subscribers: each batch of a subscription's queue goes to its URL in one HTTP request.
 
 The body is a JSON list of ``{data, meta}`` objects, ``meta`` as the pull API returns it
-(``runtime.pubsub.pull.message_dict``), or a single such object when the batch holds one message
+(``runtime.pubsub.pull.meta_dict``), or a single such object when the batch holds one message
 and ``wrap_one_msg_in_list`` is false. The request uses ``push_method`` and must be answered in
 full within ``push_timeout_secs``. A 2xx answer means the endpoint took the whole batch. Any other
 status raises ``PushFailed`` naming it and the URL (retried after ``wait_non_sock_err``); a
@@ -10,7 +10,9 @@ connection that cannot be made, breaks, or stays silent past the timeout raises
 followed, so a 3xx is a failure too, and credentials never travel to another host.
 
 Basic Auth towards the endpoint: ``push_username`` with ``push_password`` given as a
-``${ENV_VAR}`` reference, read from the worker's environment at each request. The database holds
+``${CONDUIT_SECRET_...}`` reference, read from the worker's environment at each request (through
+``runtime.secret_refs``, which checks the variable's name again: a reference stored before the rule
+existed reaches no other variable). The database holds
 only the reference, and error texts name the method and the URL without user info or query
 string, never a credential or the endpoint's answer.
 
@@ -22,13 +24,17 @@ with exactly the configured credentials.
 Topic and subscription hook services run per message before the request, as for service
 subscribers: a message a hook deletes is acked without being sent; one it skips (or whose hook
 fails) is not sent and is retried, and with ``err_should_block`` nothing after it is sent either.
+
+Each message is rendered to its JSON text on its own, within the broker's JSON limits (no NaN or
+Infinity, no nesting past the limit), before the request is made. One that cannot be (stored data
+that is not JSON within the limits, or what a hook put in its place) fails with
+``UnrenderableMessage``, which the delivery loop dead-letters at once (reason ``unrenderable``);
+the rest of the batch is sent without it, whatever ``err_should_block`` says.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -37,10 +43,12 @@ from urllib.parse import urlsplit, urlunsplit
 import gevent
 import requests
 
-from runtime.errors import ConfigError, PushFailed, PushUnreachable
+from runtime import json_limits, secret_refs
+from runtime.errors import ConfigError, PushFailed, PushUnreachable, UnrenderableMessage
+from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub.delivery import Outcome
-from runtime.pubsub.pull import Pulled, message_dict
-from runtime.pubsub.registry import ENV_REF, SubInfo
+from runtime.pubsub.pull import Pulled, meta_dict
+from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.store import Delivery
 
 _log = logging.getLogger(__name__)
@@ -94,50 +102,48 @@ def _why(exc: BaseException) -> str:
 
 
 def _password(reference: str, method: str, url: str) -> str:
-    m = ENV_REF.match(reference)
-    if m is None:  # DeliveryOptions refuses anything else; never echo it
-        raise PushFailed(method, url, 'push_password is not a ${ENV_VAR} reference')
-    value = os.environ.get(m.group(1))
-    if value is None:
-        raise PushFailed(method, url, f'push_password references ${{{m.group(1)}}}, which is not set in this worker')
-    return value
+    try:
+        return secret_refs.resolve(reference, 'push_password', 'REST push')
+    except ConfigError as e:  # its reason names the variable at most, never a value
+        raise PushFailed(method, url, e.reason) from None
 
 
 class PushDeliverer:
     """Delivers one REST push subscription's batches; a DeliveryLoop's ``deliver_batch``."""
 
-    def __init__(self, prepare: Prepare) -> None:
+    def __init__(self, prepare: Prepare, limits: JsonLimits = DEFAULT_LIMITS) -> None:
         self._prepare = prepare
+        self._limits = limits
         self._session: requests.Session | None = None
 
     def deliver_batch(self, sub: SubInfo, batch: list[Delivery]) -> list[Outcome]:
         """Send a batch in one request; one outcome per message tried (in batch order)."""
         block = sub.options.err_should_block
         outcomes: list[Outcome] = []
-        sending: list[tuple[Outcome, dict[str, Any]]] = []
+        sending: list[tuple[Outcome, bytes]] = []
         now = time.time()
         for d in batch:
             try:
                 meta = self._prepare(sub, d)
+                text = None if meta is None else self._render(sub, d, meta, now)
             except gevent.GreenletExit:
                 raise
             except Exception as e:
                 outcomes.append(Outcome(d, False, e))
-                if block:
-                    break  # strict order: nothing behind a held-back message goes first
+                # Strict order: nothing behind a held-back message goes first. A message that cannot be
+                # rendered is dead-lettered at once, so it holds nothing back.
+                if block and not isinstance(e, UnrenderableMessage):
+                    break
                 continue
-            if meta is None:
+            if text is None:
                 outcomes.append(Outcome(d, True, drop=True))
                 continue
-            item = message_dict(Pulled(d, sub), now)
-            if not isinstance(meta['data'], bytes):  # a hook may have replaced it; binary data stays base64
-                item['data'] = meta['data']
             outcome = Outcome(d, True)
             outcomes.append(outcome)
-            sending.append((outcome, item))
+            sending.append((outcome, text))
         if sending:
             try:
-                self.push(sub, [item for _, item in sending])
+                self.push(sub, [text for _, text in sending])
             except gevent.GreenletExit:
                 raise
             except Exception as e:
@@ -145,13 +151,25 @@ class PushDeliverer:
                     outcome.ok, outcome.error = False, e
         return outcomes
 
-    def push(self, sub: SubInfo, items: list[dict[str, Any]]) -> None:
-        """One request with these messages; PushFailed (or PushUnreachable) unless answered with a 2xx."""
+    def _render(self, sub: SubInfo, d: Delivery, meta: dict[str, Any], now: float) -> bytes:
+        """The UTF-8 JSON text of one message as pushed; UnrenderableMessage if it cannot be rendered."""
+        # Binary data travels as its stored base64 text; anything else as the subscriber sees it
+        # (a hook may have replaced it).
+        data = d.data if isinstance(meta['data'], bytes) else meta['data']
+        try:
+            return json_limits.dumps({'data': data, 'meta': meta_dict(Pulled(d, sub), now)},
+                                     self._limits).encode('utf-8')
+        except json_limits.InvalidJson as e:
+            raise UnrenderableMessage(d.msg_id, f'its data {e}') from None
+        except UnicodeEncodeError:
+            raise UnrenderableMessage(d.msg_id, 'it has text that is not valid Unicode (a lone surrogate)') from None
+
+    def push(self, sub: SubInfo, items: list[bytes]) -> None:
+        """One request with these messages (each the JSON text of one); PushFailed (or PushUnreachable) unless 2xx."""
         opts = sub.options
         method, url, timeout = opts.push_method.upper(), sub.push_url, opts.push_timeout_secs
         shown = shown_url(url)
-        body = items[0] if len(items) == 1 and not opts.wrap_one_msg_in_list else items
-        data = json.dumps(body, ensure_ascii=False, separators=(',', ':')).encode('utf-8')
+        data = items[0] if len(items) == 1 and not opts.wrap_one_msg_in_list else b'[' + b','.join(items) + b']'
         auth = (opts.push_username, _password(opts.push_password, method, shown)) if opts.push_password else None
         if auth is None and opts.push_username:
             auth = (opts.push_username, '')

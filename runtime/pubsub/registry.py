@@ -9,11 +9,11 @@ topic's depth, not on how many pattern subscriptions exist.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from runtime import secret_refs
 from runtime.config import PubSubSection
 from runtime.errors import ConfigError
 from runtime.pubsub.topics import PatternIndex, normalize
@@ -29,9 +29,6 @@ KINDS = (KIND_SERVICE, KIND_PULL, KIND_REST_PUSH)
 
 #: HTTP methods a REST push subscription may use.
 PUSH_METHODS = ('POST', 'PUT', 'PATCH')
-
-#: A whole value that references an environment variable: ${NAME}.
-ENV_REF = re.compile(r'^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$')
 
 
 def service_topic_name(service: str) -> str:
@@ -105,7 +102,8 @@ class DeliveryOptions:
     push_method: str = 'POST'
     wrap_one_msg_in_list: bool = False
     push_timeout_secs: float = 10.0
-    #: Basic Auth towards the endpoint; the password only as a ${ENV_VAR} reference, resolved at delivery.
+    #: Basic Auth towards the endpoint; the password only as a ${CONDUIT_SECRET_...} reference (see
+    #: runtime.secret_refs), resolved at delivery.
     push_username: str = ''
     push_password: str = ''
     #: The outgoing_rest definition a subscription from the object files pushes to.
@@ -149,9 +147,10 @@ class DeliveryOptions:
                                      f'not {result.push_method!r}')
         if result.push_timeout_secs <= 0:
             raise ConfigError(where, 'push_timeout_secs must be more than 0')
-        if result.push_password and not ENV_REF.match(result.push_password):
-            # Stored options are plain JSON in the database: only the reference may go there.
-            raise ConfigError(where, 'push_password must be a ${ENV_VAR} reference; a plain password is never stored')
+        if result.push_password:
+            # Stored options are plain JSON in the database: only the reference may go there, and only
+            # to a variable meant for it (any other would hand the server's environment to the endpoint).
+            secret_refs.reference_name(result.push_password, 'push_password', where)
         if result.push_password and not result.push_username:
             raise ConfigError(where, 'push_password needs push_username')
         return result

@@ -5,7 +5,9 @@ and their ``requests``/``urllib3`` counterparts) start from ``wait_sock_err``; a
 (an HTTP error status among them) from ``wait_non_sock_err``. The wait doubles with each attempt,
 is capped by ``max_wait_secs``, and gets ±20 % jitter so that many failed messages do not all
 come back at the same instant. After ``max_attempts``, or once the message has
-expired, the decision is to dead-letter it.
+expired, the decision is to dead-letter it. A message that cannot be rendered for its subscriber
+(``UnrenderableMessage``: stored data that is not JSON within the limits) is dead-lettered at the
+first attempt, with reason ``unrenderable``: trying again cannot change it.
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ import random
 import socket
 from dataclasses import dataclass
 
+from runtime.errors import UnrenderableMessage
 from runtime.pubsub.registry import DeliveryOptions
 
 #: Share of the wait added or removed at random.
 JITTER = 0.2
+
+#: Dead-letter reason of a message that cannot be rendered for its subscriber (pulled, pushed or invoked).
+REASON_UNRENDERABLE = 'unrenderable'
 
 _SOCKET_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.EHOSTUNREACH,
                   errno.ENETUNREACH, errno.ETIMEDOUT, errno.EPIPE}
@@ -64,6 +70,8 @@ class RedeliveryDecision:
 def decide(options: DeliveryOptions, delivery_count: int, exc: BaseException, now: float,
            expiration_time: float) -> RedeliveryDecision:
     """Retry at a time, or dead-letter (with the reason)."""
+    if isinstance(exc, UnrenderableMessage):
+        return RedeliveryDecision(True, reason=REASON_UNRENDERABLE)
     if delivery_count >= options.max_attempts:
         return RedeliveryDecision(True, reason='max_attempts')
     base = options.wait_sock_err if is_socket_error(exc) else options.wait_non_sock_err

@@ -287,6 +287,13 @@ def queue_depth(conn: Connection, sub_id: int) -> int:
                         ).scalar_one()
 
 
+def queue_depths(conn: Connection, sub_ids: list[int]) -> dict[int, int]:
+    """How many messages wait in each of these queues; an empty queue is left out."""
+    rows = conn.execute(select(QueueEntry.sub_id, func.count()).where(QueueEntry.sub_id.in_(sub_ids))
+                        .group_by(QueueEntry.sub_id)).all()
+    return {sub_id: count for sub_id, count in rows}
+
+
 def dead_letters(conn: Connection, sub_id: int) -> list[dict[str, Any]]:
     """A subscription's dead letters, oldest first."""
     rows = conn.execute(select(DeadLetter.id, DeadLetter.delivery_count, DeadLetter.last_error, DeadLetter.reason,

@@ -31,6 +31,7 @@ from typing import Any
 
 from gevent import subprocess as gsubprocess
 
+from runtime.datafiles import open_private_append, private_dir
 from runtime.errors import SparkUnavailable
 
 _log = logging.getLogger(__name__)
@@ -170,14 +171,15 @@ class SparkSubmitter:
     def run(self, sub: Submission, on_started: Callable[[int | None], None],
             should_stop: Callable[[], str | None]) -> JobOutcome:
         """Run the job to its end; should_stop() returning a reason kills it."""
-        sub.job_dir.mkdir(parents=True, exist_ok=True)
+        # Owner-only: the driver's log and result may quote data, and the copied files run as the server.
+        private_dir(sub.job_dir)
         sub.result_path.unlink(missing_ok=True)
         # A copy beside the job's files: the script's directory goes first on the driver's sys.path,
         # and runtime/spark/ holds modules whose names must not shadow anything the driver imports.
         shutil.copyfile(LAUNCHER, sub.job_dir / LAUNCHER.name)
         cmd = self.command(sub, zip_pipelines(sub.pipelines_dir, sub.job_dir / 'pipelines.zip'))
         env = {**os.environ, 'PYSPARK_PYTHON': sys.executable, 'PYSPARK_DRIVER_PYTHON': sys.executable, **sub.env}
-        with open(sub.log_path, 'ab') as log:
+        with open_private_append(sub.log_path) as log:
             log.write(f'# conduit: job {sub.job_id}, pipeline {sub.pipeline}, master {sub.master}\n'.encode())
             log.flush()
             try:

@@ -1,0 +1,156 @@
+"""The gunicorn gevent worker with bounds on slow and numerous clients.
+
+gunicorn's gevent worker gives each connection a greenlet from a pool of ``worker_connections``;
+when the pool is full it stops accepting, so 1,000 clients that send a byte a second make every
+other request — ``/health`` included — wait. This worker changes three things:
+
+- **Headroom, then shedding.** The pool holds ``http.max_connections`` connections plus a small
+  reserve; a connection that arrives while ``max_connections`` are open is answered
+  ``503 Service Unavailable`` with ``Retry-After`` at once and closed, never queued.
+- **Time bounds on the socket.** Every blocking send of an answer must finish within
+  ``http.send_timeout_secs`` (gevent applies a socket timeout to a whole ``sendall``), so a client
+  that never reads cannot pin an answer in memory; the connection is closed with one INFO line.
+  The request line and headers must arrive within ``http.header_timeout_secs`` (gunicorn's
+  keep-alive timeout, which bounds reading each request head, set by runtime.server); the body's
+  deadline and minimum rate are enforced where it is read (runtime.http.body).
+- **File descriptors.** The soft RLIMIT_NOFILE is raised to the hard limit, and a limit below
+  ``max_connections`` is logged, since each connection needs one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import resource
+import socket
+import struct
+from http import HTTPStatus
+from typing import Any
+
+from gunicorn.http.errors import (
+    ExpectationFailed,
+    InvalidResponseHeader,
+    LimitRequestHeaders,
+    LimitRequestLine,
+    ParseException,
+)
+from gunicorn.workers.base_async import AsyncWorker
+from gunicorn.workers.ggevent import GeventWorker
+
+_log = logging.getLogger(__name__)
+
+#: Connections accepted past max_connections only to be answered 503 and closed.
+SHED_RESERVE = 256
+
+#: Longest the 503 of a shed connection may take to send.
+SHED_SEND_TIMEOUT_SECS = 1.0
+
+#: File descriptors the worker needs besides its connections (database, logs, archive, pipes).
+RESERVED_FDS = 128
+
+
+#: Statuses of parse errors that carry no code of their own (gunicorn's own choices).
+_PARSE_STATUS = {LimitRequestLine: 414, LimitRequestHeaders: 431, ExpectationFailed: 417}
+
+
+def _error_answer(status: int, details: str, extra_headers: str = '') -> bytes:
+    """A whole HTTP answer with Conduit's JSON error body, closing the connection."""
+    line = f'{status} {HTTPStatus(status).phrase}'
+    body = json.dumps({'is_ok': False, 'cid': None, 'status': line, 'details': details}).encode()
+    head = (f'HTTP/1.1 {line}\r\nContent-Type: application/json\r\n{extra_headers}'
+            f'Content-Length: {len(body)}\r\nConnection: close\r\n\r\n').encode()
+    return head + body
+
+
+_SHED_ANSWER = _error_answer(503, 'the server has too many open connections; retry shortly', 'Retry-After: 1\r\n')
+
+
+def raise_fd_limit(wanted: int) -> int:
+    """Raise the soft limit of open files to the hard limit; returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = wanted if hard == resource.RLIM_INFINITY else hard
+        if target > soft:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+            except (ValueError, OSError):
+                pass  # not allowed here: keep the soft limit and say so below
+    return soft
+
+
+class ConduitWorker(GeventWorker):
+    """gunicorn's gevent worker with connection shedding and send timeouts (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        http = self.app.settings.http
+        self._max_connections = http.max_connections
+        self._send_timeout = http.send_timeout_secs
+        self._open = 0
+        # gunicorn sizes the pool from worker_connections: make room for the connections that are shed.
+        self.worker_connections = self._max_connections + SHED_RESERVE
+
+    def init_process(self) -> None:
+        """Raise the open-files limit before serving (runs in the worker process)."""
+        limit = raise_fd_limit(self.worker_connections + RESERVED_FDS)
+        if limit < self.worker_connections + RESERVED_FDS:
+            _log.warning('open-files limit is %d: fewer connections than http.max_connections=%d can be served',
+                         limit, self._max_connections)
+        super().init_process()
+
+    def handle(self, listener: Any, client: socket.socket, addr: Any) -> None:
+        """Serve one connection, or answer 503 at once when max_connections are open."""
+        if self._open >= self._max_connections:
+            self._shed(client)
+            return
+        self._open += 1
+        try:
+            # A socket timeout bounds every blocking recv and each whole sendall (gevent's semantics);
+            # GeventWorker.handle would reset it to blocking, so AsyncWorker's is called directly.
+            client.settimeout(self._send_timeout)
+            AsyncWorker.handle(self, listener, client, addr)
+        finally:
+            self._open -= 1
+
+    def handle_request(self, listener_name: Any, req: Any, sock: socket.socket, addr: Any) -> Any:
+        """One request; a client that does not take its answer in time loses the connection."""
+        try:
+            return super().handle_request(listener_name, req, sock, addr)
+        except TimeoutError:
+            _log.info('closed a connection from %s: the answer was not taken within %g s',
+                      addr[0] if isinstance(addr, tuple) else addr, self._send_timeout)
+            try:
+                # Reset rather than close: the kernel drops what it still buffers for this client too.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+            except OSError:
+                pass
+            # gunicorn closes the connection quietly on StopIteration; an OSError would be logged with a traceback.
+            raise StopIteration() from None
+
+    def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: BaseException) -> None:
+        """A request gunicorn could not parse: a 4xx in Conduit's JSON error shape, one WARNING line."""
+        if not isinstance(exc, ParseException) or isinstance(exc, InvalidResponseHeader):
+            super().handle_error(req, client, addr, exc)
+            return
+        status = _PARSE_STATUS.get(type(exc), getattr(exc, 'code', 400))
+        if not 400 <= status < 500:
+            # An unsupported transfer coding (501 in gunicorn) is still the client's doing.
+            status = 400
+        details = f'malformed request: {exc}'[:500]
+        ip = addr[0] if isinstance(addr, tuple) else addr
+        self.log.warning('Invalid request from ip=%s: %s', ip, details)
+        _send_and_close(client, _error_answer(status, details), SHED_SEND_TIMEOUT_SECS)
+
+    def _shed(self, client: socket.socket) -> None:
+        _send_and_close(client, _SHED_ANSWER, SHED_SEND_TIMEOUT_SECS)
+
+
+def _send_and_close(client: socket.socket, answer: bytes, timeout: float) -> None:
+    try:
+        client.settimeout(timeout)
+        client.sendall(answer)
+    except OSError:
+        pass
+    finally:
+        client.close()

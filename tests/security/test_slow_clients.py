@@ -1,0 +1,137 @@
+"""Slow and numerous clients: each is cut off in bounded time, and the worker keeps answering.
+
+The server here has small limits so that each bound shows within a second or two; the figures
+at production defaults (1,100 slow sockets against /health) are measured by bench/slow_clients.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from tests.live_server import LiveServer
+from tests.security.conftest import forbidden_log_lines, start_target
+
+LIMITS = '''
+[http]
+header_timeout_secs = 1
+body_grace_secs = 1.0
+body_min_rate_bytes = 1000
+send_timeout_secs = 1.0
+max_connections = 40
+auth_max_failures = 0
+'''
+
+
+@pytest.fixture(scope='module')
+def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A server with second-scale limits; its log must stay free of errors."""
+    base = tmp_path_factory.mktemp('tight')
+    server = start_target(base, f'sqlite:///{base / "conduit.db"}', LIMITS)
+    yield server
+    server.stop()
+    bad = forbidden_log_lines(server.log())
+    assert not bad, '\n'.join(bad[:20])
+
+
+def _connect(server: LiveServer) -> socket.socket:
+    return socket.create_connection(('127.0.0.1', server.port), timeout=10)
+
+
+def _read_all(s: socket.socket) -> bytes:
+    data = b''
+    try:
+        while chunk := s.recv(65536):
+            data += chunk
+    except (ConnectionResetError, TimeoutError):
+        pass
+    return data
+
+
+def test_slow_body_gets_408(tight: LiveServer) -> None:
+    with _connect(tight) as s:
+        s.sendall(b'POST /api/sec/open HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+                  b'Content-Length: 10000\r\n\r\n[')
+        started = time.monotonic()
+        answer = b''
+        s.settimeout(0.2)
+        while time.monotonic() - started < 8 and not answer:
+            try:
+                s.sendall(b'1,')  # two bytes every 0.2 s: far below 1,000 bytes/s
+                answer = s.recv(4096)
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        elapsed = time.monotonic() - started
+    assert answer.startswith(b'HTTP/1.1 408'), answer[:200]
+    assert b'too slowly' in answer or b'slow' in answer.lower()
+    assert elapsed < 5
+
+
+def test_body_at_a_fair_rate_is_read_whole(tight: LiveServer) -> None:
+    # 3,000 bytes in 1.5 s: above the minimum rate, though longer than the grace period.
+    body = b'[' + b','.join(b'1' for _ in range(1500)) + b']'
+    with _connect(tight) as s:
+        s.sendall(b'POST /api/sec/open HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+                  b'Connection: close\r\nContent-Length: ' + str(len(body)).encode() + b'\r\n\r\n')
+        for i in range(0, len(body), 300):
+            s.sendall(body[i:i + 300])
+            time.sleep(0.15)
+        assert _read_all(s).startswith(b'HTTP/1.1 200')
+
+
+def test_slow_headers_are_cut_off(tight: LiveServer) -> None:
+    with _connect(tight) as s:
+        s.sendall(b'GET /health HTTP/1.1\r\nHost: x\r\n')
+        started = time.monotonic()
+        closed = False
+        s.settimeout(0.2)
+        while time.monotonic() - started < 6:
+            try:
+                s.sendall(b'X')
+                if s.recv(4096) == b'':
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+                break
+        assert closed and time.monotonic() - started < 4
+
+
+def test_past_max_connections_new_ones_get_503_at_once(tight: LiveServer) -> None:
+    idle = [_connect(tight) for _ in range(40)]
+    try:
+        time.sleep(0.3)  # let the worker accept them all
+        with _connect(tight) as s:
+            s.sendall(b'GET /health HTTP/1.1\r\nHost: x\r\n\r\n')
+            answer = _read_all(s)
+        assert answer.startswith(b'HTTP/1.1 503'), answer[:200]
+        assert b'Retry-After: 1' in answer and b'too many open connections' in answer
+    finally:
+        for s in idle:
+            s.close()
+    # The idle ones are gone: served again.
+    deadline = time.monotonic() + 5
+    while requests.get(tight.url + '/health', timeout=5).status_code != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_a_client_that_never_reads_loses_the_connection(tight: LiveServer) -> None:
+    big = '[' + ','.join(['"' + 'x' * 1000 + '"'] * 4000) + ']'  # a 4 MB echo answer
+    with _connect(tight) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(b'POST /api/sec/open HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+                  b'Content-Length: ' + str(len(big)).encode() + b'\r\n\r\n' + big.encode())
+        tight.wait_for_log('was not taken within', timeout=10)
+        received = _read_all(s)
+    assert len(received) < len(big)  # cut off, not delivered whole
+    # The worker goes on serving.
+    assert requests.get(tight.url + '/health', timeout=5).status_code == 200
