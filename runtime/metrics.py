@@ -331,8 +331,11 @@ class MetricsResource:
         'responses': {'200': {'description': 'Prometheus text exposition',
                               'content': {'text/plain': {'schema': {'type': 'string'}}}}}}}
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, auth: str) -> None:
         self._metrics = runtime.metrics
+        #: Who may read it (runtime.http.auth): the admin unless http.metrics_public, since it names
+        #: every topic, security definition and subscriber.
+        self.auth = auth
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.content_type = CONTENT_TYPE_LATEST

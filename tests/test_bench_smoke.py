@@ -26,6 +26,7 @@ SMALL = {
     'patterns.py': ['--sizes', '40,400', '--rounds', '1', '--publishes', '200'],
     'invoke.py': ['--rounds', '1', '--number', '1000'],
     'slow_clients.py': ['--sockets', '50', '--seconds', '2'],
+    'sign_in_flood.py': ['--clients', '4', '--seconds', '2'],
 }
 
 

@@ -83,10 +83,8 @@ def make_app(runtime: Runtime, **kwargs: Any) -> falcon.App:
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)
     app.add_route('/health', HealthResource(runtime))
-    metrics = MetricsResource(runtime)
     # Topic, definition and channel names are in both documents: admin-only unless configured public.
-    metrics.auth = auth.PUBLIC if http.metrics_public else auth.ADMIN
-    app.add_route('/metrics', metrics)
+    app.add_route('/metrics', MetricsResource(runtime, auth.PUBLIC if http.metrics_public else auth.ADMIN))
     app.add_route('/openapi.json', OpenApiResource(runtime, app, auth.PUBLIC if http.openapi_public else auth.ADMIN))
     admin.add_routes(app, runtime)
     for path, resource in pubsub_rest.routes(runtime).items():

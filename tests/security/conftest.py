@@ -87,6 +87,11 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     # Attacks from one address would soon be answered 429 (tested on its own): let them all through.
     server = start_target(base, f'sqlite:///{base / "conduit.db"}', '[http]\nauth_max_failures = 0\n')
     yield server
+    stop_and_check_log(server)
+
+
+def stop_and_check_log(server: LiveServer) -> None:
+    """Stop a server; fail if its log shows a traceback or an ERROR line."""
     server.stop()
     bad = forbidden_log_lines(server.log())
     assert not bad, 'attacks left errors in the server log:\n' + '\n'.join(bad[:20])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.security.conftest import PASSWORD, USER, start_target
+from tests.security.conftest import PASSWORD, USER, start_target, stop_and_check_log
 
 
 def test_a_pull_answer_is_capped_by_the_server(tmp_path: Path) -> None:
@@ -25,4 +25,4 @@ def test_a_pull_answer_is_capped_by_the_server(tmp_path: Path) -> None:
         # 400 characters each (the JSON string with its quotes): two fit in 1,000, the third does not.
         assert sizes == [2, 2, 1]
     finally:
-        server.stop()
+        stop_and_check_log(server)

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from tests.live_server import LiveServer
-from tests.security.conftest import forbidden_log_lines, start_target
+from tests.security.conftest import start_target, stop_and_check_log
 
 LIMITS = '''
 [http]
@@ -33,9 +33,7 @@ def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     base = tmp_path_factory.mktemp('tight')
     server = start_target(base, f'sqlite:///{base / "conduit.db"}', LIMITS)
     yield server
-    server.stop()
-    bad = forbidden_log_lines(server.log())
-    assert not bad, '\n'.join(bad[:20])
+    stop_and_check_log(server)
 
 
 def _connect(server: LiveServer) -> socket.socket:

@@ -33,7 +33,7 @@ from runtime.service import Service
 from runtime.spark.submit import SparkSubmitter, Submission
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.live_server import LiveServer
-from tests.security.conftest import PASSWORD, USER, start_target
+from tests.security.conftest import PASSWORD, USER, start_target, stop_and_check_log
 from tests.test_pubsub_push import Receiver
 
 TIMEOUT = 10
@@ -385,7 +385,7 @@ def limits_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServ
     base = tmp_path_factory.mktemp('limits')
     live = start_target(base, f'sqlite:///{base / "conduit.db"}')
     yield live
-    live.stop()
+    stop_and_check_log(live)
 
 
 def test_a_full_queue_answers_503_over_rest(limits_server: LiveServer) -> None:
