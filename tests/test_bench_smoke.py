@@ -44,6 +44,11 @@ def test_benchmark_runs(script: str) -> None:
     assert out.strip(), f'bench/{script} printed nothing'
 
 
+def test_metrics_flood_runs() -> None:
+    out = _run('metrics_flood.py', ['--requests', '200', '--clients', '2'], writes_results=False)
+    assert 'conduit_http_requests_total series' in out
+
+
 def test_latency_profile_runs() -> None:
     out = _run('latency_profile.py', ['--backend', 'sqlite', '--rate', '200', '--seconds', '0.5', '--warmup', '0.2'],
                writes_results=False)
