@@ -250,6 +250,8 @@ def test_admin_api(runtime_factory, tmp_path):
     log = Path(rt.spark.get(job_id)['log_path'])
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(''.join(f'line {n}\n' for n in range(100)))
+    # The job's greenlet records that it runs in a transaction of its own: let it (under load it may lag).
+    wait_until(lambda: rt.spark.get(job_id)['status'] == 'running', TIMEOUT, message='running')
     r = client.simulate_get(f'/admin/spark/jobs/{job_id}', params={'lines': 3}, headers=auth)
     assert r.json['job']['log_tail'] == ['line 97', 'line 98', 'line 99']
     r = client.simulate_get(f'/admin/spark/jobs/{job_id}/log', params={'lines': 2}, headers=auth)
