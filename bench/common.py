@@ -52,6 +52,34 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
     return sorted_values[rank - 1]
 
 
+def percentiles_failed_last(samples: Sequence[float | None]) -> tuple[float | None, float | None]:
+    """p50 and p99 of latencies where None is a failure, ranked slower than any answer (None if it lands there)."""
+    ranked = sorted(float('inf') if v is None else v for v in samples)
+    if not ranked:
+        return None, None
+    p50, p99 = percentile(ranked, 50), percentile(ranked, 99)
+    return (None if p50 == float('inf') else p50), (None if p99 == float('inf') else p99)
+
+
+def fmt_ms(value: float | None, missing: str = 'failed') -> str:
+    """Milliseconds with one decimal, or missing for no figure."""
+    return missing if value is None else fmt(value, 1)
+
+
+def status_code(head: bytes) -> str | None:
+    """The status code at the start of an HTTP answer ('408'), or None if the bytes are not one."""
+    parts = head.split(b'\r\n', 1)[0].split()
+    if len(parts) >= 2 and parts[0].startswith(b'HTTP/') and parts[1].isdigit():
+        return parts[1].decode()
+    return None
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process so far."""
+    t = os.times()
+    return t.user + t.system
+
+
 def fmt(value: float, digits: int | None = None) -> str:
     """A figure for a table: thousands separated, sensible precision."""
     if digits is None:

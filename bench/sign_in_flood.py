@@ -91,10 +91,7 @@ RAMP_LIMIT = 20.0
 
 def _status(head: bytes) -> str:
     """The status code from the start of an answer, or what the bytes were."""
-    parts = head.split(b'\r\n', 1)[0].split()
-    if len(parts) >= 2 and parts[0].startswith(b'HTTP/') and parts[1].isdigit():
-        return parts[1].decode()
-    return 'garbage answer'
+    return common.status_code(head) or 'garbage answer'
 
 
 def _basic(username: str, password: str) -> str:
@@ -195,13 +192,9 @@ def sample_sign_ins(host: str, port: int, source: str, users: list[User], second
 
 def user_figures(samples: list[tuple[float, str]]) -> dict:
     """p50 / p99 over every sign-in, one not answered 200 counting as slower than any; max of the 200s."""
-    ranked = sorted(ms if status == '200' else float('inf') for ms, status in samples)
+    p50, p99 = common.percentiles_failed_last([ms if status == '200' else None for ms, status in samples])
     ok = [ms for ms, status in samples if status == '200']
-
-    def finite(value: float) -> float | None:
-        return None if value == float('inf') else value
-    return {'samples': len(samples), 'p50': finite(common.percentile(ranked, 50)) if ranked else None,
-            'p99': finite(common.percentile(ranked, 99)) if ranked else None, 'max_ok': max(ok) if ok else None,
+    return {'samples': len(samples), 'p50': p50, 'p99': p99, 'max_ok': max(ok) if ok else None,
             'min_ok': min(ok) if ok else None, 'statuses': dict(Counter(status for _, status in samples)),
             'failed': len(samples) - len(ok)}
 
@@ -253,12 +246,6 @@ def attacker(mode: str, host: str, port: int, stats: AttackStats) -> None:
 
 
 # ---------------------------------------------------------------------------------------- CPU
-
-
-def cpu_seconds() -> float:
-    """CPU time (user + system) of this process so far."""
-    t = os.times()
-    return t.user + t.system
 
 
 def worker_pids(master: int) -> list[int]:
@@ -355,12 +342,12 @@ def run_scenario(name: str, args: argparse.Namespace, tmp: Path) -> dict:
             gevent.sleep(0.01)
         ramp = time.perf_counter() - attack_started
         ramp_answers = dict(stats.answers)
-        answered0, cpu0, server_cpu0 = stats.answered, cpu_seconds(), process_cpu_seconds(workers[0])
+        answered0, cpu0, server_cpu0 = stats.answered, common.cpu_seconds(), process_cpu_seconds(workers[0])
         wall0 = time.perf_counter()
         samples = sample_sign_ins(host, port, source, users, args.seconds, args.interval_ms / 1000, args.timeout)
         wall = time.perf_counter() - wall0
         window_answered = stats.answered - answered0
-        cpu = (cpu_seconds() - cpu0) / wall
+        cpu = (common.cpu_seconds() - cpu0) / wall
         server_cpu = (process_cpu_seconds(workers[0]) - server_cpu0) / wall
         group.kill(block=True, timeout=10)
         attack_seconds = time.perf_counter() - attack_started
@@ -386,8 +373,8 @@ def run_scenario(name: str, args: argparse.Namespace, tmp: Path) -> dict:
     return row
 
 
-def _ms(value: float | None, missing: str = 'failed') -> str:
-    return missing if value is None else common.fmt(value, 1)
+#: Milliseconds for the report ("failed" when a percentile lands on a failure).
+_ms = common.fmt_ms
 
 
 def _describe(u: dict) -> str:
@@ -428,7 +415,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     """The results section and its raw figures."""
     http = HttpSection()
     lines = [f"## Sign-in flood: a real user's first sign-in while {args.clients} clients send wrong passwords "
-             '(no DESIGN target; before the fix: 585 ms)', '',
+             '(no target; before the fix: 585 ms)', '',
              "| scenario | attackers' passwords | throttle | real user's address | sign-ins | p50 ms | p99 ms | "
              "max ms (200s) | not 200 | attack requests/s | what the attackers got | server worker CPU | "
              "this process's CPU |",
@@ -447,7 +434,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
                      f"{_ms(u['p50'])} | {_ms(u['p99'])} | {_ms(u['max_ok'], '—')} | {not_ok} | {_rate(row)} | "
                      f"{got} | {row['server_cpu'] * 100:.0f} % | {row['bench_cpu'] * 100:.0f} % |")
     summary = [{'figure': f"A real user's first sign-in (pub/sub publish) while {args.clients} clients send wrong "
-                          'passwords', 'target': 'no DESIGN target; before the fix: 585 ms', 'met': None,
+                          'passwords', 'target': 'no target; before the fix: 585 ms', 'met': None,
                 'measured': '; '.join(f"{r['scenario']}: p50 {_ms(r['user']['p50'])} ms, p99 "
                                       f"{_ms(r['user']['p99'])} ms" for r in rows)}]
     cmd = common.command_line('sign_in_flood.py', [f'--clients {args.clients}', f'--seconds {args.seconds:g}',

@@ -1,4 +1,4 @@
-"""/health latency while slow clients hold the server's connections (DESIGN §13: the edge).
+"""/health latency while slow clients hold the server's connections (a bound of the HTTP edge).
 
 A real Conduit server (gunicorn, one gevent worker, SQLite, logging at WARNING, every ``[http]``
 setting at its default) serves an unsecured JSON REST channel to an echo service. One client asks
@@ -28,7 +28,6 @@ from gevent import monkey
 monkey.patch_all()
 
 import argparse  # noqa: E402
-import os  # noqa: E402
 import resource  # noqa: E402
 import shutil  # noqa: E402
 import socket  # noqa: E402
@@ -82,10 +81,8 @@ def raise_nofile() -> tuple[int, int]:
 
 def _status(data: bytes) -> str:
     """'HTTP <code>' from the start of an answer, or what the bytes were."""
-    parts = data.split(b'\r\n', 1)[0].split()
-    if len(parts) >= 2 and parts[0].startswith(b'HTTP/') and parts[1].isdigit():
-        return f'HTTP {parts[1].decode()}'
-    return 'garbage answer'
+    code = common.status_code(data)
+    return f'HTTP {code}' if code else 'garbage answer'
 
 
 # ---------------------------------------------------------------------------------------- /health
@@ -137,14 +134,10 @@ def sample_health(host: str, port: int, seconds: float, interval: float, timeout
 
 def health_figures(samples: list[tuple[float, str]], timeout: float) -> dict:
     """p50 / p99 over every sample, a failed one counting as slower than any answer; max of the answers."""
-    ranked = sorted(ms if outcome == 'ok' else float('inf') for ms, outcome in samples)
+    p50, p99 = common.percentiles_failed_last([ms if outcome == 'ok' else None for ms, outcome in samples])
     answered = [ms for ms, outcome in samples if outcome == 'ok']
     failures = Counter(outcome for _, outcome in samples if outcome != 'ok')
-
-    def finite(value: float) -> float | None:
-        return None if value == float('inf') else value
-    return {'samples': len(samples), 'p50': finite(common.percentile(ranked, 50)),
-            'p99': finite(common.percentile(ranked, 99)), 'max_answered': max(answered) if answered else None,
+    return {'samples': len(samples), 'p50': p50, 'p99': p99, 'max_answered': max(answered) if answered else None,
             'failed': sum(failures.values()), 'failures': dict(failures), 'timeout_s': timeout}
 
 
@@ -261,12 +254,6 @@ def attacker(kind: str, host: str, port: int, stats: AttackStats) -> None:
 # ---------------------------------------------------------------------------------------- one attack
 
 
-def cpu_seconds() -> float:
-    """CPU time (user + system) of this process so far."""
-    t = os.times()
-    return t.user + t.system
-
-
 def run_attack(server: LiveServer, kind: str, args: argparse.Namespace) -> dict:
     """Hold one attack for args.seconds while sampling /health; its figures."""
     host, port = '127.0.0.1', server.port
@@ -283,9 +270,9 @@ def run_attack(server: LiveServer, kind: str, args: argparse.Namespace) -> dict:
     if sockets and stats.opened == 0:
         group.kill(block=True, timeout=10)
         raise RuntimeError(f'{kind}: not one attack connection could be opened')
-    cpu0, wall0 = cpu_seconds(), time.perf_counter()
+    cpu0, wall0 = common.cpu_seconds(), time.perf_counter()
     samples = sample_health(host, port, args.seconds, args.interval_ms / 1000, args.timeout)
-    cpu = (cpu_seconds() - cpu0) / (time.perf_counter() - wall0)
+    cpu = (common.cpu_seconds() - cpu0) / (time.perf_counter() - wall0)
     held = {'opened': stats.opened, 'ended': stats.ended, 'end_after': list(stats.end_after),
             'answers': dict(stats.answers), 'connect_failed': stats.connect_failed}
     group.kill(block=True, timeout=10)
@@ -305,8 +292,8 @@ def run_attack(server: LiveServer, kind: str, args: argparse.Namespace) -> dict:
     return row
 
 
-def _ms(value: float | None, missing: str = 'failed') -> str:
-    return missing if value is None else common.fmt(value, 1)
+#: Milliseconds for the report ("failed" when a percentile lands on a failure).
+_ms = common.fmt_ms
 
 
 def _describe(health: dict) -> str:
@@ -375,7 +362,7 @@ def _seconds(value: float | None) -> str:
 def write(rows: list[dict], args: argparse.Namespace, nofile: int) -> None:
     """The results section and its raw figures."""
     title = f'{args.sockets:,} slow-body / slow-header sockets'
-    lines = [f'## Slow clients: /health under {title} (DESIGN §13 target: /health p99 < 100 ms)', '',
+    lines = [f'## Slow clients: /health under {title} (target: /health p99 < 100 ms)', '',
              '| attack | attack sockets | /health requests | p50 ms | p99 ms | max ms (answered) | failed | '
              'attack connections opened | ended by the server | their time to end, median (min–max) s | '
              'what the attackers got | /health back after (s) | this process\'s CPU |',

@@ -147,18 +147,16 @@ class SecurityRegistry:
             raise Unauthorized(realm)
         username, password = creds
         key = hmac.new(self._cache_key, f'{username}\0{password}'.encode(), hashlib.sha256).digest()
-        # Failures are remembered per required definition: credentials refused by one channel may be
-        # right for another.
-        failed_key = hmac.new(self._cache_key, f'{required}\0{username}\0{password}'.encode(),
-                              hashlib.sha256).digest()
         definition = self._by_username.get(username)
         if definition is None or (required is not None and definition.name != required):
+            failed_key = self._failed_key(required, username, password)
             if not self._failed_recently(failed_key):
                 # Spend the same time as a real check so usernames cannot be probed by timing.
                 _in_pool(verify_password, password, _DUMMY_HASH)
                 self._remember_failure(failed_key)
             raise Unauthorized(realm)
         if self._ok_cache.get(key) != definition.password_hash:
+            failed_key = self._failed_key(required, username, password)
             if self._failed_recently(failed_key) or not _in_pool(verify_password, password,
                                                                  definition.password_hash):
                 self._remember_failure(failed_key)
@@ -171,6 +169,10 @@ class SecurityRegistry:
             raise Unauthorized(realm, 'security definition is inactive')
         return definition
 
+
+    def _failed_key(self, required: str | None, username: str, password: str) -> bytes:
+        # Per required definition: credentials refused by one channel may be right for another.
+        return hmac.new(self._cache_key, f'{required}\0{username}\0{password}'.encode(), hashlib.sha256).digest()
 
     def _failed_recently(self, key: bytes) -> bool:
         until = self._failed_cache.get(key)

@@ -386,16 +386,17 @@ class Broker:
                 msg_id.overflowed = True
                 self.hooks.emit('after_publish', pub, True)
                 return msg_id
-        elif any(s.kind != KIND_SERVICE for s in subs):
-            subs = self._within_queue_limits(topic, pub, subs, gd)
+        # Service queues are not limited: the runtime drains them itself, and a message published to a
+        # service must survive until it is processed (an overflowed copy is never delivered).
+        limited = [s for s in subs if s.kind != KIND_SERVICE]
+        if limited:
+            subs = self._within_queue_limits(topic, pub, subs, limited, gd)
             if not subs:  # every copy went to the overflow log
                 msg_id.overflowed, pub.sub_ids = True, []
                 self.hooks.emit('after_publish', pub, True)
                 return msg_id
             msg_id.overflowed = len(subs) < len(pub.sub_ids)
             pub.sub_ids = [s.id for s in subs]
-        # Service queues are not limited: the runtime drains them itself, and a message published to a
-        # service must survive until it is processed (an overflowed copy is never delivered).
         reserved = [s.id for s in subs if s.kind != KIND_SERVICE]
         if reserved:
             self._queue_depths.reserve(reserved)
@@ -420,13 +421,13 @@ class Broker:
         return msg_id
 
     def _within_queue_limits(self, topic: TopicInfo, pub: Publication, subs: list[SubInfo],
-                             gd: bool) -> list[SubInfo]:
+                             limited: list[SubInfo], gd: bool) -> list[SubInfo]:
         """The subscriptions whose queues may take the publication; overflowed copies are logged.
 
         QueueFull (reject) or OverflowLogFull (overflow, log at its cap) refuse the whole publication.
         """
         limit = topic.max_depth_gd if gd else topic.max_depth_non_gd
-        full = self._queue_depths.full([s for s in subs if s.kind != KIND_SERVICE], limit, topic.depth_check_freq)
+        full = self._queue_depths.full(limited, limit, topic.depth_check_freq)
         if not full:
             return subs
         if topic.on_max_depth == 'reject':
