@@ -149,7 +149,7 @@ def test_status_and_stop_let_a_request_in_flight_finish(live: LiveServer, tmp_pa
     assert f'stopped (pid {live.proc.pid})' in stopped.stdout
     assert response.status_code == 200, response.text
     assert response.json()['response'] == {'slow': 'done'}
-    assert live.proc.wait(10) is not None
+    assert live.proc.wait(10) == 0, f'the server exited with {live.proc.returncode}:\n{live.log()}'
     with pytest.raises(requests.ConnectionError):
         live.request('GET', '/health', timeout=2)
 

@@ -35,7 +35,8 @@ OUT = os.environ['CONDUIT_TEST_OUT']
 
 
 def record(kind, svc):
-    line = json.dumps({'kind': kind, 'pid': os.getpid(), 'at': time.time(), 'payload': svc.request.payload,
+    line = json.dumps({'kind': kind, 'pid': os.getpid(), 'server': os.environ.get('CONDUIT_TEST_SERVER', ''),
+                       'at': time.time(), 'payload': svc.request.payload,
                        'raw': svc.request.raw_request})
     with open(OUT, 'a') as f:
         f.write(line + '\\n')
@@ -60,8 +61,8 @@ def _records(path: Path, kind: str = 'job') -> list[dict[str, Any]]:
 
 def _make(server_factory, tmp_path: Path, workers: int = 1, name: str = '') -> tuple[LiveServer, Path]:  # type: ignore[no-untyped-def]
     out = tmp_path / 'invocations.jsonl'
-    server = server_factory(workers=workers, extra_config=FAST_SCHEDULER, env={'CONDUIT_TEST_OUT': str(out)},
-                            name=name)
+    server = server_factory(workers=workers, extra_config=FAST_SCHEDULER,
+                            env={'CONDUIT_TEST_OUT': str(out), 'CONDUIT_TEST_SERVER': name}, name=name)
     (server.hot_deploy / 'job_services.py').write_text(textwrap.dedent(SERVICES))
     return server, out
 
@@ -109,7 +110,23 @@ def test_two_servers_run_each_firing_once(server_factory, tmp_path):
     b.start()
     _api(a, 'POST', '/admin/jobs', {'name': 'cluster.job', **INTERVAL_JOB}, status=201)
     _assert_each_firing_ran_once(b, out, 'cluster.job', 8)
-    assert len({r['pid'] for r in _records(out)}) >= 1
+
+
+def test_a_job_goes_on_on_the_other_server_when_one_stops(server_factory, tmp_path):
+    # Which worker wins a firing is a race, so the test makes both servers take part for certain:
+    # server a runs the first firings alone, then stops; b, sharing the database, runs the rest.
+    a, out = _make(server_factory, tmp_path, workers=2, name='a')
+    b, _ = _make(server_factory, tmp_path, workers=2, name='b')
+    a.start()
+    _api(a, 'POST', '/admin/jobs', {'name': 'handed.over', **INTERVAL_JOB, 'repeats': 12}, status=201)
+    poll(lambda: len(_records(out)) >= 2, 15, message='two runs on server a')
+    _api(a, 'POST', '/admin/jobs/handed.over/pause')
+    b.start()
+    a.stop()
+    _api(b, 'POST', '/admin/jobs/handed.over/resume')
+    _assert_each_firing_ran_once(b, out, 'handed.over', 12)
+    by_server = {r['server'] for r in _records(out)}
+    assert by_server == {'a', 'b'}, f'firings ran on {by_server}'
 
 
 def test_admin_api_pause_resume_run_now_edit_delete(server_factory, tmp_path):

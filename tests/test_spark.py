@@ -376,7 +376,7 @@ lease_renew_secs = 0.3
     while status in ('submitted', 'running') and time.monotonic() < deadline:
         before = time.monotonic()
         assert server.request('GET', '/health').status_code == 200
-        assert server.invoke('conduit.ping') is not None
+        assert server.invoke('conduit.ping')['pong'] is True
         status = server.request('GET', f'/admin/spark/jobs/{job_id}?lines=0', auth=server.admin).json()['job']['status']
         slowest = max(slowest, time.monotonic() - before)
         answered += 1
