@@ -6,9 +6,10 @@ Every fenced block of README.md runs unless the line before it is an HTML commen
 - ``sh``/``bash``: each command (lines ending in ``\\`` continue it) runs with bash in the project
   directory; it must exit with 0, and the ``# ...`` lines printed under it are its answer: JSON is
   compared loosely (the keys shown must be there with those values, ``"..."`` is any value,
-  ``"msg.4f..."`` any string starting with ``msg.``, a bare ``...`` stands for keys not shown,
-  ``{...}`` for any object); other text must appear in the output, ``...`` matching anything. A
-  command without an answer line must still not answer a JSON error (``"is_ok": false``).
+  ``"msg.4f..."`` any string that starts as the example does up to its first digit, ``msg.``; a
+  bare ``...`` stands for keys not shown, ``{...}`` for any object); other text must appear in
+  the output, ``...`` matching anything. A command without an answer line must still not answer a
+  JSON error (``"is_ok": false``).
 - ``python``: a block whose first line is ``# NAME.py`` is saved as NAME.py in the project
   directory first, so that later blocks can use it. A block with ``def test_`` runs under pytest,
   as ``make test`` runs tests; one that defines services is deployed to the server (``POST
@@ -16,6 +17,8 @@ Every fenced block of README.md runs unless the line before it is an HTML commen
 - ``yaml``: an object file; it is loaded through the objects loader into an empty database, with
   its ``${CONDUIT_SECRET_...}`` references set and the security definitions it names but does not
   declare supplied.
+
+``curl`` commands quoted inline in the text run too: exit code 0, no JSON error.
 
 The server is ``.venv/bin/conduit start --demo`` in a temporary copy of config/, services/,
 spark_pipeline/ and hot-deploy/ (so a developer's var/ is never touched), on a free port: the
@@ -362,7 +365,11 @@ def run_python(block: Block, demo: DemoServer) -> None:
             name = f'test_readme_example_{block.line}.py'
         (demo.project / name).write_text(block.text, encoding='utf-8')
         args = ['.venv/bin/python', '-m', 'gevent.monkey', '--module', 'pytest', '-q', '-p', 'no:cacheprovider', name]
-        proc = _run(args, demo, PYTEST_TIMEOUT_SECS)
+        try:
+            proc = _run(args, demo, PYTEST_TIMEOUT_SECS)
+        except subprocess.TimeoutExpired:
+            problem = f'no exit within {PYTEST_TIMEOUT_SECS:g} s'
+            raise AssertionError(_failure(block, block.line, ' '.join(args), problem, None, demo)) from None
         if proc.returncode != 0:
             raise AssertionError(_failure(block, block.line, ' '.join(args), 'the test fails', proc, demo))
     elif _SERVICE_CLASS.search(block.text):
@@ -437,6 +444,29 @@ def test_readme_block_runs_as_printed(block: Block, demo: DemoServer, tmp_path: 
     else:
         raise AssertionError(f'{block.where}: cannot be run ({", ".join(RUNNABLE)} can); give it one of those '
                              'languages or put <!-- not-run: reason --> on the line before it')
+
+
+def inline_curls(text: str) -> list[tuple[int, str]]:
+    """``curl ...`` commands quoted inline in the text, outside fenced blocks, with their lines."""
+    found, fenced = [], False
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith('```'):
+            fenced = not fenced
+        elif not fenced:
+            found += [(n, m[1]) for m in re.finditer(r'`(curl [^`]+)`', line)]
+    return found
+
+
+INLINE_CURLS = inline_curls(README.read_text(encoding='utf-8'))
+
+
+@pytest.mark.parametrize(('line', 'command'), INLINE_CURLS, ids=[f'line{n}' for n, _ in INLINE_CURLS])
+def test_inline_curl_commands_answer(line: int, command: str, demo: DemoServer) -> None:
+    """A curl command in the text runs and is not answered with an error."""
+    block = Block('inline', line, command)
+    proc = _run(with_port(command, demo.port), demo, COMMAND_TIMEOUT_SECS, shell=True)
+    problem = 'exit code is not 0' if proc.returncode else error_answer(proc.stdout)
+    assert not problem, _failure(block, line, command, problem or '', proc, demo)
 
 
 def test_blocks_not_run_say_why() -> None:
