@@ -37,6 +37,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -322,39 +323,87 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoServer]:
 
 def _run(args: list[str] | str, demo: DemoServer, timeout: float,
          shell: bool = False) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, cwd=demo.project, env=_env(), capture_output=True, text=True, timeout=timeout,
-                          shell=shell, executable='/bin/bash' if shell else None)
+    """Run in the project directory; past timeout, kill it with everything it started."""
+    with subprocess.Popen(args, cwd=demo.project, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL, text=True, shell=shell,
+                          executable='/bin/bash' if shell else None, start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            raise subprocess.TimeoutExpired(args, timeout, stdout, stderr) from None
+    return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
 
 
-def _failure(block: Block, line: int, command: str, problem: str, proc: subprocess.CompletedProcess[str] | None,
+@dataclass
+class Outcome:
+    """What one command did: exit code (None: it never ended) and output."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+
+
+def _failure(block: Block, line: int, command: str, problem: str, outcome: Outcome | None,
              demo: DemoServer, expected: list[str] | None = None) -> str:
     parts = [f'{block.where}, line {line}: {problem}', f'command: {command}']
     if expected:
         parts.append('expected: ' + '\n          '.join(expected))
-    if proc is not None:
-        parts += [f'exit code: {proc.returncode}', f'stdout: {proc.stdout.strip()[-3000:]}',
-                  f'stderr: {proc.stderr.strip()[-3000:]}']
+    if outcome is not None:
+        parts += [f'exit code: {outcome.returncode}', f'stdout: {outcome.stdout.strip()[-3000:]}',
+                  f'stderr: {outcome.stderr.strip()[-3000:]}']
     parts.append('server log (end):\n' + textwrap.indent(demo.log()[-3000:], '  '))
     return '\n'.join(parts)
+
+
+def _text(output: str | bytes | None) -> str:
+    return output.decode(errors='replace') if isinstance(output, bytes) else output or ''
+
+
+def run_commands(commands: list[Command], demo: DemoServer) -> list[Outcome]:
+    """Run the commands one after the other in one bash, as typed into one terminal; one outcome each.
+
+    Variables and ``cd`` carry over from one command to the next, as they do for a reader. A mark
+    printed after each command splits the output; a command that never ends is the first one
+    without its mark, and the outcomes stop there with its exit code None.
+    """
+    mark = f'README-COMMAND-DONE-{uuid.uuid4().hex}'
+    script = ''.join(f'{with_port(c.text, demo.port)}\nprintf "\\n{mark} %d\\n" $?; printf "\\n{mark}\\n" >&2\n'
+                     for c in commands)
+    try:
+        proc = _run(script, demo, COMMAND_TIMEOUT_SECS * len(commands), shell=True)
+        stdout, stderr = proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as e:
+        stdout, stderr = _text(e.stdout), _text(e.stderr)
+    outs = re.split(rf'\n{mark} (\d+)\n', stdout)
+    errs = stderr.split(f'\n{mark}\n')
+    outcomes = [Outcome(int(outs[2 * n + 1]), outs[2 * n], errs[n] if n < len(errs) else '')
+                for n in range(len(outs) // 2)]
+    if len(outcomes) < len(commands):
+        n = len(outcomes)
+        outcomes.append(Outcome(None, outs[-1], errs[n] if n < len(errs) else ''))
+    return outcomes
 
 
 def run_shell(block: Block, demo: DemoServer) -> None:
     """Each command exits with 0 and answers what the README prints under it."""
     commands = shell_commands(block)
     assert commands, f'{block.where}: a shell block without commands'
-    for cmd in commands:
-        text = with_port(cmd.text, demo.port)
-        try:
-            proc = _run(text, demo, COMMAND_TIMEOUT_SECS, shell=True)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(_failure(block, cmd.line, cmd.text, f'no exit within {COMMAND_TIMEOUT_SECS:g} s',
-                                          None, demo, cmd.answer)) from None
-        if proc.returncode != 0:
-            raise AssertionError(_failure(block, cmd.line, cmd.text, 'exit code is not 0', proc, demo, cmd.answer))
-        problem = match_answer(cmd.answer, proc.stdout) if cmd.answer else error_answer(proc.stdout)
+    for cmd, outcome in zip(commands, run_commands(commands, demo), strict=False):
+        if outcome.returncode is None:
+            raise AssertionError(_failure(block, cmd.line, cmd.text, 'it did not end (or ended the shell)', outcome,
+                                          demo, cmd.answer))
+        if outcome.returncode != 0:
+            raise AssertionError(_failure(block, cmd.line, cmd.text, 'exit code is not 0', outcome, demo, cmd.answer))
+        problem = match_answer(cmd.answer, outcome.stdout) if cmd.answer else error_answer(outcome.stdout)
         if problem:
-            raise AssertionError(_failure(block, cmd.line, cmd.text, f'the answer differs: {problem}', proc, demo,
+            raise AssertionError(_failure(block, cmd.line, cmd.text, f'the answer differs: {problem}', outcome, demo,
                                           cmd.answer))
+
+
+def _outcome(proc: subprocess.CompletedProcess[str]) -> Outcome:
+    return Outcome(proc.returncode, proc.stdout, proc.stderr)
 
 
 def run_python(block: Block, demo: DemoServer) -> None:
@@ -371,7 +420,7 @@ def run_python(block: Block, demo: DemoServer) -> None:
             problem = f'no exit within {PYTEST_TIMEOUT_SECS:g} s'
             raise AssertionError(_failure(block, block.line, ' '.join(args), problem, None, demo)) from None
         if proc.returncode != 0:
-            raise AssertionError(_failure(block, block.line, ' '.join(args), 'the test fails', proc, demo))
+            raise AssertionError(_failure(block, block.line, ' '.join(args), 'the test fails', _outcome(proc), demo))
     elif _SERVICE_CLASS.search(block.text):
         r = requests.post(demo.url + '/admin/deploy', json={'file_name': name, 'source': block.text},
                           auth=demo.admin(), timeout=30)
@@ -383,7 +432,8 @@ def run_python(block: Block, demo: DemoServer) -> None:
         args = ['.venv/bin/python', name]
         proc = _run(args, demo, COMMAND_TIMEOUT_SECS)
         if proc.returncode != 0:
-            raise AssertionError(_failure(block, block.line, ' '.join(args), 'the program fails', proc, demo))
+            raise AssertionError(_failure(block, block.line, ' '.join(args), 'the program fails', _outcome(proc),
+                                          demo))
 
 
 def load_yaml(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -464,9 +514,10 @@ INLINE_CURLS = inline_curls(README.read_text(encoding='utf-8'))
 def test_inline_curl_commands_answer(line: int, command: str, demo: DemoServer) -> None:
     """A curl command in the text runs and is not answered with an error."""
     block = Block('inline', line, command)
-    proc = _run(with_port(command, demo.port), demo, COMMAND_TIMEOUT_SECS, shell=True)
-    problem = 'exit code is not 0' if proc.returncode else error_answer(proc.stdout)
-    assert not problem, _failure(block, line, command, problem or '', proc, demo)
+    outcome = run_commands([Command(line, command)], demo)[0]
+    problem = ('it did not end' if outcome.returncode is None else 'exit code is not 0' if outcome.returncode
+               else error_answer(outcome.stdout))
+    assert not problem, _failure(block, line, command, problem or '', outcome, demo)
 
 
 def test_blocks_not_run_say_why() -> None:
