@@ -560,3 +560,11 @@ def test_an_error_answer_does_not_match_the_printed_one() -> None:
         == "$.msg_id: expected a string starting with 'msg.', got 'zpsm12'"
     assert match_answer(printed, '{"is_ok": true, "cid": "c", "msg_id": "msg.12", "status": "200 OK"}') is None
     assert error_answer(denied) == 'a JSON error: 401 Unauthorized Permission denied'
+
+
+def test_the_server_logged_no_error_meanwhile(demo: DemoServer) -> None:
+    """What the examples did in the background (deliveries, jobs) raised nothing: a reader sees that log."""
+    # Last in the module, so that it reads the log of every example before it.
+    bad = [line for line in demo.log().splitlines()
+           if re.search(r' (ERROR|CRITICAL) |\[(ERROR|CRITICAL)\]', line) or line.startswith('Traceback')]
+    assert not bad, 'the demo server logged errors while the examples ran:\n' + '\n'.join(bad[:20])
