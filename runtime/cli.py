@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
@@ -71,15 +72,33 @@ def start(ctx: click.Context, workers: int | None, bind: str | None, demo: bool)
     click.echo(f'Drop service modules into {settings.path(settings.hot_deploy.dir)}; admin password in '
                f'{settings.path(settings.admin.password_file)}')
     if demo:
-        click.echo('Try the demo:\n'
+        # The commands of the README's quick start, so that its printed answers apply.
+        conduit = _program()
+        click.echo('Try the demo (README.md, "Quick start", shows the answers):\n'
                    f"  curl -s -u demo:demo-password -X POST {url}/api/crm/customer "
                    "-d '{\"name\": \"Ada Lovelace\", \"email\": \"ada@example.com\"}'\n"
                    f'  curl -s -u demo:demo-password {url}/api/crm/customer/1\n'
-                   '  conduit job runs demo.payroll.reconcile    # the scheduled payroll reconciliation')
+                   f'  {conduit} invoke conduit.ping\n'
+                   f'  {conduit} services\n'
+                   f'  {conduit} job runs demo.payroll.reconcile\n'
+                   'Pub/sub over REST as users crm and erp (password: secret), topic orders.created: '
+                   'README.md, "Pub/sub over REST"')
     try:
         run(settings, demo=demo)
     except ConduitError as e:
         raise click.ClickException(str(e)) from None
+
+
+def _program() -> str:
+    """The conduit command as the user typed it (``.venv/bin/conduit`` under ``make run``), to paste back."""
+    argv0 = sys.argv[0]
+    if os.path.basename(argv0) != 'conduit' or shutil.which('conduit') == os.path.abspath(argv0):
+        return 'conduit'
+    path = Path(os.path.abspath(argv0))
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _without_password(url: str) -> str:
