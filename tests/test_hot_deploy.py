@@ -328,3 +328,33 @@ def test_deploying_a_module_again_brings_back_an_undeployed_service_for_good(
     b = make_server(server_factory, workers=2, name='b').start()
     answers = probe_workers(b, 2, target='conduit.ping')
     assert all(answer is not None and answer['pong'] is True for answer in answers.values()), answers
+
+
+ALT_PING = '''from runtime import Service
+
+
+class AltPing(Service):
+    name = 'conduit.ping'
+
+    def handle(self):
+        self.response.payload = {'pong': 'alt'}
+'''
+
+
+def test_deploying_a_module_brings_back_a_service_last_deployed_from_another_module(
+        server_factory: Callable[..., LiveServer]) -> None:
+    """conduit.ping came last from alt_ping.py and was undeployed: deploying builtin.py makes it live for good."""
+    a = make_server(server_factory, workers=2, name='a').start()
+    r = a.request('POST', '/admin/deploy', auth=a.admin, json={'file_name': 'alt_ping.py', 'source': ALT_PING})
+    assert r.status_code == 200, r.text
+    probe_workers(a, 2, accept=lambda answer: answer == {'pong': 'alt'}, target='conduit.ping')
+    assert _cli(a, 'undeploy', 'conduit.ping').returncode == 0
+    probe_workers(a, 2, accept=lambda answer: answer is None, target='conduit.ping')
+
+    done = _cli(a, 'deploy', str(REPO / 'services' / 'builtin.py'))
+    assert done.returncode == 0, done.stderr
+    answers = probe_workers(a, 2, accept=lambda answer: answer is not None, target='conduit.ping', timeout=10)
+    assert all(answer['pong'] is True for answer in answers.values()), answers
+    _restart(a)
+    answers = probe_workers(a, 2, target='conduit.ping')
+    assert all(answer is not None and answer['pong'] is True for answer in answers.values()), answers

@@ -1,0 +1,148 @@
+"""Hot-deployed modules that import each other by plain name, against real servers.
+
+A helper dropped next to the services that use it is imported as ``import shop_utils``; when it
+changes, its dependents run again with the new version; a server that starts later (without the
+files) loads the recorded modules in dependency order; a name that another module already answers
+to is refused, naming the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from runtime.deploy_imports import ModuleSource, dependency_order, dependents
+from tests.live_server import LiveServer, poll
+
+HELPER = '''"""Prices, shared by the shop's services."""
+
+VERSION = {version}
+
+
+def price(amount):
+    return amount * {factor}
+'''
+
+#: Uses the helper through a from-import at module level: it must see the helper's new versions.
+SHOP = '''from runtime import Service
+
+from shop_utils import VERSION, price
+
+
+class Quote(Service):
+    name = 'test.shop.quote'
+
+    def handle(self):
+        self.response.payload = {'price': price(10), 'helper': VERSION}
+'''
+
+#: A helper without price(): the shop cannot import it.
+HELPER_WITHOUT_PRICE = '''VERSION = 3
+
+
+def cost(amount):
+    return amount * 4
+'''
+
+SHOP_WITH_COST = SHOP.replace('VERSION, price', 'VERSION, cost').replace('price(10)', 'cost(10)')
+
+
+def quote(server: LiveServer) -> dict | None:
+    """What test.shop.quote answers, or None while it is not deployed."""
+    r = server.request('POST', '/admin/services/test.shop.quote/invoke', auth=server.admin)
+    return r.json()['response'] if r.status_code == 200 else None
+
+
+def wait_quote(server: LiveServer, expected: dict) -> None:
+    poll(lambda: quote(server) == expected, message=f'quote {expected}')
+
+
+def test_a_helper_imports_by_plain_name_and_its_dependents_follow_its_changes(
+        server_factory: Callable[..., LiveServer]) -> None:
+    a = server_factory(name='a').start()
+    # The service first: it cannot be imported until its helper arrives, then both go live.
+    a.write_module('shop.py', SHOP)
+    a.wait_for_log("No module named 'shop_utils'")
+    a.write_module('shop_utils.py', HELPER.format(version=1, factor=2))
+    wait_quote(a, {'price': 20, 'helper': 1})
+
+    # A new version of the helper: the service runs again and sees it.
+    a.write_module('shop_utils.py', HELPER.format(version=2, factor=3))
+    wait_quote(a, {'price': 30, 'helper': 2})
+
+    # A helper its dependent cannot use is rejected as a whole, naming the dependent; nothing changes.
+    a.write_module('shop_utils.py', HELPER_WITHOUT_PRICE)
+    log = a.wait_for_log("cannot import name 'price' from 'shop_utils'")
+    assert 'shop.py' in log
+    assert quote(a) == {'price': 30, 'helper': 2}
+    # Once the dependent changes too, both go live together.
+    a.write_module('shop.py', SHOP_WITH_COST)
+    wait_quote(a, {'price': 40, 'helper': 3})
+
+    # After a restart, and on a server started later without the files, the recorded modules load
+    # in dependency order (shop.py was recorded before shop_utils.py).
+    a.stop()
+    a.start()
+    assert quote(a) == {'price': 40, 'helper': 3}
+    b = server_factory(name='b').start()
+    assert not (b.hot_deploy / 'shop_utils.py').exists()
+    assert quote(b) == {'price': 40, 'helper': 3}
+    # A later change of the helper on one server reaches the dependents on the other.
+    a.write_module('shop_utils.py', HELPER_WITHOUT_PRICE.replace('VERSION = 3', 'VERSION = 4'))
+    wait_quote(b, {'price': 40, 'helper': 4})
+
+
+def test_a_helper_that_fails_to_import_leaves_its_dependents_running(
+        server_factory: Callable[..., LiveServer]) -> None:
+    a = server_factory().start()
+    a.write_module('shop_utils.py', HELPER.format(version=1, factor=2))
+    a.write_module('shop.py', SHOP)
+    wait_quote(a, {'price': 20, 'helper': 1})
+    a.write_module('shop_utils.py', HELPER.format(version=2, factor=2) + "\nBROKEN = {}['key']\n")
+    log = a.wait_for_log("KeyError: 'key'")
+    assert 'shop_utils.py:9: KeyError' in log
+    assert quote(a) == {'price': 20, 'helper': 1}
+
+
+def test_a_module_name_taken_by_another_module_is_refused_naming_the_file(
+        server_factory: Callable[..., LiveServer]) -> None:
+    a = server_factory().start()
+    source = SHOP.replace('from shop_utils import VERSION, price\n', '').replace(
+        "{'price': price(10), 'helper': VERSION}", "{'price': 0, 'helper': 0}")
+    for file_name, taken_by in (('json.py', 'standard library'), ('requests.py', 'requests'),
+                                ('runtime.py', 'runtime')):
+        r = a.request('POST', '/admin/deploy', auth=a.admin, json={'file_name': file_name, 'source': source})
+        assert r.status_code == 400, r.text
+        details = r.json()['details']
+        assert file_name in details and taken_by in details and 'rename' in details, details
+    assert quote(a) is None
+    a.write_module('email.py', source)
+    log = a.wait_for_log("module name 'email' is taken by the standard library")
+    assert 'email.py' in log
+    assert quote(a) is None
+    # A module named like none of them deploys.
+    r = a.request('POST', '/admin/deploy', auth=a.admin, json={'file_name': 'shop.py', 'source': source})
+    assert r.status_code == 200, r.text
+    assert quote(a) == {'price': 0, 'helper': 0}
+
+
+def _src(text: str) -> ModuleSource:
+    return ModuleSource(text, 'x.py', '')
+
+
+def test_dependency_order_puts_helpers_first_and_survives_cycles() -> None:
+    sources = {
+        'shop': _src('from shop_utils import price\nimport os'),
+        'shop_utils': _src('import money.rates\n'),
+        'money': _src('x = 1'),
+        'report': _src('def f():\n    import shop\n'),
+        'left': _src('import right'),
+        'right': _src('from left import x'),
+        'broken': _src('def ('),
+    }
+    order = dependency_order(sources)
+    assert sorted(order) == sorted(sources)
+    assert order.index('money') < order.index('shop_utils') < order.index('shop') < order.index('report')
+    assert order.index('left') < order.index('right')  # a cycle: name order
+    assert dependents({'money'}, sources) == {'shop_utils', 'shop', 'report'}
+    assert dependents({'left'}, sources) == {'right'}
+    assert dependents({'broken'}, sources) == set()
