@@ -25,6 +25,7 @@ import json
 import logging
 import re
 import sys
+import sysconfig
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from runtime.service import Service
 from runtime.sync import bump
 
 if TYPE_CHECKING:
+    from runtime.config import Settings
     from runtime.core import Runtime
 
 _log = logging.getLogger(__name__)
@@ -51,6 +53,30 @@ _log = logging.getLogger(__name__)
 SYNC_KEY = 'deployments'
 
 _MODULE_NAME = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
+
+
+#: Where a wheel installs the built-in services, under an installation scheme's data directory.
+SHIPPED_SERVICES = Path('share', 'conduit', 'services')
+
+#: services_dir when nobody configured it.
+DEFAULT_SERVICES_DIR = 'services'
+
+
+def services_directory(settings: Settings) -> Path:
+    """The directory of services deployed at start.
+
+    Outside a checkout (the package installed from a wheel, the server started in an empty
+    directory) the default ``services/`` does not exist: the built-in services installed with the
+    package are used instead. A services_dir set on purpose is used as it is.
+    """
+    configured = settings.path(settings.hot_deploy.services_dir)
+    if configured.is_dir() or settings.hot_deploy.services_dir != DEFAULT_SERVICES_DIR:
+        return configured
+    for scheme in (sysconfig.get_default_scheme(), sysconfig.get_preferred_scheme('user')):
+        shipped = Path(sysconfig.get_path('data', scheme)) / SHIPPED_SERVICES
+        if shipped.is_dir():
+            return shipped
+    return configured
 
 
 @dataclass
