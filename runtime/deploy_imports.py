@@ -148,9 +148,23 @@ def check_name(name: str, file_name: str) -> None:
     if current is not None and not FINDER.owns(current):
         where = getattr(current, '__file__', None) or 'an imported module'
         raise DeploymentError(file_name, f'module name {name!r} is taken by {where}; {hint}')
-    spec = importlib.machinery.PathFinder.find_spec(name)
+    spec = _spec_elsewhere(name)
     if spec is not None:
         where = spec.origin if spec.origin not in (None, 'namespace') else (
             ', '.join(spec.submodule_search_locations or []) or 'a package on sys.path')
         raise DeploymentError(file_name, f'module name {name!r} is taken by {where} (installed or on '
                                          f'sys.path); {hint}')
+
+
+def _spec_elsewhere(name: str) -> importlib.machinery.ModuleSpec | None:
+    """What an import of name finds without the deployed modules (editable installs have finders of their own)."""
+    for finder in sys.meta_path:
+        if finder is FINDER or not hasattr(finder, 'find_spec'):
+            continue
+        try:
+            spec = finder.find_spec(name, None)
+        except Exception:  # a third-party finder that fails on a name it does not know: not taken by it
+            continue
+        if spec is not None:
+            return spec
+    return None
