@@ -34,6 +34,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 import gevent
+import gevent.lock
 from sqlalchemy import Connection, select
 
 from runtime.db.engine import transaction
@@ -132,11 +133,9 @@ class HotDeployer:
         #: Files of the pick-up directory rejected in their current content, retried with later changes.
         self._rejected: dict[Path, str] = {}
         self._last_row_id = 0
-
-    @property
-    def applied(self) -> dict[str, str]:
-        """module name -> hash of the source this worker runs."""
-        return {name: s.digest for name, s in self._live.items()}
+        # Module code may yield (I/O at import time): one load at a time in this worker, since a load
+        # swaps entries of sys.modules and the finder's pending sources.
+        self._lock = gevent.lock.RLock()
 
     # Loading
 
@@ -158,7 +157,7 @@ class HotDeployer:
                     raise
                 result.failed[name] = e
         new = {n: s for n, s in new.items() if n not in result.failed}
-        sources = {**{n: s for n, s in self._live.items()}, **new}
+        sources = {**self._live, **new}
         affected = new.keys() | dependents(new, sources)
         batch = {n: sources[n] for n in affected}
         previous = {n: sys.modules.pop(n) for n in affected if n in sys.modules}
@@ -244,9 +243,10 @@ class HotDeployer:
         return self._deploy_here({module_name: ModuleSource(source, file_name, source_hash(source))})[module_name]
 
     def _deploy_here(self, new: dict[str, ModuleSource]) -> dict[str, list[str]]:
-        loaded = self._load(new, atomic=True)
-        self._claim(_Loaded({n: c for n, c in loaded.modules.items() if n in new}))
-        self._register_owned(self._names_of(loaded.modules))
+        with self._lock:
+            loaded = self._load(new, atomic=True)
+            self._claim(_Loaded({n: c for n, c in loaded.modules.items() if n in new}))
+            self._register_owned(self._names_of(loaded.modules))
         for name in loaded.modules.keys() - new.keys():
             _log.info('reloaded %s: a module it imports changed', self._live[name].file_name)
         for name, classes in loaded.modules.items():
@@ -265,11 +265,16 @@ class HotDeployer:
         for path in sorted(directory.glob('*.py')):
             if path.name.startswith('_'):
                 continue
-            source = path.read_text(encoding='utf-8')
+            try:
+                source = path.read_text(encoding='utf-8')
+            except (OSError, UnicodeDecodeError) as e:
+                _log.error('cannot deploy %s: cannot read it: %s', path, e)
+                continue
             new[path.stem] = ModuleSource(source, str(path), source_hash(source))
-        loaded = self._load(new, atomic=False)
-        self._claim(loaded)
-        self._register_owned(self._names_of(loaded.modules))
+        with self._lock:
+            loaded = self._load(new, atomic=False)
+            self._claim(loaded)
+            self._register_owned(self._names_of(loaded.modules))
         for name, classes in loaded.modules.items():
             _log.info('deployed %s from %s', ', '.join(c.name for c in classes) or 'nothing', new[name].file_name)
         for e in loaded.failed.values():
@@ -292,9 +297,10 @@ class HotDeployer:
 
     def undeploy(self, service_name: str) -> None:
         """Remove a service here and record that every other worker removes it too."""
-        module_name = self._runtime.store.info(service_name).module_name
-        self._runtime.store.unregister(service_name)
-        self._owner[service_name] = None
+        with self._lock:
+            module_name = self._runtime.store.info(service_name).module_name
+            self._runtime.store.unregister(service_name)
+            self._owner[service_name] = None
         self._record([('undeploy', module_name, '', '', [service_name])])
         _log.info('undeployed %s', service_name)
 
@@ -314,6 +320,10 @@ class HotDeployer:
 
     def apply_recorded(self) -> None:
         """Apply deployment rows this worker has not seen yet: the latest event of each name wins."""
+        with self._lock:
+            self._apply_recorded()
+
+    def _apply_recorded(self) -> None:
         with self._runtime.engine.connect() as conn:
             rows = conn.execute(select(Deployment).where(Deployment.id > self._last_row_id)
                                 .order_by(Deployment.id)).all()
