@@ -146,3 +146,77 @@ def test_dependency_order_puts_helpers_first_and_survives_cycles() -> None:
     assert dependents({'money'}, sources) == {'shop_utils', 'shop', 'report'}
     assert dependents({'left'}, sources) == {'right'}
     assert dependents({'broken'}, sources) == set()
+
+
+CYCLE_LEFT = '''from runtime import Service
+
+import cycle_right
+
+NAME = 'left'
+
+
+class Left(Service):
+    name = 'test.cycle.left'
+
+    def handle(self):
+        self.response.payload = {'right': cycle_right.VALUE}
+'''
+
+CYCLE_RIGHT = '''from runtime import Service
+
+import cycle_left
+
+VALUE = {value}
+
+
+class Right(Service):
+    name = 'test.cycle.right'
+
+    def handle(self):
+        self.response.payload = {{'left': cycle_left.NAME}}
+'''
+
+
+def test_modules_importing_each_other_deploy_together_and_reload_as_one(runtime_factory) -> None:
+    rt = runtime_factory()
+    deployer = rt.hot_deployer
+    deployer.deploy_many({'cycle_left': (CYCLE_LEFT, 'cycle_left.py'),
+                          'cycle_right': (CYCLE_RIGHT.format(value=1), 'cycle_right.py')})
+    assert rt.invoke('test.cycle.left') == {'right': 1}
+    assert rt.invoke('test.cycle.right') == {'left': 'left'}
+    deployer.deploy('cycle_right', CYCLE_RIGHT.format(value=2), 'cycle_right.py')
+    assert rt.invoke('test.cycle.left') == {'right': 2}
+
+
+TWO_SERVICES = '''from runtime import Service
+
+from stock_utils import LEVEL
+
+
+class Level(Service):
+    name = 'test.stock.level'
+
+    def handle(self):
+        self.response.payload = {'level': LEVEL}
+
+
+class Reorder(Service):
+    name = 'test.stock.reorder'
+
+    def handle(self):
+        self.response.payload = {'reorder': LEVEL < 5}
+'''
+
+
+def test_reloading_a_dependent_never_brings_back_an_undeployed_service(runtime_factory) -> None:
+    rt = runtime_factory()
+    deployer = rt.hot_deployer
+    deployer.deploy('stock_utils', 'LEVEL = 1\n', 'stock_utils.py')
+    deployer.deploy('stock', TWO_SERVICES, 'stock.py')
+    deployer.undeploy('test.stock.reorder')
+    deployer.deploy('stock_utils', 'LEVEL = 7\n', 'stock_utils.py')
+    assert rt.invoke('test.stock.level') == {'level': 7}
+    assert not rt.store.has('test.stock.reorder')
+    # Deploying the module itself brings it back.
+    deployer.deploy('stock', TWO_SERVICES, 'stock.py')
+    assert rt.invoke('test.stock.reorder') == {'reorder': False}
