@@ -166,7 +166,7 @@ def invoke(ctx: click.Context, name: str, data: str | None, timeout: float | Non
 @click.argument('file', type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.pass_context
 def deploy(ctx: click.Context, file: Path) -> None:
-    """Deploy a service module to every worker of the running server."""
+    """Deploy a service module to every worker of the running server (undeployed services of it come back)."""
     try:
         result = _client(ctx).call('POST', '/admin/deploy', {'file_name': file.name,
                                                              'source': file.read_text(encoding='utf-8')})
