@@ -111,6 +111,15 @@ class _Loaded:
     failed: dict[str, DeploymentError] = field(default_factory=dict)
 
 
+@dataclass
+class Deployed:
+    """What a deployment brought live: services by module, and the dependents that ran again."""
+
+    services: dict[str, list[str]]
+    #: Files of live modules that import a deployed one (directly or not) and were run again with it.
+    reloaded: list[str] = field(default_factory=list)
+
+
 class HotDeployer:
     """Loads service modules from source and keeps this worker in step with the table.
 
@@ -240,19 +249,21 @@ class HotDeployer:
 
     def load_source(self, module_name: str, source: str, file_name: str) -> list[str]:
         """Import a module from source and register its services; DeploymentError if anything fails."""
-        return self._deploy_here({module_name: ModuleSource(source, file_name, source_hash(source))})[module_name]
+        new = {module_name: ModuleSource(source, file_name, source_hash(source))}
+        return self._deploy_here(new).services[module_name]
 
-    def _deploy_here(self, new: dict[str, ModuleSource]) -> dict[str, list[str]]:
+    def _deploy_here(self, new: dict[str, ModuleSource]) -> Deployed:
         with self._lock:
             loaded = self._load(new, atomic=True)
             self._claim(_Loaded({n: c for n, c in loaded.modules.items() if n in new}))
             self._register_owned(self._names_of(loaded.modules))
-        for name in loaded.modules.keys() - new.keys():
-            _log.info('reloaded %s: a module it imports changed', self._live[name].file_name)
+        reloaded = sorted(self._live[name].file_name for name in loaded.modules.keys() - new.keys())
+        for file_name in reloaded:
+            _log.info('reloaded %s: a module it imports changed', file_name)
         for name, classes in loaded.modules.items():
             if name in new and not classes:
                 _log.info('%s defines no Service subclass: loaded as a helper module', new[name].file_name)
-        return {name: [cls.name for cls in loaded.modules[name]] for name in new}
+        return Deployed({name: [cls.name for cls in loaded.modules[name]] for name in new}, reloaded)
 
     def load_file(self, path: Path) -> list[str]:
         """Load one file from disk (used for the built-in services/ directory)."""
@@ -284,16 +295,17 @@ class HotDeployer:
 
     def deploy(self, module_name: str, source: str, file_name: str) -> list[str]:
         """Load a module here and record it so that every other worker loads it too."""
-        return self.deploy_many({module_name: (source, file_name)})[module_name]
+        return self.deploy_many({module_name: (source, file_name)}).services[module_name]
 
-    def deploy_many(self, modules: dict[str, tuple[str, str]]) -> dict[str, list[str]]:
+    def deploy_many(self, modules: dict[str, tuple[str, str]]) -> Deployed:
         """Deploy modules together (all or none): loaded here, then recorded for everyone else."""
         new = {name: ModuleSource(src, file_name, source_hash(src)) for name, (src, file_name) in modules.items()}
-        names = self._deploy_here(new)
+        deployed = self._deploy_here(new)
+        names = deployed.services
         self._record([('deploy', name, new[name].file_name, new[name].source, names[name]) for name in sorted(new)])
         for name in sorted(new):
             _log.info('deployed %s from %s', ', '.join(names[name]) or 'nothing', new[name].file_name)
-        return names
+        return deployed
 
     def undeploy(self, service_name: str) -> None:
         """Remove a service here and record that every other worker removes it too."""

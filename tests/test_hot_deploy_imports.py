@@ -8,7 +8,11 @@ to is refused, naming the file.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from runtime.deploy_imports import ModuleSource, dependency_order, dependents
 from tests.live_server import LiveServer, poll
@@ -44,6 +48,12 @@ def cost(amount):
 '''
 
 SHOP_WITH_COST = SHOP.replace('VERSION, price', 'VERSION, cost').replace('price(10)', 'cost(10)')
+
+
+def _cli(server: LiveServer, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, 'CONDUIT_CONFIG': str(server.base / 'config' / 'server.toml')}
+    return subprocess.run([sys.executable, '-m', 'runtime.cli', *args], cwd=server.base, env=env,
+                          capture_output=True, text=True, timeout=60)
 
 
 def quote(server: LiveServer) -> dict | None:
@@ -220,3 +230,62 @@ def test_reloading_a_dependent_never_brings_back_an_undeployed_service(runtime_f
     # Deploying the module itself brings it back.
     deployer.deploy('stock', TWO_SERVICES, 'stock.py')
     assert rt.invoke('test.stock.reorder') == {'reorder': False}
+
+
+def test_conduit_deploy_takes_a_helper_and_its_dependent_together(
+        server_factory: Callable[..., LiveServer], tmp_path: Path) -> None:
+    a = server_factory().start()
+    files = tmp_path / 'files'
+    files.mkdir()
+    helper, shop = files / 'shop_utils.py', files / 'shop.py'
+    helper.write_text(HELPER.format(version=1, factor=2))
+    shop.write_text(SHOP)
+    done = _cli(a, 'deploy', str(helper), str(shop))
+    assert done.returncode == 0, done.stderr
+    assert 'deployed: test.shop.quote' in done.stdout
+    assert quote(a) == {'price': 20, 'helper': 1}
+
+    # The helper alone would break its dependent: refused, naming it.
+    helper.write_text(HELPER_WITHOUT_PRICE)
+    done = _cli(a, 'deploy', str(helper))
+    assert done.returncode != 0
+    assert 'shop.py' in done.stderr and "cannot import name 'price'" in done.stderr
+    assert quote(a) == {'price': 20, 'helper': 1}
+    shop.write_text(SHOP_WITH_COST)
+    done = _cli(a, 'deploy', str(helper), str(shop))
+    assert done.returncode == 0, done.stderr
+    assert quote(a) == {'price': 40, 'helper': 3}
+
+    # A compatible helper alone: its dependent runs again, and the answer says so.
+    r = a.request('POST', '/admin/deploy', auth=a.admin,
+                  json={'file_name': 'shop_utils.py', 'source': HELPER_WITHOUT_PRICE.replace('= 3', '= 5')})
+    assert r.status_code == 200, r.text
+    assert r.json()['services'] == [] and r.json()['reloaded'] == ['shop.py']
+    assert quote(a) == {'price': 40, 'helper': 5}
+
+
+def test_admin_deploy_of_several_modules_refuses_malformed_bodies_naming_the_field(
+        server_factory: Callable[..., LiveServer]) -> None:
+    a = server_factory().start()
+    good = {'file_name': 'shop_utils.py', 'source': HELPER.format(version=1, factor=2)}
+    for body, named in (
+            ({'modules': 'shop.py'}, "'modules'"),
+            ({'modules': []}, "'modules'"),
+            ({'modules': [good] * 101}, "'modules'"),
+            ({'modules': [good, 'shop.py']}, 'modules[1]'),
+            ({'modules': [good, {'file_name': 'shop.py'}]}, "'modules[1].source'"),
+            ({'modules': [{'file_name': 'shop.txt', 'source': SHOP}]}, "'modules[0].file_name'"),
+            ({'modules': [good, {'file_name': 'x-y.py', 'source': SHOP}]}, "'x-y' is not a valid module name"),
+            ({'modules': [good, dict(good, file_name='../shop_utils.py')]}, 'is given twice'),
+            ({'modules': [good, {'file_name': 'json.py', 'source': SHOP}]}, 'json.py'),
+    ):
+        r = a.request('POST', '/admin/deploy', auth=a.admin, json=body)
+        assert r.status_code == 400, (body, r.text)
+        assert named in r.json()['details'], (named, r.json()['details'])
+    # Nothing of any refused body was deployed.
+    r = a.request('POST', '/admin/deploy', auth=a.admin, json={'modules': [{'file_name': 'shop.py', 'source': SHOP}]})
+    assert r.status_code == 400 and "No module named 'shop_utils'" in r.json()['details'], r.text
+    # Without the admin credentials: 401, nothing deployed.
+    r = a.request('POST', '/admin/deploy', json={'modules': [good, {'file_name': 'shop.py', 'source': SHOP}]})
+    assert r.status_code == 401, r.text
+    assert quote(a) is None
