@@ -182,16 +182,27 @@ def invoke(ctx: click.Context, name: str, data: str | None, timeout: float | Non
 
 
 @main.command()
-@click.argument('file', type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument('files', nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.pass_context
-def deploy(ctx: click.Context, file: Path) -> None:
-    """Deploy a service module to every worker of the running server."""
+def deploy(ctx: click.Context, files: tuple[Path, ...]) -> None:
+    """Deploy service modules to every worker of the running server (undeployed services of them come back).
+
+    Several files are deployed together, all or none: a helper and the modules that import it.
+    """
+    modules = []
+    for file in files:
+        try:
+            modules.append({'file_name': file.name, 'source': file.read_text(encoding='utf-8')})
+        except (OSError, UnicodeDecodeError) as e:
+            raise click.ClickException(f'cannot read {file}: {e}') from None
     try:
-        result = _client(ctx).call('POST', '/admin/deploy', {'file_name': file.name,
-                                                             'source': file.read_text(encoding='utf-8')})
+        result = _client(ctx).call('POST', '/admin/deploy', {'modules': modules})
     except ConduitError as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"deployed: {', '.join(result['services']) or 'no services'}")
+    if result.get('reloaded'):
+        click.echo(f"reloaded (they import a deployed module): {', '.join(result['reloaded'])}")
 
 
 @main.command()

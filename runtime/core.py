@@ -26,7 +26,7 @@ from runtime.db.migrate import upgrade
 from runtime.db.models import BasicAuthDef, RestChannel
 from runtime.errors import ConfigError
 from runtime.hot_deploy import SYNC_KEY as DEPLOYMENTS_KEY
-from runtime.hot_deploy import HotDeployer
+from runtime.hot_deploy import HotDeployer, services_directory
 from runtime.invoke import Invoker
 from runtime.metrics import Metrics
 from runtime.objects import CHANNELS_KEY, SECURITY_KEY, ObjectsApplier
@@ -151,7 +151,7 @@ class Runtime:
         self.permissions.reload()  # before the broker: publications filter REST subscribers with them
         self.reload_channels()
         hd = self.settings.hot_deploy
-        self.hot_deployer.load_directory(self.settings.path(hd.services_dir))
+        self.hot_deployer.load_directory(services_directory(self.settings))
         self.hot_deployer.apply_recorded()
         pickup = self.settings.path(hd.dir)
         self.hot_deployer.deploy_directory_now(pickup)

@@ -7,6 +7,9 @@ not undeploy, ``DELETE /admin/services/{name}`` does.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +24,7 @@ from runtime.db.engine import make_engine, transaction
 from runtime.db.migrate import upgrade
 from runtime.db.models import SyncState
 from runtime.sync import bump
-from tests.live_server import LiveServer, poll
+from tests.live_server import REPO, LiveServer, poll
 
 #: The requirement: a dropped-in module answers within this many seconds.
 DEPLOY_WITHIN_SECS = 2.0
@@ -286,3 +289,72 @@ def test_concurrent_first_bumps_of_a_sync_key_both_succeed(db_backend: str, db_u
         assert version == 2
     finally:
         engine.dispose()
+
+
+def _cli(server: LiveServer, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, 'CONDUIT_CONFIG': str(server.base / 'config' / 'server.toml')}
+    return subprocess.run([sys.executable, '-m', 'runtime.cli', *args], cwd=server.base, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def _restart(server: LiveServer) -> None:
+    server.stop()
+    server.start()
+
+
+def test_deploying_a_module_again_brings_back_an_undeployed_service_for_good(
+        server_factory: Callable[..., LiveServer]) -> None:
+    """Undeploy conduit.ping, deploy services/builtin.py: it is live everywhere, across restarts."""
+    a = make_server(server_factory, workers=2, name='a').start()
+    assert a.invoke('conduit.ping')['pong'] is True
+    done = _cli(a, 'undeploy', 'conduit.ping')
+    assert done.returncode == 0, done.stderr
+    assert set(probe_workers(a, 2, accept=lambda answer: answer is None, target='conduit.ping').values()) == {None}
+    _restart(a)
+    # The undeployment is recorded: it survives a restart.
+    assert set(probe_workers(a, 2, target='conduit.ping').values()) == {None}
+
+    done = _cli(a, 'deploy', str(REPO / 'services' / 'builtin.py'))
+    assert done.returncode == 0, done.stderr
+    assert 'conduit.ping' in done.stdout
+    live = probe_workers(a, 2, accept=lambda answer: answer is not None, target='conduit.ping')
+    assert all(answer['pong'] is True for answer in live.values())
+    for _ in range(2):
+        _restart(a)
+        answers = probe_workers(a, 2, target='conduit.ping')
+        assert all(answer is not None and answer['pong'] is True for answer in answers.values()), answers
+
+    # A server started later on the same database runs it too.
+    b = make_server(server_factory, workers=2, name='b').start()
+    answers = probe_workers(b, 2, target='conduit.ping')
+    assert all(answer is not None and answer['pong'] is True for answer in answers.values()), answers
+
+
+ALT_PING = '''from runtime import Service
+
+
+class AltPing(Service):
+    name = 'conduit.ping'
+
+    def handle(self):
+        self.response.payload = {'pong': 'alt'}
+'''
+
+
+def test_deploying_a_module_brings_back_a_service_last_deployed_from_another_module(
+        server_factory: Callable[..., LiveServer]) -> None:
+    """conduit.ping came last from alt_ping.py and was undeployed: deploying builtin.py makes it live for good."""
+    a = make_server(server_factory, workers=2, name='a').start()
+    r = a.request('POST', '/admin/deploy', auth=a.admin, json={'file_name': 'alt_ping.py', 'source': ALT_PING})
+    assert r.status_code == 200, r.text
+    probe_workers(a, 2, accept=lambda answer: answer == {'pong': 'alt'}, target='conduit.ping')
+    assert _cli(a, 'undeploy', 'conduit.ping').returncode == 0
+    probe_workers(a, 2, accept=lambda answer: answer is None, target='conduit.ping')
+
+    done = _cli(a, 'deploy', str(REPO / 'services' / 'builtin.py'))
+    assert done.returncode == 0, done.stderr
+    answers = probe_workers(a, 2, accept=lambda answer: answer is not None, target='conduit.ping', timeout=10)
+    assert all(answer['pong'] is True for answer in answers.values()), answers
+    _restart(a)
+    answers = probe_workers(a, 2, target='conduit.ping')
+    assert all(answer is not None and answer['pong'] is True for answer in answers.values()), answers

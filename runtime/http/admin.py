@@ -79,25 +79,54 @@ class _ServiceFailed(ConduitError):
         super().__init__(f'service {name!r} raised {type(exc).__name__}: {exc}')
 
 
+#: Most modules one deployment may carry.
+MAX_DEPLOY_MODULES = 100
+
+
+def _deploy_entry(entry: Any, where: str) -> tuple[str, str, str]:
+    """(module name, source, base file name) of one module of a deployment body."""
+    if not isinstance(entry, dict):
+        raise BadRequest(f'{where or "body"} must be a JSON object with file_name and source')
+    file_name, source = entry.get('file_name'), entry.get('source')
+    if not isinstance(file_name, str) or not file_name.endswith('.py'):
+        raise BadRequest(f"'{where}file_name' must be the name of a .py file")
+    if not isinstance(source, str):
+        raise BadRequest(f"'{where}source' must be the module's source text")
+    # Only the base name counts: a path in it must not reach outside the pick-up directory.
+    base = os.path.basename(file_name.replace('\\', '/'))
+    return base[:-3], source, base
+
+
 class DeployResource(AdminResource):
-    """POST /admin/deploy {file_name, source}: hot-deploy a module on every worker."""
+    """POST /admin/deploy {file_name, source} or {modules: [...]}: hot-deploy modules on every worker.
+
+    Several modules are deployed together, all or none: a helper and the services that use it can
+    change in one step.
+    """
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = read_json(req)
         if not isinstance(body, dict):
-            raise BadRequest('body must be a JSON object with file_name and source')
-        file_name, source = body.get('file_name'), body.get('source')
-        if not isinstance(file_name, str) or not file_name.endswith('.py'):
-            raise BadRequest("'file_name' must be the name of a .py file")
-        if not isinstance(source, str):
-            raise BadRequest("'source' must be the module's source text")
-        # Only the base name counts: a path in it must not reach outside the pick-up directory.
-        base = os.path.basename(file_name.replace('\\', '/'))
+            raise BadRequest('body must be a JSON object with file_name and source, or with modules')
+        if 'modules' in body:
+            entries = body['modules']
+            if not isinstance(entries, list) or not 1 <= len(entries) <= MAX_DEPLOY_MODULES:
+                raise BadRequest(f"'modules' must be a list of 1 to {MAX_DEPLOY_MODULES} objects "
+                                 f"with file_name and source")
+            parsed = [_deploy_entry(e, f'modules[{i}].') for i, e in enumerate(entries)]
+        else:
+            parsed = [_deploy_entry(body, '')]
+        modules: dict[str, tuple[str, str]] = {}
+        for name, source, base in parsed:
+            if name in modules:
+                raise BadRequest(f'module {name!r} ({base}) is given twice')
+            modules[name] = (source, base)
         try:
-            names = self._runtime.hot_deployer.deploy(base[:-3], source, base)
+            deployed = self._runtime.hot_deployer.deploy_many(modules)
         except DeploymentError as e:
             raise BadRequest(str(e)) from None
-        resp.media = {'is_ok': True, 'services': names}
+        resp.media = {'is_ok': True, 'services': [n for name, _, _ in parsed for n in deployed.services[name]],
+                      'reloaded': deployed.reloaded}
 
 
 class StatusResource(AdminResource):
@@ -161,8 +190,12 @@ InvokeResource.openapi = {'post': operation(
                                                                                        'stopped (504)')],
     description="A service that raises answers 500 naming the exception: the caller is an operator.",
     response={'response': ANY})}
+_MODULE = obj({'file_name': string(255, 4, pattern=r'\.py$'), 'source': STR}, required=['file_name', 'source'])
 DeployResource.openapi = {'post': operation(
     'Hot-deploy a module on every worker', tags=_A, errors=(400,),
-    body=obj({'file_name': string(255, 4, pattern=r'\.py$'), 'source': STR}, required=['file_name', 'source']),
-    response={'services': arr(STR)})}
+    description='Either one module (file_name and source) or several deployed together, all or none (modules). '
+                'reloaded names the files of live modules that import a deployed one and ran again with it.',
+    body={'oneOf': [_MODULE, obj({'modules': arr(_MODULE, minItems=1, maxItems=MAX_DEPLOY_MODULES)},
+                                 required=['modules'])]},
+    response={'services': arr(STR), 'reloaded': arr(STR)})}
 
