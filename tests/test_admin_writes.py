@@ -93,7 +93,7 @@ def test_a_second_start_touches_nothing_and_says_already_running(shop: LiveServe
     empty.mkdir()
     second = run_cli(shop, 'start', env={'CONDUIT_OBJECTS_DIR': str(empty)})
     assert second.returncode != 0
-    assert 'already running' in second.stderr + second.stdout
+    assert 'already running' in (second.stderr + second.stdout).lower()
 
     assert state(shop) == before
     assert shop.request('GET', '/shop/ping').status_code == 200

@@ -64,10 +64,11 @@ def _applier(tmp_path: Path, engine: Engine, dirs: list[Path] | None = None,
              files: list[Path] | None = None) -> ObjectsApplier:
     settings = make_settings(tmp_path, str(engine.url.render_as_string(hide_password=False)))
     settings.hot_deploy.services_dir = str(REPO / 'services')
-    applier = make_objects_applier(settings, engine, False, files)
     if dirs is not None:
-        applier.dirs = [d.resolve() for d in dirs]
-    return applier
+        (settings.objects.dir,) = (str(d) for d in dirs)
+    if files is not None:
+        return make_objects_applier(settings, engine, False, files)
+    return make_objects_applier(settings, engine, False)
 
 
 def _names(engine: Engine) -> dict[str, set[str]]:
