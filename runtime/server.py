@@ -19,12 +19,16 @@ from gunicorn.app.base import BaseApplication
 
 from runtime.config import Settings
 from runtime.core import Runtime, admin_password, prepare_database
-from runtime.single_instance import claim
+from runtime.single_instance import claim, release_in_worker
 
 _log = logging.getLogger(__name__)
 
 #: The runtime of this worker process (None in the master).
 _worker_runtime: Runtime | None = None
+
+
+def _post_fork(server: Any, worker: Any) -> None:
+    release_in_worker()
 
 
 def _worker_exit(server: Any, worker: Any) -> None:
@@ -55,6 +59,7 @@ class ConduitApplication(BaseApplication):
             'pidfile': str(self.settings.path(s.pidfile)),
             'loglevel': self.settings.logging.level.lower(),
             'worker_exit': _worker_exit,
+            'post_fork': _post_fork,
             'proc_name': 'conduit',
         }
         if 'control_socket_disable' in self.cfg.settings:

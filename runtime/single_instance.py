@@ -1,17 +1,19 @@
 """One server per configuration: ``conduit start`` claims its pidfile's lock before anything else.
 
 The master takes an exclusive ``flock`` on ``<pidfile>.lock`` and keeps it for its whole life (the
-kernel drops it when the master and its workers are gone, even after ``kill -9``), then checks that
-its bind address is free. Only then may it migrate the database or apply object files: a second
-``conduit start`` of a running configuration exits with "already running" having touched nothing.
+kernel drops it when the master is gone, even after ``kill -9``; workers close their inherited copy,
+``release_in_worker``), then checks that its bind address is free, waiting a few seconds as gunicorn
+does for the workers of a server killed a moment ago to let go of it. Only then may it migrate
+the database or apply object files: a second ``conduit start`` of a running configuration exits
+with "already running" having touched nothing.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
-import os
 import socket
+import time
 from pathlib import Path
 from typing import IO
 
@@ -19,6 +21,9 @@ from runtime.errors import ConduitError
 
 #: The lock file of this process, held open until the process ends.
 _held: IO[str] | None = None
+
+#: How often, one second apart, the bind address is tried before it is reported in use.
+BIND_ATTEMPTS = 5
 
 
 class AlreadyRunning(ConduitError):
@@ -52,8 +57,15 @@ def claim(pidfile: Path, bind: str) -> None:
         fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
         handle.close()
         raise
-    os.set_inheritable(handle.fileno(), True)
     _held = handle
+
+
+def release_in_worker() -> None:
+    """Close a forked worker's copy of the lock, so that only the master holds it."""
+    global _held
+    if _held is not None:
+        _held.close()  # the master's own descriptor keeps the lock
+        _held = None
 
 
 def _check_address(bind: str) -> None:
@@ -64,12 +76,15 @@ def _check_address(bind: str) -> None:
     except (OSError, ValueError):
         return  # gunicorn reports a bad address in its own words
     family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(address)
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                raise AlreadyRunning(f'already running? {bind} is in use by another process; '
-                                     'nothing was changed') from None
-            raise
+    for attempt in range(BIND_ATTEMPTS):
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(address)
+                return
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise
+        if attempt < BIND_ATTEMPTS - 1:
+            time.sleep(1.0)
+    raise AlreadyRunning(f'already running? {bind} is in use by another process; nothing was changed')
