@@ -5,7 +5,9 @@ The master process applies the object files before any worker has loaded a servi
 service that does not exist. They read the names from the service modules' source without running
 it (the ``Service`` subclasses of each module in ``services/`` and the hot-deploy directory, named
 by their ``name = '...'`` or by the module and class names, as the loader names them) and from the
-deployments recorded in the database. A worker adds the services it has loaded.
+deployments recorded in the database. A worker adds the services it has loaded. A class counts
+when a base's name ends in ``Service`` or is such a class of the same module: erring on the side
+of a name that is not deployed keeps a valid file from being refused.
 """
 
 from __future__ import annotations
@@ -38,10 +40,13 @@ def names_in_source(source: str, module_name: str) -> set[str]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return set()
-    service_classes = {'Service'}
+    service_classes: set[str] = set()
     names = set()
     for node in tree.body:
-        if not isinstance(node, ast.ClassDef) or not any(_base_name(b) in service_classes for b in node.bases):
+        # A base named *Service (Service, SparkService, an imported base of the user's) or a class of
+        # this module that is one: without running the code, a name too many beats a false refusal.
+        if not isinstance(node, ast.ClassDef) or not any(
+                _base_name(b).endswith('Service') or _base_name(b) in service_classes for b in node.bases):
             continue
         service_classes.add(node.name)
         name = derive_name(module_name, node.name)
