@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from sqlalchemy import Engine, insert, select
 
 from runtime.cli import main
+from runtime.config import load_settings
 from runtime.core import make_objects_applier
 from runtime.db.engine import make_engine, transaction
 from runtime.db.migrate import upgrade
@@ -239,3 +240,13 @@ def test_a_channel_may_share_a_path_with_another_method(tmp_path: Path, engine: 
                                               '  - {push_service: conduit.ping, topic_list: ["orders.*"]}'})
     _applier(tmp_path, engine, [d]).apply()
     assert _names(engine)['channel'] == {'c1', 'c2'}
+
+
+def test_a_start_without_demo_keeps_the_demo_objects(engine: Engine) -> None:
+    settings = load_settings(REPO / 'config' / 'server.toml', env={})
+    demo = make_objects_applier(settings, engine, True)
+    demo.apply()
+    created = _names(engine)
+    assert 'demo.procurement.spend-report' in created['job']  # names a SparkService of services/
+    make_objects_applier(settings, engine, False).apply()
+    assert _names(engine) == created
