@@ -189,6 +189,15 @@ def test_every_admin_write_is_audited_with_before_and_after_and_no_secret(shop: 
                                                       'actor': 'admin'}).json()
     assert page['total'] == 5 and [e['name'] for e in page['entries']] == ['shop.ping', 'api.pong']
 
+    assert admin(shop, 'POST', '/admin/topics', json={'name': 'Api.Topic'}).status_code == 201
+    assert admin(shop, 'DELETE', '/admin/topics/api.topic').status_code == 200
+    assert admin(shop, 'POST', '/admin/publish', json={'topic': 'shop.orders', 'data': 1}).status_code == 200
+    topics = admin(shop, 'GET', '/admin/audit', params={'kind': 'topic', 'actor': 'admin'}).json()['entries']
+    assert [(e['action'], e['name'], e['after'] is None) for e in topics] == [
+        ('delete', 'api.topic', True), ('create', 'Api.Topic', False)]
+    published = admin(shop, 'GET', '/admin/audit', params={'action': 'publish'}).json()['entries']
+    assert [(e['kind'], e['method'], e['path']) for e in published] == [('publish', 'POST', '/admin/publish')]
+
     # What the object files did is on record too.
     by_files = admin(shop, 'GET', '/admin/audit', params={'actor': 'object files', 'name': 'shop.ping'}).json()
     assert [(e['action'], e['method']) for e in by_files['entries']] == [('create', 'FILE')]

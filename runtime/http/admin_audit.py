@@ -64,6 +64,8 @@ class Managed:
     answer: str | None = None
     #: Turns the URI parameter into the column's value (e.g. a topic's case-insensitive key).
     to_key: Callable[[Any], Any] | None = None
+    #: The answer's field holding the key, when it is not the column's name.
+    answer_field: str | None = None
     #: Whether the write changes the object (False: an action on it, e.g. running a job now).
     changes_object: bool = True
 
@@ -132,22 +134,27 @@ class AdminWrites:
             if managed is not None:
                 key = pending.key
                 answer = resp.media.get(managed.answer) if managed.answer and isinstance(resp.media, dict) else None
-                if isinstance(answer, dict) and answer.get(managed.column) is not None:
-                    key = managed.key(answer[managed.column])
+                field = managed.answer_field or managed.column
+                if isinstance(answer, dict) and answer.get(field) is not None:
+                    key = managed.key(answer[field])
+                    name = name or str(answer[field])
                 if key is not None:
-                    name = str(answer.get(managed.column)) if isinstance(answer, dict) and not name else name
                     after = audit.snapshot(run_transaction(self._runtime.engine, lambda c: managed.load(c, key),
                                                            write=False))
-            action = getattr(resource, 'audit_action', '')
-            if not action and managed is not None:
-                action = 'create' if pending.before is None and after is not None else (
-                    'delete' if after is None else 'update')
+            action = getattr(resource, 'audit_action', '') or _action(pending.before, after)
             kind = managed.kind if managed is not None else req.path.strip('/').split('/')[1][:32]
             run_transaction(self._runtime.engine, lambda c: _record(
                 c, req, kind, name, action or req.method.lower(), status, pending.before, after))
         except Exception:
             # The change is made: a failing audit write must not turn its answer into an error.
             _log.exception('recording the audit entry of %s %s failed', req.method, req.path)
+
+
+def _action(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    """create, update or delete, by what existed before and after ('' when neither did)."""
+    if before is None:
+        return 'create' if after is not None else ''
+    return 'update' if after is not None else 'delete'
 
 
 def _record(conn: Any, req: falcon.Request, kind: str, name: str, action: str, status: int,
@@ -284,7 +291,8 @@ def declare_writes() -> None:
         admin_permissions.PermissionsResource: Managed('permission', PubSubPermission, 'security'),
         admin_objects.ChannelsResource: Managed('channel', RestChannel, 'name', param=None, answer='channel'),
         admin_objects.ChannelResource: channel,
-        admin_pubsub.TopicsResource: Managed('topic', Topic, 'name_key', param=None, answer='topic', to_key=normalize),
+        admin_pubsub.TopicsResource: Managed('topic', Topic, 'name_key', param=None, answer='topic', to_key=normalize,
+                                             answer_field='name'),
         admin_pubsub.TopicResource: topic,
         admin_pubsub.SubscriptionsResource: Managed('subscription', Subscription, 'id', param=None,
                                                     answer='subscription'),
