@@ -297,3 +297,27 @@ def test_detach_of_unknown_or_unowned_objects(shop: LiveServer) -> None:
     cli = run_cli(shop, 'objects', 'detach', 'job', 'shop.nightly')
     assert cli.returncode == 0 and 'shop.yaml' in cli.stdout, cli.stderr
     assert admin(shop, 'PATCH', '/admin/jobs/shop.nightly', json={'hours': 1}).status_code == 200
+
+
+def test_objects_apply_reaches_a_running_server_and_detach_works_on_every_kind(shop: LiveServer) -> None:
+    extra = shop.base / 'extra.yaml'
+    extra.write_text('channel_rest:\n  - {name: extra.ping, service: conduit.ping, url_path: /extra/ping}\n')
+    dry = run_cli(shop, 'objects', 'apply', str(extra), '--dry-run')
+    assert dry.returncode == 0 and 'extra.ping' in dry.stdout and '1 to create' in dry.stdout, dry.stderr
+    assert shop.request('GET', '/extra/ping').status_code == 404
+
+    applied = run_cli(shop, 'objects', 'apply', str(extra))
+    assert applied.returncode == 0 and 'applied: 1 create' in applied.stdout, applied.stderr
+    poll(lambda: shop.request('GET', '/extra/ping').status_code == 200, message='applied channel live')
+    assert 'shop.ping' in state(shop)['channels']  # the server's own file is not part of that application
+
+    sub_id = admin(shop, 'GET', '/admin/subscriptions').json()['subscriptions'][0]['id']
+    for args in (('sub', 'pause', str(sub_id)), ('sec', 'edit', 'shop.sec', '--realm', 'Shop'),
+                 ('topic', 'edit', 'shop.orders', '--set', 'has_gd=false'), ('job', 'pause', 'shop.nightly')):
+        refused = run_cli(shop, *args)
+        assert refused.returncode != 0 and 'shop.yaml' in refused.stderr, args
+        done = run_cli(shop, *args, '--detach')
+        assert done.returncode == 0, (args, done.stderr)
+    assert admin(shop, 'GET', f'/admin/subscriptions/{sub_id}').json()['subscription']['is_active'] is False
+    detached = admin(shop, 'GET', '/admin/audit', params={'action': 'detach'}).json()['entries']
+    assert sorted(e['kind'] for e in detached) == ['job', 'security', 'subscription', 'topic']
