@@ -19,6 +19,7 @@ from rich.table import Table
 
 from runtime.cli_admin import COMMANDS as ADMIN_COMMANDS
 from runtime.cli_jobs import job
+from runtime.cli_objects import add_detach_options, audit, objects
 from runtime.cli_spark import spark
 from runtime.config import Settings, load_settings
 from runtime.errors import ConduitError
@@ -207,14 +208,17 @@ def deploy(ctx: click.Context, files: tuple[Path, ...]) -> None:
 
 @main.command()
 @click.argument('name')
+@click.option('--force', is_flag=True, help='Undeploy even though channels, jobs or subscriptions use it.')
 @click.pass_context
-def undeploy(ctx: click.Context, name: str) -> None:
-    """Remove a service from every worker of the running server."""
+def undeploy(ctx: click.Context, name: str, force: bool) -> None:
+    """Remove a service from every worker of the running server (refused while others use it)."""
     try:
-        _client(ctx).call('DELETE', f'/admin/services/{_quote(name)}')
+        answer = _client(ctx).call('DELETE', f'/admin/services/{_quote(name)}' + ('?force=true' if force else ''))
     except ConduitError as e:
         raise click.ClickException(str(e)) from None
     click.echo(f'undeployed: {name}')
+    for user in answer.get('now_pointing_nowhere') or []:
+        click.echo(f'  now pointing nowhere: {user}', err=True)
 
 
 @main.command()
@@ -244,6 +248,9 @@ main.add_command(job)
 main.add_command(spark)
 for _command in ADMIN_COMMANDS:  # topic, sub, queue, dlq, sec, channel, publish
     main.add_command(_command)
+main.add_command(objects)
+main.add_command(audit)
+add_detach_options({name: cmd for name, cmd in main.commands.items() if isinstance(cmd, click.Group)})
 
 
 if __name__ == '__main__':

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from runtime.scheduler import SYNC_KEY as SCHEDULER_KEY
 from runtime.scheduler import Scheduler
 from runtime.scheduler.objects import section_handler as scheduler_section
 from runtime.security import BasicAuth, SecurityRegistry
+from runtime.service_catalog import catalog
 from runtime.spark.manager import SparkManager
 from runtime.spawn import Spawner
 from runtime.store import ServiceStore
@@ -79,9 +81,17 @@ def prepare_database(settings: Settings, demo: bool = False) -> None:
         engine.dispose()
 
 
-def make_objects_applier(settings: Settings, engine: Engine, demo: bool) -> ObjectsApplier:
-    """The applier of object files with every section this server understands."""
-    applier = ObjectsApplier(engine, objects_dirs(settings, demo))
+def make_objects_applier(settings: Settings, engine: Engine, demo: bool, files: list[Path] | None = None,
+                         loaded: Callable[[str], bool] | None = None) -> ObjectsApplier:
+    """The applier of object files with every section this server understands.
+
+    files: apply exactly these instead of the configured directories. loaded: services this process
+    runs, beside those the service modules define and those recorded as deployed.
+    """
+    hd = settings.hot_deploy
+    service_dirs = [settings.path(hd.services_dir), settings.path(hd.dir)]
+    applier = ObjectsApplier(engine, objects_dirs(settings, demo), files,
+                             service_catalog=lambda: catalog(engine, service_dirs, loaded))
     for handler in pubsub_sections(settings.pubsub):
         applier.add_handler(handler)
     applier.add_handler(permissions_section())  # after 'security': it names definitions
@@ -115,7 +125,7 @@ class Runtime:
         self.hot_deployer = HotDeployer(self)
         self.security = SecurityRegistry()
         self.router = ChannelRouter()
-        self.objects = make_objects_applier(settings, self.engine, demo)
+        self.objects = make_objects_applier(settings, self.engine, demo, loaded=self.store.has)
         self.synchronizer = Synchronizer(self.engine)
         self.synchronizer.register(DEPLOYMENTS_KEY, self.hot_deployer.apply_recorded)
         self.synchronizer.register(CHANNELS_KEY, self.reload_channels)

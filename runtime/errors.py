@@ -479,3 +479,30 @@ class ObjectInUse(ConduitError):
         self.name = name
         self.users = users
         super().__init__(f'{kind} {name!r} is used by {", ".join(users)}')
+
+
+# Ownership of declarative objects
+
+
+class ObjectOwnedByFile(ConduitError):
+    """An object declared in an object file cannot be changed through the admin API or the CLI."""
+
+    http_status = 409
+
+    def __init__(self, kind: str, name: str, file: str) -> None:
+        self.kind = kind
+        self.name = name
+        self.file = file
+        super().__init__(f'{kind} {name!r} is declared in {file}: change it there, or detach it from the file '
+                         f'first (detach=true in the admin API, --detach in the CLI); the file then no longer '
+                         f'manages it')
+
+
+class RouteClash(ConduitError):
+    """A channel would answer the same path and method as another channel (which is named)."""
+
+    http_status = 409
+
+    def __init__(self, name: str, clash: str) -> None:
+        self.name = name
+        super().__init__(f'channel {name!r}: {clash}')

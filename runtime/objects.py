@@ -1,10 +1,18 @@
 """Declarative objects from ``config/objects/*.yaml``, in the sections of Zato's enmasse files.
 
-The files are applied at start and again whenever they change, idempotently: objects they
-declare are created or updated (marked ``origin='config'``), objects an earlier version of the
-files declared and this one does not are removed, and objects made through the admin API are
-left alone. A set of files that fails validation is rejected whole, with a message naming the
-file, section and object, and the previous configuration stays in force.
+The files are applied at start and again whenever they change, idempotently. Every object belongs
+to the file that declared it (its ``owner`` column): an application of a set of files creates and
+updates the objects those files declare, and deletes only objects that an earlier application of
+*those files* created and that they no longer declare. It never touches objects made through the
+admin API or the CLI (``origin='api'``, detached ones too), nor objects another file outside the set
+declared (another server's config directory, the demo's files): a file declaring such an object is
+skipped for it, with a warning naming the owner. Objects marked ``origin='config'`` with no owner
+(stored before owners were recorded) are adopted by the first file that declares them and are
+otherwise left alone. A set of files that fails validation is rejected whole, with a message naming
+the file, section and object, and the previous configuration stays in force.
+
+``plan()`` gives the same application as a list of changes (create, update, delete, skip) without
+changing anything: it runs in a transaction that is rolled back.
 
 Passwords may be written as ``${CONDUIT_SECRET_...}`` references (``runtime.secret_refs``: no other
 environment variable may be named); they are resolved when the files are applied and only a hash
@@ -17,28 +25,120 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from sqlalchemy import Connection, Engine, delete, select
+from sqlalchemy import Connection, Engine, delete, insert, select, update
 
 from runtime import secret_refs
+from runtime.audit import record_file_changes
 from runtime.channels import Channel, parse_methods
 from runtime.db.engine import transaction
 from runtime.db.models import BasicAuthDef, RestChannel
 from runtime.errors import ConfigError
+from runtime.object_checks import check_channel_routes, check_service
 from runtime.security import hash_password, verify_password
 from runtime.sync import bump, lock
 
 _log = logging.getLogger(__name__)
 
-#: Sync key whose value holds the hash of the files last applied.
+#: Sync key locked by every application (serialising them) and bumped when objects changed.
 SYNC_KEY = 'objects'
 SECURITY_KEY = 'security'
 CHANNELS_KEY = 'channels'
+
+#: What an application of files does to one object.
+CREATE, UPDATE, DELETE, SKIP = 'create', 'update', 'delete', 'skip'
+
+
+@dataclass(frozen=True)
+class Change:
+    """One object an application of files creates, updates, deletes, or leaves to its owner (skip)."""
+
+    action: str
+    kind: str
+    name: str
+    #: The file that declares it (for a delete: the file that declared it).
+    file: str
+    #: What changed (update) or why it is left alone (skip).
+    detail: str = ''
+
+    def as_dict(self) -> dict[str, str]:
+        """As the CLI prints it with --json."""
+        return asdict(self)
+
+
+class Scope:
+    """What one application of files may change: the objects of those files, and nothing else."""
+
+    def __init__(self, files: Iterable[str], dirs: Iterable[str],
+                 service_exists: Callable[[str], bool] | None = None) -> None:
+        self.files = set(files)
+        self.dirs = set(dirs)
+        #: Whether a service a channel or job names exists (None: not checked, e.g. no catalog).
+        self.service_exists = service_exists
+        self.changes: list[Change] = []
+
+    def owns(self, owner: str) -> bool:
+        """Whether the file that declared an object belongs to this application."""
+        return bool(owner) and (owner in self.files or os.path.dirname(owner) in self.dirs)
+
+    def record(self, action: str, kind: str, name: str, file: str, detail: str = '') -> None:
+        """Note one change."""
+        self.changes.append(Change(action, kind, name, file, detail))
+
+    def may_take(self, kind: str, name: str, origin: str, owner: str, file: str) -> bool:
+        """Whether file may write over an existing object; if not, the skip is noted and logged."""
+        if origin == 'config' and (not owner or owner == file or self.owns(owner)):
+            return True
+        if origin == 'config':
+            why = f'it is declared by {owner}'
+        elif origin == 'service':
+            why = 'it belongs to a service'
+        else:
+            why = 'it is managed through the admin API or the CLI (made or detached there)'
+        self.record(SKIP, kind, name, file, why)
+        _log.warning('%s: %s %r left alone: %s', file, kind, name, why)
+        return False
+
+    def upsert(self, conn: Connection, kind: str, table: Any, key: str, value: Any, values: dict[str, Any],
+               file: str, label: str | None = None) -> bool:
+        """Create or update one declared object by its key column; False if it belongs to someone else."""
+        label = label if label is not None else str(value)
+        column = getattr(table, key)
+        row = conn.execute(select(table).where(column == value)).first()
+        if row is None:
+            conn.execute(insert(table).values(**{key: value}, **values, origin='config', owner=file))
+            self.record(CREATE, kind, label, file)
+            return True
+        if not self.may_take(kind, label, row.origin, row.owner, file):
+            return False
+        changed = sorted(k for k, v in values.items() if getattr(row, k) != v)
+        if row.origin != 'config' or row.owner != file:
+            changed.append('owner')
+        if changed:
+            conn.execute(update(table).where(column == value).values(**values, origin='config', owner=file))
+        if changed:
+            self.record(UPDATE, kind, label, file, ', '.join(changed))
+        return True
+
+    def claim(self, conn: Connection, kind: str, table: Any, where: Any, label: str, file: str) -> bool:
+        """Before a handler's own write: False if the existing object belongs to someone else."""
+        row = conn.execute(select(table.origin, table.owner).where(where)).first()
+        return row is None or self.may_take(kind, label, row.origin, row.owner, file)
+
+    def set_owner(self, conn: Connection, table: Any, where: Any, file: str) -> None:
+        """Mark an object the handler wrote as declared by file."""
+        conn.execute(update(table).where(where).values(origin='config', owner=file))
+
+    def stale(self, conn: Connection, table: Any) -> list[Any]:
+        """Rows this application's files declared earlier (to be deleted unless declared again)."""
+        rows = conn.execute(select(table).where(table.origin == 'config', table.owner != '')).all()
+        return [r for r in rows if self.owns(r.owner)]
 
 
 @dataclass
@@ -46,7 +146,7 @@ class SectionHandler:
     """Applies one section of the files: items is every item of that section, from every file."""
 
     section: str
-    apply: Callable[[Connection, list[dict[str, Any]]], None]
+    apply: Callable[[Connection, list[dict[str, Any]], Scope], None]
     #: Sync keys to bump when this section was applied.
     sync_keys: tuple[str, ...] = ()
 
@@ -87,7 +187,7 @@ def _check_unique(items: list[dict[str, Any]], section: str) -> None:
         seen.add(name)
 
 
-def apply_security(conn: Connection, items: list[dict[str, Any]]) -> None:
+def apply_security(conn: Connection, items: list[dict[str, Any]], scope: Scope) -> None:
     """Section ``security``: Basic Auth definitions."""
     for item in items:
         where = f'{item["_file"]} [security] {item.get("name", "?")!r}'
@@ -107,18 +207,18 @@ def apply_security(conn: Connection, items: list[dict[str, Any]]) -> None:
             raise ConfigError(f'{item["_file"]} [security] {item["name"]!r}',
                               f'username {item["username"]!r} is already used by {owner!r}')
         values = {'username': str(item['username']), 'realm': str(item.get('realm') or 'Conduit'),
-                  'is_active': bool(item.get('is_active', True)), 'origin': 'config'}
+                  'is_active': bool(item.get('is_active', True))}
         if old is None or not verify_password(item['_password'], old.password_hash):
             values['password_hash'] = hash_password(item['_password'])
-        if old is None:
-            conn.execute(BasicAuthDef.__table__.insert().values(name=item['name'], **values))
-        else:
-            conn.execute(BasicAuthDef.__table__.update().where(BasicAuthDef.name == item['name']).values(**values))
-    conn.execute(delete(BasicAuthDef).where(BasicAuthDef.origin == 'config',
-                                            BasicAuthDef.name.not_in([i['name'] for i in items])))
+        scope.upsert(conn, 'security', BasicAuthDef, 'name', item['name'], values, item['_file'])
+    declared = {i['name'] for i in items}
+    for row in scope.stale(conn, BasicAuthDef):
+        if row.name not in declared:
+            conn.execute(delete(BasicAuthDef).where(BasicAuthDef.id == row.id))
+            scope.record(DELETE, 'security', row.name, row.owner)
 
 
-def apply_channels(conn: Connection, items: list[dict[str, Any]]) -> None:
+def apply_channels(conn: Connection, items: list[dict[str, Any]], scope: Scope) -> None:
     """Section ``channel_rest``: REST channels."""
     rows = []
     for item in items:
@@ -135,34 +235,48 @@ def apply_channels(conn: Connection, items: list[dict[str, Any]]) -> None:
         rows.append(channel)
     _check_unique(items, 'channel_rest')
     known_security = {r.name for r in conn.execute(select(BasicAuthDef.name)).all()}
+    declared = {c.name for c in rows}
     for channel, item in zip(rows, items, strict=True):
+        where = f'{item["_file"]} [channel_rest] {channel.name!r}'
         if channel.security and channel.security not in known_security:
-            raise ConfigError(f'{item["_file"]} [channel_rest] {channel.name!r}',
-                              f'security definition {channel.security!r} does not exist')
+            raise ConfigError(where, f'security definition {channel.security!r} does not exist')
+        check_service(scope.service_exists, channel.service, where)
+    for row in scope.stale(conn, RestChannel):
+        if row.name not in declared:
+            conn.execute(delete(RestChannel).where(RestChannel.id == row.id))
+            scope.record(DELETE, 'channel', row.name, row.owner)
+    for channel, item in zip(rows, items, strict=True):
         values = {'service': channel.service, 'url_path': channel.url_path,
                   'methods': ','.join(sorted(channel.methods)), 'data_format': channel.data_format,
-                  'security': channel.security, 'is_active': channel.is_active, 'origin': 'config'}
-        exists = conn.execute(select(RestChannel.id).where(RestChannel.name == channel.name)).first()
-        if exists:
-            conn.execute(RestChannel.__table__.update().where(RestChannel.name == channel.name).values(**values))
-        else:
-            conn.execute(RestChannel.__table__.insert().values(name=channel.name, **values))
-    conn.execute(delete(RestChannel).where(RestChannel.origin == 'config',
-                                           RestChannel.name.not_in([c.name for c in rows])))
+                  'security': channel.security, 'is_active': channel.is_active}
+        scope.upsert(conn, 'channel', RestChannel, 'name', channel.name, values, item['_file'])
+    # After the writes: the clash may be with a channel of the admin API or of another file.
+    check_channel_routes(conn, {c.name: f'{i["_file"]} [channel_rest] {c.name!r}'
+                                for c, i in zip(rows, items, strict=True)})
 
 
 class ObjectsApplier:
     """Reads the object files and applies them through the registered section handlers."""
 
-    def __init__(self, engine: Engine, dirs: Iterable[Path]) -> None:
+    def __init__(self, engine: Engine, dirs: Iterable[Path], files: Iterable[Path] | None = None,
+                 service_catalog: Callable[[], Callable[[str], bool]] | None = None,
+                 actor: str = 'object files') -> None:
         self._engine = engine
-        self.dirs = list(dirs)
+        self.dirs = [Path(d).resolve() for d in dirs]
+        #: Explicit files (``conduit objects apply FILE...``): then only they are the scope, not the dirs.
+        self._explicit = None if files is None else [Path(f).resolve() for f in files]
+        #: Makes the check of whether a service exists, once per application (None: not checked).
+        self.service_catalog = service_catalog
+        #: Who the audit log names for the changes of an application.
+        self.actor = actor
         # Order matters: channels refer to security definitions.
         self.handlers: dict[str, SectionHandler] = {}
         self.add_handler(SectionHandler('security', apply_security, (SECURITY_KEY,)))
         self.add_handler(SectionHandler('channel_rest', apply_channels, (CHANNELS_KEY,)))
         self._warned: set[str] = set()
         self._mtimes: dict[Path, int] = {}
+        #: The changes of the last application that wrote anything.
+        self.last_changes: list[Change] = []
 
     def add_handler(self, handler: SectionHandler) -> None:
         """Handle one more section (later handlers run after earlier ones)."""
@@ -170,17 +284,33 @@ class ObjectsApplier:
 
     def files(self) -> list[Path]:
         """Every object file, in a fixed order."""
+        if self._explicit is not None:
+            return list(self._explicit)
         found: list[Path] = []
         for d in self.dirs:
             if d.is_dir():
                 found.extend(sorted(p for p in d.iterdir() if p.suffix in ('.yaml', '.yml') and p.is_file()))
         return found
 
+    def _scope(self, files: list[Path]) -> Scope:
+        dirs = [] if self._explicit is not None else [str(d) for d in self.dirs]
+        exists = self.service_catalog() if self.service_catalog is not None else None
+        return Scope((str(f) for f in files), dirs, exists)
+
+    def _scope_key(self) -> str:
+        """The sync key holding the digest of this set of files (one per set: servers may differ)."""
+        paths = self._explicit if self._explicit is not None else self.dirs
+        ident = hashlib.sha256('\0'.join(sorted(str(p) for p in paths)).encode()).hexdigest()[:24]
+        return f'{SYNC_KEY}:{ident}'
+
     def _read(self, files: list[Path]) -> tuple[str, dict[str, list[dict[str, Any]]]]:
         digest = hashlib.sha256()
         sections: dict[str, list[dict[str, Any]]] = {}
         for path in files:
-            text = path.read_text(encoding='utf-8')
+            try:
+                text = path.read_text(encoding='utf-8')
+            except OSError as e:
+                raise ConfigError(str(path), f'cannot be read: {e.strerror or e}') from None
             digest.update(str(path).encode() + b'\0' + text.encode() + b'\0')
             # Referenced ${CONDUIT_SECRET_...} values take part in the hash, so changing one re-applies the files.
             for name in secret_refs.referenced_names(text):
@@ -221,29 +351,59 @@ class ObjectsApplier:
         if keys is None:
             return []
         _log.info('applied %d object file(s): %s', len(files), ', '.join(str(f) for f in files) or 'none')
+        for change in self.last_changes:
+            _log.info('%s %s %r (%s)%s', change.action, change.kind, change.name, change.file,
+                      f': {change.detail}' if change.detail else '')
+        return keys
+
+    def plan(self) -> list[Change]:
+        """What applying the files now would change, without changing anything."""
+        files = self.files()
+        digest, sections = self._read(files)
+        scope = self._scope(files)
+        try:
+            with transaction(self._engine, write=True) as conn:
+                self._run_handlers(conn, sections, scope)
+                raise _RollBack
+        except _RollBack:
+            pass
+        return scope.changes
+
+    def _run_handlers(self, conn: Connection, sections: dict[str, list[dict[str, Any]]], scope: Scope) -> list[str]:
+        keys: list[str] = []
+        for section, handler in self.handlers.items():
+            handler.apply(conn, sections.get(section, []), scope)
+            keys.extend(handler.sync_keys)
         return keys
 
     def _apply(self, files: list[Path]) -> list[str] | None:
         """The sync keys bumped, or None when the database already holds these files."""
         digest, sections = self._read(files)
+        scope = self._scope(files)
+        scope_key = self._scope_key()
         with transaction(self._engine, write=True) as conn:
             # Every worker watches the same files: the lock makes the second one wait for the first
             # and then find the files applied, instead of inserting the same objects again.
-            if lock(conn, SYNC_KEY) == digest:
+            lock(conn, SYNC_KEY)
+            if lock(conn, scope_key) == digest:
                 return None
-            keys: list[str] = []
-            for section, handler in self.handlers.items():
-                handler.apply(conn, sections.get(section, []))
-                keys.extend(handler.sync_keys)
+            keys = self._run_handlers(conn, sections, scope)
             for key in keys:
                 bump(conn, key)
-            bump(conn, SYNC_KEY, digest)
+            bump(conn, scope_key, digest)
+            bump(conn, SYNC_KEY)
+            record_file_changes(conn, self.actor, scope.changes, time.time())
+        self.last_changes = scope.changes
         return keys
 
     @staticmethod
     def _stat(files: list[Path]) -> dict[Path, int]:
-        return {f: f.stat().st_mtime_ns for f in files}
+        return {f: f.stat().st_mtime_ns for f in files if f.exists()}
 
     def changed_on_disk(self) -> bool:
         """Whether any object file was added, removed or modified since the last apply."""
         return self._stat(self.files()) != self._mtimes
+
+
+class _RollBack(Exception):
+    """Ends a dry run's transaction without committing it."""

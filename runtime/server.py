@@ -1,6 +1,8 @@
 """The server: gunicorn run programmatically, gevent workers, one runtime per worker.
 
-The master migrates the database and applies the object files once, before forking, so that
+The master first claims its configuration (``runtime.single_instance``: a second start of a
+running server stops there, having touched nothing), then migrates the database and applies the
+object files once, before forking, so that
 workers never race each other on the schema. Each worker then builds its own runtime after the
 gevent worker has monkey-patched the standard library (``load()`` runs in the worker), and stops
 it in ``worker_exit``. On SIGTERM gunicorn stops accepting connections and lets requests in flight
@@ -17,11 +19,16 @@ from gunicorn.app.base import BaseApplication
 
 from runtime.config import Settings
 from runtime.core import Runtime, admin_password, prepare_database
+from runtime.single_instance import claim, release_in_worker
 
 _log = logging.getLogger(__name__)
 
 #: The runtime of this worker process (None in the master).
 _worker_runtime: Runtime | None = None
+
+
+def _post_fork(server: Any, worker: Any) -> None:
+    release_in_worker()
 
 
 def _worker_exit(server: Any, worker: Any) -> None:
@@ -52,6 +59,7 @@ class ConduitApplication(BaseApplication):
             'pidfile': str(self.settings.path(s.pidfile)),
             'loglevel': self.settings.logging.level.lower(),
             'worker_exit': _worker_exit,
+            'post_fork': _post_fork,
             'proc_name': 'conduit',
         }
         if 'control_socket_disable' in self.cfg.settings:
@@ -74,8 +82,9 @@ class ConduitApplication(BaseApplication):
 
 
 def run(settings: Settings, demo: bool = False) -> None:
-    """Prepare the database and run gunicorn in the foreground until stopped."""
+    """Claim this configuration, prepare the database and run gunicorn in the foreground until stopped."""
+    # First of all: a second start of a running server must not touch its database.
+    claim(settings.path(settings.server.pidfile), settings.server.bind)
     prepare_database(settings, demo)
     admin_password(settings, create=True)
-    settings.path(settings.server.pidfile).parent.mkdir(parents=True, exist_ok=True)
     ConduitApplication(settings, demo).run()

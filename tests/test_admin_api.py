@@ -316,7 +316,7 @@ def test_security_definitions_password_change_and_channels_without_restart(serve
                                                          'url_path': '/api/echo/{id}', 'methods': ['POST'],
                                                          'security': 'crm'})['channel']
     assert channel['methods'] == ['POST'] and channel['security'] == 'crm'
-    admin('POST', '/admin/channels', 409, json={'name': 'echo', 'service': 'x', 'url_path': '/api/x'})
+    admin('POST', '/admin/channels', 409, json={'name': 'echo', 'service': 'test.echo', 'url_path': '/api/x'})
     admin('POST', '/admin/channels', 400, json={'name': 'bad', 'service': 'x', 'url_path': '/admin/x'})
     admin('POST', '/admin/channels', 400, json={'name': 'bad', 'service': 'x', 'url_path': '/x', 'security': 'nope'})
 

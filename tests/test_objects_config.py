@@ -223,7 +223,7 @@ def test_a_file_change_that_fails_to_apply_is_retried(tmp_path: Path, db_url: st
         applier.apply()
         failures = []
 
-        def flaky(conn: Any, items: list[dict[str, Any]]) -> None:
+        def flaky(conn: Any, items: list[dict[str, Any]], scope: Any) -> None:
             if not failures:
                 failures.append(1)
                 raise OperationalError('UPDATE ...', {}, Exception('connection lost'))

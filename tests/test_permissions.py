@@ -257,7 +257,11 @@ def test_admin_api_reads_replaces_and_removes_permissions(make_rt: Callable[...,
     assert got.json['permissions'] == {'security': 'erp.client', 'pub': ['orders.**'], 'sub': ['orders.public.*'],
                                        'origin': 'config'}
 
-    put = client.simulate_put(path, headers=ADMIN, json={'pub': ['billing.*'], 'patterns': 'sub=billing.**'})
+    # Declared in an object file: refused unless detached from it.
+    refused = client.simulate_put(path, headers=ADMIN, json={'pub': ['billing.*']})
+    assert refused.status_code == 409 and 'objects.yaml' in refused.json['details']
+    put = client.simulate_put(path, headers=ADMIN, params={'detach': 'true'},
+                              json={'pub': ['billing.*'], 'patterns': 'sub=billing.**'})
     assert put.status_code == 200, put.text
     assert put.json['permissions'] == {'security': 'erp.client', 'pub': ['billing.*'], 'sub': ['billing.**'],
                                        'origin': 'api'}

@@ -191,7 +191,7 @@ def test_the_whole_rest_journey(api: LiveServer) -> None:
     got = ok(subscriber.get(sub_key=cust, max_messages=1))  # Zato's single-message form, too
     assert got['data'] == [1] and got['meta']['topic_name'] == '/customer/new' and got['messages'][0]['data'] == [1]
     put = api.request('PUT', '/admin/security/erp.subscriber/permissions', auth=api.admin,
-                      json={'sub': ['orders.*']})
+                      params={'detach': 'true'}, json={'sub': ['orders.*']})
     assert put.status_code == 200, put.text
     error(subscriber.subscribe('/customer/new'), 403, "'sub' permission", '/customer/new')
     assert ok(subscriber.get(sub_key=cust))['message_count'] == 0  # queued before, no longer readable

@@ -51,6 +51,8 @@ class BasicAuthDef(Base):
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     #: 'config' for objects from config/objects (re-applied from files), 'api' otherwise.
     origin: Mapped[str] = mapped_column(String(16), default='api')
+    #: The object file that declared it ('' when made through the admin API or the CLI).
+    owner: Mapped[str] = mapped_column(String(1000), default='', server_default='')
 
 
 class RestChannel(Base):
@@ -69,6 +71,8 @@ class RestChannel(Base):
     security: Mapped[str] = mapped_column(String(200), default='')
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     origin: Mapped[str] = mapped_column(String(16), default='api')
+    #: The object file that declared it ('' when made through the admin API or the CLI).
+    owner: Mapped[str] = mapped_column(String(1000), default='', server_default='')
 
 
 class SyncState(Base):
@@ -109,6 +113,8 @@ class Topic(Base):
     #: A topic made implicitly for publications to a service (/zato/s/to/...).
     is_service_topic: Mapped[bool] = mapped_column(Boolean, default=False)
     origin: Mapped[str] = mapped_column(String(16), default='api')
+    #: The object file that declared it ('' when made through the admin API or the CLI).
+    owner: Mapped[str] = mapped_column(String(1000), default='', server_default='')
     created_at: Mapped[float] = mapped_column(Float)
 
 
@@ -132,6 +138,8 @@ class Subscription(Base):
     options: Mapped[str] = mapped_column(Text, default='{}')
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     origin: Mapped[str] = mapped_column(String(16), default='api')
+    #: The object file that declared it ('' when made through the admin API or the CLI).
+    owner: Mapped[str] = mapped_column(String(1000), default='', server_default='')
     created_at: Mapped[float] = mapped_column(Float)
 
 
@@ -244,6 +252,8 @@ class Job(Base):
     skip_if_running: Mapped[bool] = mapped_column(Boolean, default=False)
     catch_up: Mapped[bool] = mapped_column(Boolean, default=False)
     origin: Mapped[str] = mapped_column(String(16), default='api')
+    #: The object file that declared it ('' when made through the admin API or the CLI).
+    owner: Mapped[str] = mapped_column(String(1000), default='', server_default='')
     created_at: Mapped[float] = mapped_column(Float)
     #: The next firing; None when the job is paused or will not fire again.
     next_run_time: Mapped[float | None] = mapped_column(Float, nullable=True, index=True)
@@ -290,6 +300,8 @@ class PubSubPermission(Base):
     pub: Mapped[str] = mapped_column(Text, default='[]')
     sub: Mapped[str] = mapped_column(Text, default='[]')
     origin: Mapped[str] = mapped_column(String(16), default='api')
+    #: The object file that declared it ('' when made through the admin API or the CLI).
+    owner: Mapped[str] = mapped_column(String(1000), default='', server_default='')
 
 
 # Spark pipelines (DESIGN §10). Times are UNIX epoch seconds, as in pub/sub.
@@ -333,3 +345,31 @@ class SparkJob(Base):
     error: Mapped[str] = mapped_column(Text, default='')
     #: Why a kill was asked for (by any worker); empty when none was.
     kill_requested: Mapped[str] = mapped_column(String(200), default='')
+
+
+class AuditEntry(Base):
+    """One change made through the admin API: who, what, when, and the object before and after it."""
+
+    __tablename__ = 'conduit_audit'
+    __table_args__ = (Index('ix_conduit_audit_at', 'at'), Index('ix_conduit_audit_object', 'kind', 'name'),
+                      {'sqlite_autoincrement': True})
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, 'sqlite'), primary_key=True,
+                                    autoincrement=True)
+    #: UNIX epoch seconds.
+    at: Mapped[float] = mapped_column(Float)
+    #: The admin user name, or what applied object files ('objects apply').
+    actor: Mapped[str] = mapped_column(String(200))
+    #: The client's address.
+    client: Mapped[str] = mapped_column(String(100), default='')
+    method: Mapped[str] = mapped_column(String(16))
+    path: Mapped[str] = mapped_column(String(1000))
+    #: 'channel', 'security', 'topic', 'subscription', 'permission', 'job', 'service', ... or ''.
+    kind: Mapped[str] = mapped_column(String(32), default='')
+    name: Mapped[str] = mapped_column(String(400), default='')
+    #: 'create', 'update', 'delete', 'detach', or what was done ('publish', 'undeploy', ...).
+    action: Mapped[str] = mapped_column(String(16))
+    status: Mapped[int] = mapped_column(Integer)
+    #: JSON of the object before and after, secrets masked; None when there was none.
+    before: Mapped[str | None] = mapped_column(Text, nullable=True)
+    after: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -7,10 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import falcon
 
-from runtime.errors import BadRequest, ConduitError, DeploymentError
+from runtime.db.blocking import run_transaction
+from runtime.errors import BadRequest, ConduitError, DeploymentError, ObjectInUse
 from runtime.http.auth import ADMIN, AdminNotFound
 from runtime.http.body import read_json
 from runtime.http.openapi import ANY, BOOL, INT, STR, TIME, arr, obj, operation, query, string
+from runtime.object_checks import service_users
 
 if TYPE_CHECKING:
     from runtime.core import Runtime
@@ -20,9 +22,19 @@ ADMIN_PREFIX = '/admin'
 
 
 class AdminResource:
-    """Base of every admin resource: routed ones need the admin credentials (runtime.http.auth)."""
+    """Base of every admin resource: routed ones need the admin credentials (runtime.http.auth).
+
+    Writes pass through ``runtime.http.admin_audit.AdminWrites``, which reads ``managed``,
+    ``audit_action`` and ``audited`` (set for every resource in ``admin_audit.declare_writes``).
+    """
 
     auth = ADMIN
+    #: The stored object this resource writes (an admin_audit.Managed), if any.
+    managed: Any = None
+    #: The audit log's name of what a write does, when it is not a create, update or delete.
+    audit_action = ''
+    #: False for a resource whose writes change nothing (they are not audited).
+    audited = True
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
@@ -52,8 +64,22 @@ class ServiceResource(AdminResource):
         resp.media = {'is_ok': True, 'service': _service_dict(self._runtime.store.info(name))}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
+        force = req.get_param_as_bool('force') or False
+        self._runtime.store.info(name)  # 404 before anything else
+        users = run_transaction(self._runtime.engine, lambda c: service_users(c, name), write=False)
+        if users and not force:
+            raise ServiceInUse(name, users)
         self._runtime.hot_deployer.undeploy(name)
-        resp.media = {'is_ok': True, 'undeployed': name}
+        resp.media = {'is_ok': True, 'undeployed': name, 'now_pointing_nowhere': users}
+
+
+class ServiceInUse(ObjectInUse):
+    """Undeploying a service that channels, jobs or subscriptions name, without force."""
+
+    def __init__(self, name: str, users: list[str]) -> None:
+        super().__init__('service', name, users)
+        self.args = (f'service {name!r} is used by {", ".join(users)}; undeploying it would leave them '
+                     f'pointing nowhere. Change or delete them first, or force it (force=true, --force)',)
 
 
 class InvokeResource(AdminResource):
@@ -159,6 +185,10 @@ def add_routes(app: falcon.App, runtime: Runtime) -> None:
     routes.update(pubsub_routes(runtime))
     from runtime.http.admin_objects import routes as object_routes
     routes.update(object_routes(runtime))
+    from runtime.http.admin_audit import declare_writes
+    from runtime.http.admin_audit import routes as audit_routes
+    routes.update(audit_routes(runtime))
+    declare_writes()
     for path, resource in routes.items():
         if not path.startswith(ADMIN_PREFIX + '/') or not isinstance(resource, AdminResource):
             raise ValueError(f'admin route {path} must be an AdminResource under {ADMIN_PREFIX}/')
@@ -182,7 +212,10 @@ ServicesResource.openapi = {'get': operation('List deployed services', tags=_A, 
                                              response={'services': arr(_SERVICE)})}
 ServiceResource.openapi = {
     'get': operation('A deployed service', tags=_A, errors=(404,), response={'service': _SERVICE}),
-    'delete': operation('Undeploy a service from every worker', tags=_A, errors=(404,), response={'undeployed': STR}),
+    'delete': operation('Undeploy a service from every worker; refused (409) while channels, jobs or subscriptions '
+                        'use it, unless forced', tags=_A, errors=(404, 409),
+                        params=[query('force', BOOL, 'Undeploy even though others use it; the answer lists them')],
+                        response={'undeployed': STR, 'now_pointing_nowhere': arr(STR)}),
 }
 InvokeResource.openapi = {'post': operation(
     'Invoke a service with the body as its payload', tags=_A, errors=(400, 404, 500, 504), body=ANY,

@@ -7,8 +7,9 @@
 - ``/admin/channels`` (GET, POST) and ``/admin/channels/{name}`` (GET, PATCH, DELETE).
 
 Each change is one transaction that also bumps the ``security`` or ``channels`` sync key, so every
-worker reloads it within ``sync.interval_secs`` (this one at once). Objects from config/objects
-(``origin: config``) may be edited here too, but the files win when they change again.
+worker reloads it within ``sync.interval_secs`` (this one at once). Objects an object file declared
+are refused here unless detached (``runtime.http.admin_audit``). A channel must name a deployed
+service, and no two channels may answer the same path and method (409 naming the other one).
 The few statements these need are here, beside the resources, rather than in a module of their own.
 """
 
@@ -24,15 +25,25 @@ from sqlalchemy.exc import IntegrityError
 from runtime.channels import DATA_FORMATS, Channel, parse_methods
 from runtime.db.blocking import run_transaction
 from runtime.db.models import BasicAuthDef, RestChannel, Subscription
-from runtime.errors import BadRequest, ConfigError, InvalidInput, ObjectExists, ObjectInUse, ObjectNotFound
+from runtime.errors import (
+    BadRequest,
+    ConfigError,
+    InvalidInput,
+    ObjectExists,
+    ObjectInUse,
+    ObjectNotFound,
+    RouteClash,
+)
 from runtime.http.admin import AdminResource
 from runtime.http.admin_input import Body
 from runtime.http.openapi import BOOL, STR, arr, obj, operation, string
+from runtime.object_checks import channel_clash
 from runtime.objects import CHANNELS_KEY, SECURITY_KEY
 from runtime.pubsub import permissions
 from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
 from runtime.security import hash_password
 from runtime.service import HTTP_VERBS
+from runtime.service_catalog import recorded_names
 from runtime.sync import bump
 
 if TYPE_CHECKING:
@@ -259,6 +270,11 @@ def security_exists(runtime: Runtime, name: str) -> bool:
         select(BasicAuthDef.id).where(BasicAuthDef.name == name)).first(), write=False) is not None
 
 
+def service_known(runtime: Runtime, name: str) -> bool:
+    """Whether a service is deployed: in this worker, or recorded by another a moment ago."""
+    return runtime.store.has(name) or name in recorded_names(runtime.engine)
+
+
 def _channel_row(runtime: Runtime, name: str) -> Any:
     row = run_transaction(runtime.engine, lambda c: c.execute(select(RestChannel).where(RestChannel.name == name))
                           .first(), write=False)
@@ -290,6 +306,12 @@ def _channel_values(runtime: Runtime, body: Body, current: Any | None) -> dict[s
         raise InvalidInput('url_path', 'must be a path only, without ? or #')
     if channel.security and not security_exists(runtime, channel.security):
         raise InvalidInput('security', f'names no security definition ({channel.security!r})')
+    if (current is None or channel.service != current.service) and not service_known(runtime, channel.service):
+        raise InvalidInput('service', f'names no deployed service ({channel.service!r})')
+    clash = run_transaction(runtime.engine, lambda c: channel_clash(
+        c, current.name if current is not None else channel.name, channel.url_path, channel.methods), write=False)
+    if clash is not None:
+        raise RouteClash(channel.name, clash)
     return {'name': channel.name, 'service': channel.service, 'url_path': channel.url_path,
             'methods': ','.join(sorted(channel.methods)), 'data_format': channel.data_format,
             'security': channel.security, 'is_active': channel.is_active}

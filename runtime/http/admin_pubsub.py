@@ -51,6 +51,7 @@ from runtime.http.openapi import (
     query,
     string,
 )
+from runtime.object_checks import topic_missing
 from runtime.pubsub import admin_ops
 from runtime.pubsub.broker import SYNC_KEY
 from runtime.pubsub.registry import (
@@ -389,6 +390,8 @@ class SubscriptionsResource(AdminResource):
         runtime = self._runtime
         body = Body(req, runtime, _SUB_FIELDS)
         pattern = validate_pattern(body.text('topic', required=True))
+        if run_transaction(runtime.engine, lambda c: topic_missing(c, pattern), write=False):
+            raise InvalidInput('topic', f'names no topic ({pattern!r}): create the topic first, or give a pattern')
         kind = body.text('kind', required=True)
         if kind not in KINDS:
             raise InvalidInput('kind', f'must be one of {", ".join(KINDS)}')

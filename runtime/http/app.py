@@ -10,6 +10,7 @@ from sqlalchemy import text
 from runtime.core import admin_password
 from runtime.errors import BadRequest
 from runtime.http import admin, auth, errors, pubsub_rest
+from runtime.http.admin_audit import AdminWrites
 from runtime.http.body import InputLimits
 from runtime.http.channel_sink import ChannelSink
 from runtime.http.openapi import BOOL, INT, STR, OpenApiResource, obj, operation
@@ -79,7 +80,7 @@ def make_app(runtime: Runtime, **kwargs: Any) -> falcon.App:
     route_auth = auth.RouteAuth(_admin_credentials(runtime), runtime.security, throttle)
     # Metrics first: its process_response times every request, those the others refuse too.
     app = falcon.App(middleware=[runtime.metrics.http_middleware(), _CidMiddleware(), _NulGuard(),
-                                 InputLimits.from_settings(http), route_auth], **kwargs)
+                                 InputLimits.from_settings(http), route_auth, AdminWrites(runtime)], **kwargs)
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)
     app.add_route('/health', HealthResource(runtime))

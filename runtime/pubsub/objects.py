@@ -1,8 +1,10 @@
 """The pub/sub sections of the object files: ``pubsub_topic``, ``outgoing_rest`` and ``pubsub_subscription``.
 
 Topics are matched by name, service subscriptions by (service, topic), REST push subscriptions
-by (security, topic, endpoint name); objects the files no longer declare are removed if the files
-made them. A subscription's delivery options (e.g. ``max_attempts``, ``wait_non_sock_err``,
+by (security, topic, endpoint name); objects the files no longer declare are removed if those files
+made them (``runtime.objects``: each object belongs to the file that declared it). A subscription
+to a topic name (not a pattern) that does not exist is refused, naming the file and the topic.
+A subscription's delivery options (e.g. ``max_attempts``, ``wait_non_sock_err``,
 ``err_should_block``, ``delivery_batch_size``, ``wrap_one_msg_in_list``) sit beside its other keys.
 
 REST push subscribers are declared as in Zato's enmasse files: an ``outgoing_rest`` definition
@@ -24,13 +26,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, delete, select
 
 from runtime import secret_refs
 from runtime.config import PubSubSection
 from runtime.db.models import Subscription, Topic
 from runtime.errors import ConfigError
-from runtime.objects import SectionHandler
+from runtime.object_checks import topic_missing
+from runtime.objects import DELETE, Scope, SectionHandler
 from runtime.pubsub import store
 from runtime.pubsub.broker import SYNC_KEY
 from runtime.pubsub.push import check_push_url
@@ -58,7 +61,7 @@ def _where(item: dict[str, Any], section: str) -> str:
     return f'{item["_file"]} [{section}] {item.get("name", "?")!r}'
 
 
-def apply_topics(conn: Connection, items: list[dict[str, Any]]) -> None:
+def apply_topics(conn: Connection, items: list[dict[str, Any]], scope: Scope) -> None:
     """Section pubsub_topic."""
     declared = set()
     for item in items:
@@ -77,10 +80,15 @@ def apply_topics(conn: Connection, items: list[dict[str, Any]]) -> None:
         declared.add(key)
         exists = conn.execute(select(Topic.id).where(Topic.name_key == key)).first()
         if exists:
-            conn.execute(update(Topic).where(Topic.name_key == key).values(name=name, origin='config', **attrs))
+            scope.upsert(conn, 'topic', Topic, 'name_key', key, {'name': name, **attrs}, item['_file'], label=name)
         else:
             store.create_topic(conn, name, attrs, origin='config')
-    conn.execute(delete(Topic).where(Topic.origin == 'config', Topic.name_key.not_in(declared)))
+            scope.set_owner(conn, Topic, Topic.name_key == key, item['_file'])
+            scope.record('create', 'topic', name, item['_file'])
+    for row in scope.stale(conn, Topic):
+        if row.name_key not in declared:
+            conn.execute(delete(Topic).where(Topic.id == row.id))
+            scope.record(DELETE, 'topic', row.name, row.owner)
 
 
 def _endpoint_options(endpoint: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
@@ -119,7 +127,7 @@ def _endpoint_options(endpoint: dict[str, Any], where: str) -> tuple[str, dict[s
 def make_outgoing_rest_handler(endpoints: dict[str, dict[str, Any]]):  # type: ignore[no-untyped-def]
     """The handler of section outgoing_rest: it fills endpoints for the subscription handler, run next."""
 
-    def apply_outgoing_rest(conn: Connection, items: list[dict[str, Any]]) -> None:
+    def apply_outgoing_rest(conn: Connection, items: list[dict[str, Any]], scope: Scope) -> None:
         endpoints.clear()
         for item in items:
             where = _where(item, 'outgoing_rest')
@@ -159,7 +167,7 @@ def make_apply_subscriptions(settings: PubSubSection,  # type: ignore[no-untyped
     """The handler of section pubsub_subscription (it validates options against the server defaults)."""
     endpoints = {} if endpoints is None else endpoints
 
-    def apply_subscriptions(conn: Connection, items: list[dict[str, Any]]) -> None:
+    def apply_subscriptions(conn: Connection, items: list[dict[str, Any]], scope: Scope) -> None:
         registry = store.load_registry(conn, settings)
         declared: set[int] = set()
         for item in items:
@@ -189,24 +197,38 @@ def make_apply_subscriptions(settings: PubSubSection,  # type: ignore[no-untyped
                     validate_pattern(pattern)
                 except InvalidTopicName as e:
                     raise ConfigError(where, str(e)) from None
+                if topic_missing(conn, pattern):
+                    raise ConfigError(where, f'topic {pattern!r} does not exist (declare it in [pubsub_topic] '
+                                             'or create it first)')
                 existing = _existing(conn, kind, service, security, pattern, endpoint_name)
                 values = {'options': json.dumps(options), 'is_active': is_active}
                 if kind == KIND_REST_PUSH:
                     values['push_url'] = push_url
+                label = _label(kind, service, security, endpoint_name, pattern)
                 if existing is not None:
-                    conn.execute(update(Subscription).where(Subscription.id == existing)
-                                 .values(origin='config', **values))
                     declared.add(existing)
+                    scope.upsert(conn, 'subscription', Subscription, 'id', existing, values, item['_file'], label)
                 else:
                     sub_id, _ = store.create_subscription(
                         conn, registry, pattern, kind, service=service, security=security, push_url=push_url,
                         options=options, origin='config')
+                    scope.set_owner(conn, Subscription, Subscription.id == sub_id, item['_file'])
+                    scope.record('create', 'subscription', label, item['_file'])
                     declared.add(sub_id)
-        for row in conn.execute(select(Subscription.id).where(Subscription.origin == 'config')).all():
+        for row in scope.stale(conn, Subscription):
             if row.id not in declared:
                 store.delete_subscription(conn, row.id)
+                endpoint = parse_options(row.options).get('push_rest_endpoint', '')
+                scope.record(DELETE, 'subscription', _label(row.kind, row.service, row.security, endpoint, row.pattern),
+                             row.owner)
 
     return apply_subscriptions
+
+
+def _label(kind: str, service: str, security: str, endpoint: str, pattern: str) -> str:
+    """A subscription as a person names it: its subscriber and its topic."""
+    subscriber = service or endpoint or security
+    return f'{kind} {subscriber} -> {pattern}'
 
 
 def _existing(conn: Connection, kind: str, service: str, security: str, pattern: str, endpoint: str) -> int | None:

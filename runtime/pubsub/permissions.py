@@ -31,7 +31,7 @@ from sqlalchemy import Connection, Engine, delete, select, update
 from runtime.db.blocking import run_transaction
 from runtime.db.models import BasicAuthDef, PubSubPermission
 from runtime.errors import ConfigError, InvalidPermission, InvalidTopicName
-from runtime.objects import SectionHandler
+from runtime.objects import DELETE, Scope, SectionHandler
 from runtime.pubsub.topics import is_pattern, matches, normalize, validate_pattern
 from runtime.sync import bump
 
@@ -247,7 +247,7 @@ def remove(conn: Connection, security: str) -> bool:
     return gone
 
 
-def apply_permissions(conn: Connection, items: list[dict[str, Any]]) -> None:
+def apply_permissions(conn: Connection, items: list[dict[str, Any]], scope: Scope) -> None:
     """Section ``pubsub_permission``: ``{security, pub: [...], sub: [...]}`` per definition.
 
     ``pub`` and ``sub`` may also be given as text with one name or pattern a line, and Zato 3's
@@ -272,9 +272,12 @@ def apply_permissions(conn: Connection, items: list[dict[str, Any]]) -> None:
             raise ConfigError(where, str(e)) from None
         if not security_exists(conn, security):
             raise ConfigError(where, f'security definition {security!r} does not exist')
-        save(conn, security, pub, sub, origin='config')
-    conn.execute(delete(PubSubPermission).where(PubSubPermission.origin == 'config',
-                                                PubSubPermission.security.not_in(declared)))
+        scope.upsert(conn, 'permission', PubSubPermission, 'security', security,
+                     {'pub': json.dumps(pub), 'sub': json.dumps(sub)}, item['_file'])
+    for row in scope.stale(conn, PubSubPermission):
+        if row.security not in declared:
+            conn.execute(delete(PubSubPermission).where(PubSubPermission.id == row.id))
+            scope.record(DELETE, 'permission', row.security, row.owner)
     # Permissions of definitions that are gone must not pass to a new definition of the same name.
     conn.execute(delete(PubSubPermission).where(PubSubPermission.security.not_in(select(BasicAuthDef.name))))
 

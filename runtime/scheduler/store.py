@@ -144,14 +144,6 @@ def delete_job(conn: Connection, name: str) -> None:
     bump(conn, SYNC_KEY)
 
 
-def delete_config_jobs_except(conn: Connection, names: set[str]) -> None:
-    """Remove jobs the object files made and no longer declare."""
-    for row in conn.execute(select(Job.id, Job.name).where(Job.origin == 'config')).all():
-        if row.name not in names:
-            conn.execute(delete(JobRun).where(JobRun.job_id == row.id))
-            conn.execute(delete(Job).where(Job.id == row.id))
-
-
 # Firing
 
 

@@ -1,0 +1,136 @@
+"""The audit log: every change made through the admin API (and by object files), kept in a table.
+
+An entry says who (the admin user and the client's address, or ``object files`` for an
+application of files), what (method, path, kind and name of the object, the action) and when, and
+holds the object as it was before and after the change. Secrets never reach it: any key that looks
+like a password, hash, sub_key, secret or token is masked at any depth, and JSON text columns
+(subscription options) are read and masked too. The table is written by one place only in the HTTP
+layer (``runtime.http.admin_audit``) and read through ``GET /admin/audit`` and ``conduit audit``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, func, insert, select
+
+from runtime.db.models import AuditEntry
+
+if TYPE_CHECKING:
+    from runtime.objects import Change
+
+_log = logging.getLogger(__name__)
+
+#: Shown instead of a secret.
+MASK = '***'
+
+#: Parts of key names whose values are secrets.
+_SECRET_PARTS = ('password', 'hash', 'sub_key', 'secret', 'token')
+
+#: Longest before/after kept, in characters of JSON; a bigger object keeps only that it was cut.
+MAX_SNAPSHOT_CHARS = 64_000
+
+#: Columns whose text is JSON, read so that secrets inside them are masked.
+_JSON_COLUMNS = ('options',)
+
+#: Largest page of GET /admin/audit.
+MAX_PAGE = 1000
+
+
+def is_secret(key: str) -> bool:
+    """Whether a key's value must never be shown."""
+    key = key.lower()
+    return any(part in key for part in _SECRET_PARTS)
+
+
+def mask(value: Any) -> Any:
+    """A copy of value with every secret masked, at any depth."""
+    if isinstance(value, dict):
+        return {k: (MASK if is_secret(str(k)) and v not in (None, '') else mask(v)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mask(v) for v in value]
+    return value
+
+
+def snapshot(row: Any) -> dict[str, Any] | None:
+    """A stored row as the audit log keeps it: every column, JSON columns read, secrets masked."""
+    if row is None:
+        return None
+    values = dict(row._mapping)
+    for column in _JSON_COLUMNS:
+        if isinstance(values.get(column), str):
+            try:
+                values[column] = json.loads(values[column])
+            except ValueError:
+                pass
+    return mask(values)
+
+
+def _dump(value: dict[str, Any] | None) -> str | None:
+    if value is None:
+        return None
+    text = json.dumps(value, default=str, sort_keys=True)
+    if len(text) > MAX_SNAPSHOT_CHARS:
+        return json.dumps({'truncated': True, 'chars': len(text)})
+    return text
+
+
+def record(conn: Connection, *, at: float, actor: str, client: str, method: str, path: str, kind: str,
+           name: str, action: str, status: int, before: dict[str, Any] | None = None,
+           after: dict[str, Any] | None = None) -> None:
+    """Insert one entry (before and after are masked again here: the last line of defence)."""
+    conn.execute(insert(AuditEntry).values(
+        at=at, actor=actor[:200], client=client[:100], method=method[:16], path=path[:1000], kind=kind[:32],
+        name=name[:400], action=action[:16], status=status,
+        before=_dump(mask(before) if before is not None else None),
+        after=_dump(mask(after) if after is not None else None)))
+
+
+def record_file_changes(conn: Connection, actor: str, changes: Iterable[Change], at: float) -> None:
+    """One entry per object an application of files created, updated or deleted."""
+    for change in changes:
+        if change.action == 'skip':
+            continue
+        record(conn, at=at, actor=actor, client='', method='FILE', path=change.file, kind=change.kind,
+               name=change.name, action=change.action, status=200,
+               after={'detail': change.detail} if change.detail else None)
+
+
+def iso(at: float) -> str:
+    """An entry's time as ISO 8601 UTC."""
+    return datetime.fromtimestamp(at, UTC).isoformat()
+
+
+def entry_view(row: Any) -> dict[str, Any]:
+    """One entry as the admin API answers it."""
+    return {'id': row.id, 'at': iso(row.at), 'actor': row.actor, 'client': row.client, 'method': row.method,
+            'path': row.path, 'kind': row.kind, 'name': row.name, 'action': row.action, 'status': row.status,
+            'before': json.loads(row.before) if row.before else None,
+            'after': json.loads(row.after) if row.after else None}
+
+
+def query(conn: Connection, *, limit: int, offset: int = 0, kind: str | None = None, name: str | None = None,
+          actor: str | None = None, action: str | None = None, since: float | None = None,
+          until: float | None = None) -> tuple[int, list[dict[str, Any]]]:
+    """(how many entries match, one page of them newest first)."""
+    where = []
+    if kind:
+        where.append(AuditEntry.kind == kind)
+    if name:
+        where.append(AuditEntry.name == name)
+    if actor:
+        where.append(AuditEntry.actor == actor)
+    if action:
+        where.append(AuditEntry.action == action)
+    if since is not None:
+        where.append(AuditEntry.at >= since)
+    if until is not None:
+        where.append(AuditEntry.at < until)
+    total = conn.execute(select(func.count()).select_from(AuditEntry).where(*where)).scalar_one()
+    rows = conn.execute(select(AuditEntry).where(*where).order_by(AuditEntry.id.desc())
+                        .limit(limit).offset(offset)).all()
+    return total, [entry_view(r) for r in rows]

@@ -1,0 +1,329 @@
+"""Every write of the admin API passes here: objects owned by files are guarded, and each change is audited.
+
+``AdminWrites`` is falcon middleware that runs for every POST, PUT, PATCH and DELETE routed to an
+admin resource, after the admin credentials were checked:
+
+- before the responder, it reads the object the resource writes (declared by the resource as a
+  ``Managed``). If an object file declared it, the write is refused (409 naming the file) unless
+  the request says ``detach=true``: then the object is first handed to the admin API (``origin``
+  api, no owner; the file no longer manages it), and the detach is audited on its own;
+- after a successful answer, it records one audit entry (``runtime.audit``): the admin user and
+  client address, method, path, kind and name of the object, the action, and the object before and
+  after, secrets masked.
+
+Resources declare what they write (``managed``) and, for an action that is not a create, update or
+delete, its name (``audit_action``: pause, run, redrive, ...); none of them writes audit entries
+itself. A resource whose POST changes nothing (waiting for a Spark job) says ``audited = False``.
+``GET /admin/audit`` reads the log, newest first, with paging and filters.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import falcon
+from sqlalchemy import select, update
+
+from runtime import audit
+from runtime.db.blocking import run_transaction
+from runtime.errors import InvalidInput, ObjectNotFound, ObjectOwnedByFile
+from runtime.http.admin import AdminResource
+from runtime.http.admin_input import MAX_DB_INT, Body, has_bad_chars
+from runtime.http.openapi import ANY, BOOL, INT, STR, TIME, arr, integer, obj, operation, query, string
+
+if TYPE_CHECKING:
+    from runtime.core import Runtime
+
+_log = logging.getLogger(__name__)
+
+#: Methods that change something.
+WRITE_METHODS = frozenset({'POST', 'PUT', 'PATCH', 'DELETE'})
+
+#: Default page of GET /admin/audit.
+DEFAULT_PAGE = 50
+
+
+@dataclass(frozen=True)
+class Managed:
+    """The stored object an admin resource writes: how to find it before and after the write."""
+
+    kind: str
+    #: The model class, with ``origin`` and ``owner`` columns.
+    table: Any
+    #: The column that identifies the object.
+    column: str
+    #: The URI parameter holding it (None for a collection: the object is only known after a create).
+    param: str | None = 'name'
+    #: The key of the answer holding the object after the write (a create, a rename).
+    answer: str | None = None
+    #: Turns the URI parameter into the column's value (e.g. a topic's case-insensitive key).
+    to_key: Callable[[Any], Any] | None = None
+    #: The answer's field holding the key, when it is not the column's name.
+    answer_field: str | None = None
+    #: Whether the write changes the object (False: an action on it, e.g. running a job now).
+    changes_object: bool = True
+
+    def key(self, value: Any) -> Any:
+        """The column value for a URI parameter or an answer's field."""
+        return self.to_key(value) if self.to_key is not None else value
+
+    def load(self, conn: Any, key: Any) -> Any:
+        """The stored row, or None."""
+        return conn.execute(select(self.table).where(getattr(self.table, self.column) == key)).first()
+
+
+@dataclass
+class _Pending:
+    managed: Managed | None
+    key: Any
+    before: dict[str, Any] | None
+    name: str
+
+
+def _actor(req: falcon.Request) -> str:
+    """The admin user name of the request (already authenticated by RouteAuth)."""
+    header = req.get_header('Authorization') or ''
+    scheme, _, value = header.partition(' ')
+    if scheme.lower() != 'basic':
+        return '?'
+    try:
+        return base64.b64decode(value.strip(), validate=True).decode('utf-8').partition(':')[0][:200] or '?'
+    except (binascii.Error, UnicodeDecodeError):
+        return '?'
+
+
+class AdminWrites:
+    """Middleware: guards objects declared in files and records every admin change in the audit log."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: Any,
+                         params: dict[str, Any]) -> None:
+        if (req.method not in WRITE_METHODS or not isinstance(resource, AdminResource)
+                or not getattr(resource, 'audited', True)
+                or not callable(getattr(resource, f'on_{req.method.lower()}', None))):
+            return
+        managed: Managed | None = getattr(resource, 'managed', None)
+        name = '/'.join(str(v) for v in params.values())
+        key, before = None, None
+        if managed is not None and managed.param is not None and managed.param in params:
+            key = managed.key(params[managed.param])
+            row = run_transaction(self._runtime.engine, lambda c: managed.load(c, key), write=False)
+            if row is not None and managed.changes_object and row.origin == 'config' and row.owner:
+                if not req.get_param_as_bool('detach'):
+                    raise ObjectOwnedByFile(managed.kind, str(params[managed.param]), row.owner)
+                row = detach(self._runtime, req, managed, key, row, str(params[managed.param]))
+            before = audit.snapshot(row)
+        req.context.admin_write = _Pending(managed, key, before, name)
+
+    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: Any,
+                         req_succeeded: bool) -> None:
+        pending: _Pending | None = getattr(req.context, 'admin_write', None)
+        status = resp.status_code
+        if pending is None or not req_succeeded or status >= 400:
+            return
+        managed, after, name = pending.managed, None, pending.name
+        try:
+            if managed is not None:
+                key = pending.key
+                answer = resp.media.get(managed.answer) if managed.answer and isinstance(resp.media, dict) else None
+                field = managed.answer_field or managed.column
+                if isinstance(answer, dict) and answer.get(field) is not None:
+                    key = managed.key(answer[field])
+                    name = name or str(answer[field])
+                if key is not None:
+                    after = audit.snapshot(run_transaction(self._runtime.engine, lambda c: managed.load(c, key),
+                                                           write=False))
+            action = getattr(resource, 'audit_action', '') or _action(pending.before, after)
+            kind = managed.kind if managed is not None else req.path.strip('/').split('/')[1][:32]
+            run_transaction(self._runtime.engine, lambda c: _record(
+                c, req, kind, name, action or req.method.lower(), status, pending.before, after))
+        except Exception:
+            # The change is made: a failing audit write must not turn its answer into an error.
+            _log.exception('recording the audit entry of %s %s failed', req.method, req.path)
+
+
+def _action(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
+    """create, update or delete, by what existed before and after ('' when neither did)."""
+    if before is None:
+        return 'create' if after is not None else ''
+    return 'update' if after is not None else 'delete'
+
+
+def _record(conn: Any, req: falcon.Request, kind: str, name: str, action: str, status: int,
+            before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
+    audit.record(conn, at=time.time(), actor=_actor(req), client=req.remote_addr or '', method=req.method,
+                 path=req.path, kind=kind, name=name, action=action, status=status, before=before, after=after)
+
+
+def detach(runtime: Runtime, req: falcon.Request, managed: Managed, key: Any, row: Any, name: str) -> Any:
+    """Hand an object from its file to the admin API (audited); returns it as it is now."""
+    table = managed.table
+
+    def work(conn: Any) -> Any:
+        conn.execute(update(table).where(getattr(table, managed.column) == key).values(origin='api', owner=''))
+        after = managed.load(conn, key)
+        _record(conn, req, managed.kind, name, 'detach', 200, audit.snapshot(row), audit.snapshot(after))
+        return after
+    detached = run_transaction(runtime.engine, work)
+    _log.info('%s %r detached from %s by %s', managed.kind, name, row.owner, _actor(req))
+    return detached
+
+
+def _text_param(req: falcon.Request, key: str) -> str | None:
+    value = req.get_param(key)
+    if value is None:
+        return None
+    if len(value) > 400 or has_bad_chars(value):
+        raise InvalidInput(key, 'must be at most 400 characters, without control characters')
+    return value
+
+
+class AuditResource(AdminResource):
+    """GET /admin/audit: the audit log, newest first, paged and filtered."""
+
+    audited = False
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        limit = req.get_param_as_int('limit', min_value=1, max_value=audit.MAX_PAGE) or DEFAULT_PAGE
+        offset = req.get_param_as_int('offset', min_value=0, max_value=MAX_DB_INT) or 0
+        since = req.get_param_as_float('since', min_value=0, max_value=1e11)
+        until = req.get_param_as_float('until', min_value=0, max_value=1e11)
+        filters = {k: _text_param(req, k) for k in ('kind', 'name', 'actor', 'action')}
+        total, entries = run_transaction(self._runtime.engine, lambda c: audit.query(
+            c, limit=limit, offset=offset, since=since, until=until, **filters), write=False)
+        resp.media = {'is_ok': True, 'total': total, 'limit': limit, 'offset': offset, 'entries': entries}
+
+
+#: Kinds of objects a file may declare, as DetachResource names them (filled by declare_writes).
+DETACHABLE: dict[str, Managed] = {}
+
+
+class DetachResource(AdminResource):
+    """POST /admin/detach {kind, name}: the file that declared an object no longer manages it."""
+
+    audited = False  # detach() records its own entry
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = Body(req, self._runtime, {'kind', 'name'})
+        kind = body.text('kind', required=True, max_len=32)
+        managed = DETACHABLE.get(kind)
+        if managed is None:
+            raise InvalidInput('kind', f'must be one of {", ".join(sorted(DETACHABLE))}')
+        name = body.text('name', required=True, allow_empty=False)
+        try:
+            key = managed.key(name)
+        except ValueError:
+            raise InvalidInput('name', f'is not a {kind} id') from None
+        row = run_transaction(self._runtime.engine, lambda c: managed.load(c, key), write=False)
+        if row is None:
+            raise ObjectNotFound(kind, name)
+        if row.origin != 'config' or not row.owner:
+            resp.media = {'is_ok': True, 'detached': False, 'kind': kind, 'name': name,
+                          'reason': 'no object file manages it'}
+            return
+        owner = row.owner
+        detach(self._runtime, req, managed, key, row, name)
+        resp.media = {'is_ok': True, 'detached': True, 'kind': kind, 'name': name, 'file': owner}
+
+
+def routes(runtime: Runtime) -> dict[str, AdminResource]:
+    """The audit log's and detach's routes, for runtime.http.admin.add_routes."""
+    return {'/admin/audit': AuditResource(runtime), '/admin/detach': DetachResource(runtime)}
+
+
+_ENTRY = obj({'id': INT, 'at': TIME, 'actor': STR, 'client': STR, 'method': STR, 'path': STR, 'kind': STR,
+              'name': STR, 'action': STR, 'status': INT, 'before': ANY, 'after': ANY},
+             required=['id', 'at', 'actor', 'method', 'path', 'action'])
+_TEXT = string(400)
+AuditResource.openapi = {'get': operation(
+    'The audit log of admin changes, newest first (secrets masked)', tags=['admin: audit'], errors=(400,),
+    params=[query('limit', integer(1, audit.MAX_PAGE), f'Page size (default {DEFAULT_PAGE})'),
+            query('offset', integer(0, MAX_DB_INT), 'Entries to skip'),
+            query('kind', _TEXT, 'Only this kind of object (channel, security, topic, subscription, job, ...)'),
+            query('name', _TEXT, 'Only this object'), query('actor', _TEXT, 'Only this admin user'),
+            query('action', _TEXT, 'Only this action (create, update, delete, detach, ...)'),
+            query('since', {'type': 'number', 'minimum': 0}, 'From this UNIX time'),
+            query('until', {'type': 'number', 'minimum': 0}, 'Before this UNIX time')],
+    response={'total': INT, 'limit': INT, 'offset': INT, 'entries': arr(_ENTRY)})}
+
+
+def _sub_id(value: Any) -> int:
+    number = int(value)
+    if not 0 < number <= MAX_DB_INT:
+        raise ValueError(value)
+    return number
+
+
+def declare_writes() -> None:
+    """What each admin resource writes: the objects the guard and the audit log read, and action names.
+
+    Kept here, in one table, so that a reader sees every admin write at once.
+    """
+    from runtime.db.models import BasicAuthDef, Job, PubSubPermission, RestChannel, Subscription, Topic
+    from runtime.http import (
+        admin,
+        admin_jobs,
+        admin_objects,
+        admin_permissions,
+        admin_pubsub,
+        admin_queues,
+        admin_spark,
+    )
+    from runtime.pubsub.topics import normalize
+
+    security = Managed('security', BasicAuthDef, 'name', answer='security')
+    channel = Managed('channel', RestChannel, 'name', answer='channel')
+    topic = Managed('topic', Topic, 'name_key', to_key=normalize)
+    subscription = Managed('subscription', Subscription, 'id', param='sub_id', answer='subscription')
+    job = Managed('job', Job, 'name', answer='job')
+    managed = {
+        admin_objects.SecurityDefsResource: Managed('security', BasicAuthDef, 'name', param=None, answer='security'),
+        admin_objects.SecurityDefResource: security,
+        admin_objects.SecurityPasswordResource: security,
+        admin_permissions.PermissionsResource: Managed('permission', PubSubPermission, 'security'),
+        admin_objects.ChannelsResource: Managed('channel', RestChannel, 'name', param=None, answer='channel'),
+        admin_objects.ChannelResource: channel,
+        admin_pubsub.TopicsResource: Managed('topic', Topic, 'name_key', param=None, answer='topic', to_key=normalize,
+                                             answer_field='name'),
+        admin_pubsub.TopicResource: topic,
+        admin_pubsub.SubscriptionsResource: Managed('subscription', Subscription, 'id', param=None,
+                                                    answer='subscription'),
+        admin_pubsub.SubscriptionResource: subscription,
+        admin_pubsub.PauseResource: subscription,
+        admin_pubsub.ResumeResource: subscription,
+        admin_jobs.JobsResource: Managed('job', Job, 'name', param=None, answer='job'),
+        admin_jobs.JobResource: job,
+        admin_jobs.JobPauseResource: job,
+        admin_jobs.JobResumeResource: job,
+        admin_jobs.JobRunResource: Managed('job', Job, 'name', changes_object=False),
+    }
+    for cls, what in managed.items():
+        cls.managed = what
+    DETACHABLE.update({'security': security, 'channel': channel, 'topic': topic,
+                       'subscription': Managed('subscription', Subscription, 'id', param='sub_id', to_key=_sub_id),
+                       'permission': Managed('permission', PubSubPermission, 'security'), 'job': job})
+    actions = {
+        admin_objects.SecurityPasswordResource: 'password', admin_pubsub.PauseResource: 'pause',
+        admin_pubsub.ResumeResource: 'resume', admin_jobs.JobPauseResource: 'pause',
+        admin_jobs.JobResumeResource: 'resume', admin_jobs.JobRunResource: 'run',
+        admin.ServiceResource: 'undeploy', admin.InvokeResource: 'invoke', admin.DeployResource: 'deploy',
+        admin_pubsub.PublishResource: 'publish', admin_queues.RedriveResource: 'redrive',
+        admin_spark.SparkJobsResource: 'submit', admin_spark.SparkJobKillResource: 'kill',
+    }
+    for cls, action in actions.items():
+        cls.audit_action = action
+    admin_spark.SparkJobWaitResource.audited = False
+DetachResource.openapi = {'post': operation(
+    'Detach an object from the object file that declared it: the admin API and the CLI may then change it, '
+    'and the file no longer does', tags=['admin: audit'], errors=(400, 404),
+    body=obj({'kind': {'enum': ['security', 'channel', 'topic', 'subscription', 'permission', 'job']},
+              'name': string(200, 1, description='Name (a subscription: its id)')}, required=['kind', 'name']),
+    response={'detached': BOOL, 'kind': STR, 'name': STR, 'file': STR})}
