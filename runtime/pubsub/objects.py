@@ -26,7 +26,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
-from runtime import secret_refs
+from runtime import secret_refs, zato_keys
 from runtime.config import PubSubSection
 from runtime.db.models import Subscription, Topic
 from runtime.errors import ConfigError
@@ -55,7 +55,7 @@ _DEFAULT_TOPIC = TopicInfo(0, '')
 
 
 def _where(item: dict[str, Any], section: str) -> str:
-    return f'{item["_file"]} [{section}] {item.get("name", "?")!r}'
+    return f'{item["_file"]} [{section}] {zato_keys.label(item)}'
 
 
 def apply_topics(conn: Connection, items: list[dict[str, Any]]) -> None:
