@@ -201,6 +201,8 @@ def make_apply_subscriptions(settings: PubSubSection,  # type: ignore[no-untyped
                     sub_id, _ = store.create_subscription(
                         conn, registry, pattern, kind, service=service, security=security, push_url=push_url,
                         options=options, origin='config')
+                    if not is_active:  # a new subscription declared paused starts paused
+                        conn.execute(update(Subscription).where(Subscription.id == sub_id).values(is_active=False))
                     declared.add(sub_id)
         for row in conn.execute(select(Subscription.id).where(Subscription.origin == 'config')).all():
             if row.id not in declared:
