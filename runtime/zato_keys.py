@@ -30,7 +30,8 @@ from runtime.errors import ConfigError
 
 _log = logging.getLogger(__name__)
 
-#: Keys Zato's importers and exports carry that Conduit does not use, per section.
+#: Keys Zato's importers and exports carry that Conduit does not use, per section. A key Conduit comes
+#: to implement must leave this list, or its handler never sees it.
 IGNORED_KEYS: dict[str, frozenset[str]] = {
     'security': frozenset({
         'id', 'cluster_id', 'description', 'opaque1', 'is_rate_limit_active', 'rate_limit_type',
