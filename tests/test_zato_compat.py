@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,13 @@ import falcon.testing
 import pytest
 from sqlalchemy import select
 
+from runtime import zato_keys
 from runtime.config import Settings, load_settings
 from runtime.db.models import RestChannel
 from runtime.errors import ConfigError
 from runtime.http.app import make_app
+from runtime.pubsub.registry import TOPIC_ATTRIBUTES, DeliveryOptions
+from runtime.scheduler.jobs import JobDefinition
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.live_server import LiveServer
@@ -402,3 +406,20 @@ def test_zato_41_service_topic_names_are_an_alias_of_the_service_topic(
     denied = publish('orders.created', 'x', 'z41', 'z41-pw-7')
     assert (denied.status_code, denied.json['details']) == (401, 'Permission denied')
 
+
+
+def test_no_key_conduit_implements_is_in_the_ignored_lists() -> None:
+    # An implemented key left in IGNORED_KEYS would be dropped before its handler saw it.
+    implemented = {
+        'pubsub_topic': set(TOPIC_ATTRIBUTES) | {'name'},
+        'pubsub_subscription': {f.name for f in fields(DeliveryOptions)} | {
+            'name', 'service', 'push_service', 'security', 'topic_list', 'delivery_type', 'is_active',
+            'push_rest_endpoint', 'rest_push_endpoint'},
+        'pubsub_permission': {'security', 'pub', 'sub', 'patterns'},
+        'scheduler': {f.name for f in fields(JobDefinition)},
+        **{section: set(keys) for section, keys in zato_keys.CONDUIT_KEYS.items()},
+    }
+    for section, ignored in zato_keys.IGNORED_KEYS.items():
+        assert not ignored & implemented[section], section
+    for section, renamed in zato_keys.RENAMED_KEYS.items():
+        assert set(renamed.values()) <= implemented[section] and not set(renamed) & implemented[section]
