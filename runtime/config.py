@@ -26,6 +26,9 @@ CONFIG_ENV = 'CONDUIT_CONFIG'
 #: Prefix of every environment override.
 ENV_PREFIX = 'CONDUIT_'
 
+#: Values of pubsub.rest_status_codes.
+REST_STATUS_CODES = ('zato', 'http')
+
 
 @dataclass
 class ServerSection:
@@ -145,6 +148,9 @@ class PubSubSection:
     max_pull_chars: int = 10_000_000
     #: Most publications one group commit writes.
     group_commit_max: int = 1000
+    #: Status codes of the REST pub/sub API: "zato" (Zato 4.1's: 401 for a missing permission or
+    #: subscription, 200 for unsubscribing when not subscribed) or "http" (403, 404 and 404).
+    rest_status_codes: str = 'zato'
 
 
 @dataclass
@@ -340,4 +346,7 @@ def load_settings(path: Path | str | None = None, env: dict[str, str] | None = N
             var = f'{ENV_PREFIX}{section_name}_{f.name}'.upper()
             if var in env:
                 setattr(section, f.name, _convert(env[var], getattr(section, f.name), var))
+    if settings.pubsub.rest_status_codes not in REST_STATUS_CODES:
+        raise ConfigError('[pubsub] rest_status_codes', f'must be one of {", ".join(REST_STATUS_CODES)}, '
+                                                         f'not {settings.pubsub.rest_status_codes!r}')
     return settings

@@ -153,7 +153,17 @@ class Unauthorized(ConduitError):
 
     http_status = 401
 
-    def __init__(self, realm: str = 'Conduit', message: str = 'invalid or missing credentials') -> None:
+    def __init__(self, realm: str = 'Conduit', message: str = 'Invalid credentials') -> None:
+        self.realm = realm
+        super().__init__(message)
+
+
+class AccessDenied(ConduitError):
+    """Valid credentials that do not grant this; 401 as Zato 4.1 answers it (not a failed sign-in)."""
+
+    http_status = 401
+
+    def __init__(self, realm: str, message: str) -> None:
         self.realm = realm
         super().__init__(message)
 
@@ -238,9 +248,9 @@ class TopicInactive(ConduitError):
 
     http_status = 403
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, message: str | None = None) -> None:
         self.name = name
-        super().__init__(f'topic {name!r} is inactive')
+        super().__init__(message or f'topic {name!r} is inactive')
 
 
 class TopicFull(ConduitError):

@@ -17,7 +17,8 @@ changing anything: it runs in a transaction that is rolled back.
 Passwords may be written as ``${CONDUIT_SECRET_...}`` references (``runtime.secret_refs``: no other
 environment variable may be named); they are resolved when the files are applied and only a hash
 is stored. Each section is handled by a ``SectionHandler``; the broker, scheduler
-and the rest register theirs for their own sections.
+and the rest register theirs for their own sections. Keys and sections of Zato's enmasse files that
+Conduit does not use are accepted and listed in one warning (``runtime.zato_keys``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 import yaml
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
-from runtime import secret_refs
+from runtime import secret_refs, zato_keys
 from runtime.audit import record_file_changes
 from runtime.channels import Channel, parse_methods
 from runtime.db.engine import transaction
@@ -274,6 +275,7 @@ class ObjectsApplier:
         self.add_handler(SectionHandler('security', apply_security, (SECURITY_KEY,)))
         self.add_handler(SectionHandler('channel_rest', apply_channels, (CHANNELS_KEY,)))
         self._warned: set[str] = set()
+        self._ignored = zato_keys.Ignored()
         self._mtimes: dict[Path, int] = {}
         #: The changes of the last application that wrote anything.
         self.last_changes: list[Change] = []
@@ -306,6 +308,7 @@ class ObjectsApplier:
     def _read(self, files: list[Path]) -> tuple[str, dict[str, list[dict[str, Any]]]]:
         digest = hashlib.sha256()
         sections: dict[str, list[dict[str, Any]]] = {}
+        ignored = zato_keys.Ignored()
         for path in files:
             try:
                 text = path.read_text(encoding='utf-8')
@@ -327,11 +330,15 @@ class ObjectsApplier:
                 if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
                     raise ConfigError(f'{path} [{section}]', 'must be a list of objects')
                 if section not in self.handlers:
-                    if section not in self._warned:
+                    if zato_keys.is_zato_section(section):
+                        ignored.sections.add(section)
+                    elif section not in self._warned:
                         self._warned.add(section)
                         _log.warning('%s: section [%s] is not supported by this server; ignored', path, section)
                     continue
-                sections.setdefault(section, []).extend({**i, '_file': str(path)} for i in items)
+                sections.setdefault(section, []).extend(
+                    {**zato_keys.accept(section, i, str(path), ignored), '_file': str(path)} for i in items)
+        self._ignored = ignored
         return digest.hexdigest(), sections
 
     def apply(self) -> list[str]:
@@ -394,6 +401,7 @@ class ObjectsApplier:
             bump(conn, SYNC_KEY)
             record_file_changes(conn, self.actor, scope.changes, time.time())
         self.last_changes = scope.changes
+        zato_keys.warn(self._ignored)  # once per set of files applied, not per worker that reads them
         return keys
 
     @staticmethod

@@ -144,7 +144,7 @@ class SecurityRegistry:
             realm = definition.realm if definition else realm
         creds = parse_basic_header(header)
         if creds is None:
-            raise Unauthorized(realm)
+            raise Unauthorized(realm, 'Authentication required')
         username, password = creds
         key = hmac.new(self._cache_key, f'{username}\0{password}'.encode(), hashlib.sha256).digest()
         definition = self._by_username.get(username)

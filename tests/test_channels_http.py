@@ -225,7 +225,8 @@ def test_basic_auth_rejects_missing_wrong_and_inactive_credentials_with_a_challe
     for case, kwargs in cases.items():
         r = api.request('POST', url, json=body, **kwargs)
         assert r.status_code == 401, case
-        assert_error(r, 401, 'credentials')
+        details = 'Invalid credentials' if 'auth' in kwargs else 'Authentication required'
+        assert assert_error(r, 401)['details'] == details, case
         assert r.headers['WWW-Authenticate'] == 'Basic realm="Test realm"', case
     assert api.request('POST', url, json=body, auth=API_AUTH).status_code == 200
 
@@ -234,7 +235,7 @@ def test_basic_auth_rejects_missing_wrong_and_inactive_credentials_with_a_challe
     assert r.headers['WWW-Authenticate'] == 'Basic realm="Off realm"'
     # Only a caller who knows the password learns that the definition is inactive.
     r = api.request('POST', '/api/off', json={}, auth=('off-user', 'wrong-password'))
-    assert assert_error(r, 401)['details'] == 'invalid or missing credentials'
+    assert assert_error(r, 401)['details'] == 'Invalid credentials'
 
 
 # Failures inside services

@@ -70,7 +70,7 @@ def test_topics_subscriptions_publish_queues_and_dead_letters(server_factory) ->
     assert 'sk.' not in _cli(server, 'sub', 'show', str(sub_id))
 
     msg_id = _cli(server, 'publish', 'billing', '{"ok": false, "n": 1}', '--priority', '7').split()[0]
-    assert msg_id.startswith('msg.')
+    assert msg_id.startswith('zpsm')
     poll(lambda: _json(server, 'queue', 'show', str(sub_id))['dead_letters'] == 1, message='dead letter')
     assert msg_id in _cli(server, 'dlq', 'list', str(sub_id))
     assert 'not ok' in _cli(server, 'dlq', 'show', str(sub_id), msg_id)

@@ -262,7 +262,7 @@ def test_publish_to_service_retries_until_the_handler_succeeds(make_rt: Callable
     rt = make_rt(Flaky, Publisher)
     msg_id = rt.invoke('ps.publisher', {'target': 'ps.flaky.target', 'data': {'order': 1},
                                         'kw': {'has_gd': False, 'correl_id': 'c-1'}})
-    assert msg_id.startswith('msg.')
+    assert msg_id.startswith('zpsm')
 
     sub = rt.broker.registry.service_subscription('ps.flaky.target')
     assert sub is not None

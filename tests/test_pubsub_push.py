@@ -1,4 +1,7 @@
-"""REST push subscribers (DESIGN.md section 6): batches POSTed to a real HTTP receiver, on SQLite and PostgreSQL.
+"""REST push subscribers (DESIGN.md section 6): messages POSTed to a real HTTP receiver, on SQLite and PostgreSQL.
+
+By default each message is one request with Zato 4.1's flat body; ``push_batch`` and
+``push_format: envelope`` give batches of ``{data, meta}`` items.
 
 The receiver is a gevent WSGI server in the test process, on a free loopback port; it is "down"
 until started (connections refused), and answers every request with its current ``status``.
@@ -67,6 +70,7 @@ class Received:
     authorization: str | None
     body: Any
     status: int
+    content_type: str | None = None
 
 
 class Receiver:
@@ -101,7 +105,8 @@ class Receiver:
         body = environ['wsgi.input'].read()
         status = self.status
         self.requests.append(Received(time.monotonic(), environ['REQUEST_METHOD'], environ['PATH_INFO'],
-                                      environ.get('HTTP_AUTHORIZATION'), json.loads(body), status))
+                                      environ.get('HTTP_AUTHORIZATION'), json.loads(body), status,
+                                      environ.get('CONTENT_TYPE')))
         if self.delay_secs:
             gevent.sleep(self.delay_secs)
         start_response(f'{status} {HTTPStatus(status).phrase}', [('Content-Type', 'application/json')])
@@ -225,7 +230,7 @@ def test_down_then_500_then_back_delivers_once(make_rt: Callable[..., TestRuntim
     assert [r.status for r in receiver.requests] == statuses
     [body] = receiver.bodies(200)
     assert body['data'] == {'order': 1}
-    assert (body['meta']['msg_id'], body['meta']['delivery_count']) == (msg_id, len(attempts.seen))
+    assert body['msg_id'] == msg_id
     wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
     count = len(attempts.seen)
     gevent.sleep(1.0)
@@ -286,11 +291,68 @@ def test_dead_letter_after_max_attempts_names_the_status_and_never_a_credential(
 # Batches
 
 
+def test_by_default_each_message_is_one_post_with_zatos_flat_body(make_rt: Callable[..., TestRuntime],
+                                                                   receiver: Receiver) -> None:
+    rt = make_rt()
+    receiver.start()
+    sub = push_subscription(rt, 'push.zato', receiver.url, paused=True)
+    ids = [rt.broker.publish('push.zato', {'n': 0}, publisher='crm', correl_id='c0', in_reply_to='zpsm-prev',
+                             ext_client_id='crm-1', ext_pub_time='2026-01-02T03:04:05.678+01:00'),
+           rt.broker.publish('push.zato', 'text', priority=7, expiration=60)]
+    ids += [rt.broker.publish('push.zato', {'n': n}) for n in range(2, 20)]
+    rt.broker.set_active(sub.sub_key, True)
+    wait_until(lambda: len(receiver.requests) == 20, TIMEOUT, message='twenty requests')
+    gevent.sleep(0.2)
+
+    # One message per POST, as a receiver written for Zato counts them; each body a JSON object.
+    assert len(receiver.requests) == 20 and all(isinstance(r.body, dict) for r in receiver.requests)
+    assert {(r.method, r.content_type) for r in receiver.requests} == {('POST', 'application/json')}
+    first, second, *rest = (r.body for r in receiver.requests)
+    assert [b['msg_id'] for b in [first, second, *rest]] == [ids[1], ids[0], *ids[2:]]  # priority 7 first
+    assert all(i.startswith('zpsm') for i in ids)
+    assert first == {
+        'msg_id': ids[1], 'topic_name': 'push.zato', 'data': 'text', 'priority': 7, 'expiration': 60,
+        'pub_time_iso': first['pub_time_iso'], 'recv_time_iso': first['recv_time_iso'],
+        'expiration_time_iso': first['expiration_time_iso'], 'mime_type': 'text/plain'}
+    assert set(second) == {'msg_id', 'topic_name', 'data', 'priority', 'expiration', 'pub_time_iso',
+                           'recv_time_iso', 'expiration_time_iso', 'correl_id', 'in_reply_to', 'ext_client_id',
+                           'publisher'}
+    assert (second['data'], second['priority'], second['expiration'], second['correl_id'], second['in_reply_to'],
+            second['ext_client_id'], second['publisher']) == ({'n': 0}, 5, 31536000, 'c0', 'zpsm-prev', 'crm-1',
+                                                              'crm')
+    assert second['pub_time_iso'] == '2026-01-02T03:04:05.678+01:00'  # the publisher's own, verbatim
+    for body in (first, *rest):
+        assert body['pub_time_iso'] <= body['recv_time_iso'] < body['expiration_time_iso']
+    assert [b['data'] for b in rest] == [{'n': n} for n in range(2, 20)]
+    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
+
+
+def test_one_message_per_post_in_strict_order_tries_only_the_head_while_it_fails(
+        make_rt: Callable[..., TestRuntime], receiver: Receiver) -> None:
+    rt = make_rt(wait_non_sock_err=0.05)
+    attempts = Attempts()
+    rt.broker.hooks.add(attempts)
+    receiver.start(status=500)
+    sub = push_subscription(rt, 'push.head', receiver.url, paused=True, delivery_batch_size=10)
+    ids = [rt.broker.publish('push.head', n) for n in range(3)]
+    rt.broker.set_active(sub.sub_key, True)
+    wait_until(lambda: len(receiver.requests) >= 3, TIMEOUT, message='three failed requests')
+    receiver.status = 200
+    wait_until(lambda: sum(a.ok for a in attempts.seen) == 3, TIMEOUT, message='all delivered')
+    failed = [r for r in receiver.requests if r.status == 500]
+    assert {r.body['data'] for r in failed} == {0}  # nothing behind the failing head was sent
+    assert [b['data'] for b in receiver.bodies(200)] == [0, 1, 2]
+    # Messages behind the head had no attempt counted while they waited.
+    assert [a.msg_id for a in attempts.seen if a.msg_id != ids[0]] == ids[1:]
+    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
+
+
 def test_batches_respect_the_batch_size_and_a_single_message_is_not_wrapped(
         make_rt: Callable[..., TestRuntime], receiver: Receiver) -> None:
     rt = make_rt()
     receiver.start()
-    sub = push_subscription(rt, 'push.batch', receiver.url, paused=True, delivery_batch_size=2)
+    sub = push_subscription(rt, 'push.batch', receiver.url, paused=True, delivery_batch_size=2, push_batch=True,
+                            push_format='envelope')
     ids = [rt.broker.publish('push.batch', {'n': n}, correl_id=f'c{n}') for n in range(5)]
     rt.broker.set_active(sub.sub_key, True)
     wait_until(lambda: len(receiver.requests) == 3, TIMEOUT, message='three requests')
@@ -326,7 +388,8 @@ def test_a_failed_batch_counts_an_attempt_for_each_message_and_is_retried_whole(
         make_rt: Callable[..., TestRuntime], receiver: Receiver) -> None:
     rt = make_rt(wait_non_sock_err=0.1)
     receiver.start(status=500)
-    sub = push_subscription(rt, 'push.whole', receiver.url, paused=True, delivery_batch_size=10)
+    sub = push_subscription(rt, 'push.whole', receiver.url, paused=True, delivery_batch_size=10, push_batch=True,
+                            push_format='envelope')
     for n in range(3):
         rt.broker.publish('push.whole', n)
     rt.broker.set_active(sub.sub_key, True)

@@ -169,6 +169,8 @@ class Message(Base):
     size: Mapped[int] = mapped_column(Integer)
     #: Accepted by a topic with no subscribers; handed to the next subscription that appears.
     in_topic: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+    #: The publisher's own pub_time, as it sent it (returned as pub_time_iso; pub_time orders and expires).
+    ext_pub_time: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class QueueEntry(Base):

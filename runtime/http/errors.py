@@ -12,7 +12,7 @@ from typing import Any
 
 import falcon
 
-from runtime.errors import ConduitError, MethodNotAllowed, TooManyRequests, TopicFull, Unauthorized
+from runtime.errors import AccessDenied, ConduitError, MethodNotAllowed, TooManyRequests, TopicFull, Unauthorized
 
 _log = logging.getLogger(__name__)
 
@@ -37,6 +37,9 @@ def handle_conduit_error(req: falcon.Request, resp: falcon.Response, ex: Conduit
     if isinstance(ex, Unauthorized):
         resp.set_header('WWW-Authenticate', f'Basic realm="{ex.realm}"')
         req.context.auth_failed = True  # counted by the sign-in throttle (runtime.http.auth)
+    elif isinstance(ex, AccessDenied):
+        # A 401 carries a challenge; the credentials were right, so this is no failed sign-in.
+        resp.set_header('WWW-Authenticate', f'Basic realm="{ex.realm}"')
     elif isinstance(ex, TooManyRequests):
         resp.set_header('Retry-After', str(ex.retry_after_secs))
     elif isinstance(ex, MethodNotAllowed) and ex.allowed:

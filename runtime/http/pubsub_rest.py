@@ -16,6 +16,18 @@ permission of the definition (runtime.pubsub.permissions). A sub_key that is not
 answered exactly like one that does not exist (404), and no answer or log line repeats a sub_key.
 Errors are ConduitErrors, turned into ``{is_ok: false, cid, status, details}`` by runtime.http.errors.
 
+Status codes follow Zato 4.1 by default (``pubsub.rest_status_codes = "zato"``), because Zato's
+clients check them: a missing ``pub``/``sub`` permission is 401 ``Permission denied``, a pull or
+ack by a caller with no subscription is 401 ``No subscription found for user``, unsubscribing when
+not subscribed is 200, an inactive topic is 403 ``Topic <name> is inactive``. The log says which
+definition lacked which permission. With ``"http"`` the first two are 403 and 404 with details naming
+the definition and topic, and unsubscribing when not subscribed is 404.
+
+A publisher's ``pub_time`` is kept verbatim and returned as ``pub_time_iso`` (the server's own
+clock orders and expires messages); ``correl_id`` defaults to the request's cid. Zato 4.1's name of
+a service topic, ``zato.s.to.<service name>``, is accepted wherever a topic name is: it is the
+topic ``/zato/s/to/<name with dots as underscores>``, and a permission for either name grants it.
+
 Topics with ``/`` in their names are sent as they are (``/pubsub/topic//customer/new``) or
 percent-encoded: the ``{topic:path}`` field takes the rest of the path.
 """
@@ -23,15 +35,19 @@ percent-encoded: the ``{topic:path}`` field takes the rest of the path.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
-from datetime import datetime
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import falcon
 
 from runtime.errors import (
+    AccessDenied,
     BadRequest,
+    ConduitError,
     Forbidden,
     InvalidMessage,
     NoSubscription,
@@ -44,15 +60,36 @@ from runtime.http.auth import CALLER, CALLER_REALM
 from runtime.http.body import read_json
 from runtime.pubsub import pull
 from runtime.pubsub.permissions import PUB, SUB
-from runtime.pubsub.registry import KIND_PULL, KIND_REST_PUSH, SubInfo, TopicInfo
+from runtime.pubsub.registry import (
+    KIND_PULL,
+    KIND_REST_PUSH,
+    SERVICE_TOPIC_PREFIX,
+    SubInfo,
+    TopicInfo,
+    aliased_service,
+    canonical_topic_name,
+    service_topic_name,
+)
 from runtime.pubsub.topics import normalize, validate_topic_name
 
 if TYPE_CHECKING:
     from runtime.core import Runtime
     from runtime.security import BasicAuth
 
+_log = logging.getLogger(__name__)
+
 #: Realm of the Basic Auth challenge of the pub/sub API.
 REALM = CALLER_REALM
+
+#: pubsub.rest_status_codes: Zato 4.1's codes and texts (the default), or stricter HTTP.
+ZATO_CODES = 'zato'
+
+#: Zato 4.1's texts of its 401 answers to valid credentials.
+PERMISSION_DENIED = 'Permission denied'
+NO_SUBSCRIPTION = 'No subscription found for user'
+
+#: Longest pub_time a publisher may send (it is stored verbatim).
+MAX_PUB_TIME_CHARS = 64
 
 #: Status text of every successful answer (Zato's).
 STATUS_OK = '200 OK'
@@ -83,9 +120,12 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 def _errors(*codes: int) -> dict[str, Any]:
     text = {400: 'Malformed JSON, topic name or field (details name it)',
-            401: 'No or wrong credentials, or an inactive definition (with WWW-Authenticate)',
-            403: 'No pub/sub permission, inactive topic, or self-subscription not allowed',
-            404: 'No such topic, subscription or sub_key',
+            401: "No or wrong credentials, or an inactive definition (with WWW-Authenticate); with "
+                 "pubsub.rest_status_codes 'zato' (the default) also no pub/sub permission ('Permission denied') "
+                 "and no subscription ('No subscription found for user')",
+            403: "Inactive topic, self-subscription not allowed; with pubsub.rest_status_codes 'http' also no "
+                 "pub/sub permission",
+            404: "No such topic or sub_key; with pubsub.rest_status_codes 'http' also no subscription",
             413: 'Body or message too large', 503: 'Storage unavailable, or the topic is full (nothing was stored)'}
     return {str(c): _json(_ERROR, text[c]) for c in codes}
 
@@ -110,6 +150,35 @@ _META = {'type': 'object', 'properties': {
 def _caller(runtime: Runtime, req: falcon.Request) -> BasicAuth:
     """The active Basic Auth definition of the caller, or Unauthorized (401)."""
     return runtime.security.authenticate(req.get_header('Authorization'), realm=REALM)
+
+
+def _zato_codes(runtime: Runtime) -> bool:
+    return runtime.settings.pubsub.rest_status_codes == ZATO_CODES
+
+
+def _check_permission(runtime: Runtime, caller: BasicAuth, action: str, topic: str) -> None:
+    """Raise unless the caller has the permission for topic (given by either of its names)."""
+    check: Callable[[str, str], bool] = runtime.permissions.can_pub if action == PUB else runtime.permissions.can_sub
+    if check(caller.name, topic):
+        return
+    canonical = canonical_topic_name(topic)
+    if canonical != topic and check(caller.name, canonical):
+        return
+    denied = PermissionDenied(caller.name, action, topic)
+    if not _zato_codes(runtime):
+        raise denied
+    _log.info('%s (answered 401 %s)', denied, PERMISSION_DENIED)
+    raise AccessDenied(REALM, PERMISSION_DENIED)
+
+
+def _no_subscription(runtime: Runtime) -> ConduitError:
+    """The error for a caller with no subscription to read from."""
+    return AccessDenied(REALM, NO_SUBSCRIPTION) if _zato_codes(runtime) else NoSubscription()
+
+
+def _inactive(runtime: Runtime, name: str) -> ConduitError:
+    """The error for a publication to an inactive topic (403 either way; Zato's text by default)."""
+    return TopicInactive(name, f'Topic {name} is inactive' if _zato_codes(runtime) else None)
 
 
 def _object_body(runtime: Runtime, req: falcon.Request) -> dict[str, Any]:
@@ -171,6 +240,22 @@ class _PubSubResource:
             raise TopicNotFound(name)
         return topic
 
+    def _publish_topic(self, name: str) -> TopicInfo:
+        """A topic to publish to; a deployed service's topic is made on first use, as in-process publishing does."""
+        broker = self._runtime.broker
+        topic = broker.registry.topic(name)
+        if topic is not None:
+            return topic
+        service = aliased_service(name)
+        if service is None and normalize(name).startswith(SERVICE_TOPIC_PREFIX):
+            # /zato/s/to/<name>: dots became underscores, so find the service by its topic's name.
+            service = next((s for s in self._runtime.store.names()
+                            if normalize(service_topic_name(s)) == normalize(name)), None)
+        if service is not None and self._runtime.store.has(service):
+            with pull.storage_errors():
+                return broker.ensure_service_topic(service)
+        raise TopicNotFound(name)
+
     def _subs(self, caller: BasicAuth, sub_key: str | None, kinds: tuple[str, ...] = (KIND_PULL,),
               topic: str | None = None) -> list[SubInfo]:
         """The caller's subscriptions of these kinds: the one of sub_key, or all (to topic, if given)."""
@@ -211,10 +296,13 @@ class PublishResource(_PubSubResource):
                                                             'the topic'},
             'correl_id': {'type': 'string', 'maxLength': 200}, 'in_reply_to': {'type': 'string', 'maxLength': 200},
             'ext_client_id': {'type': 'string', 'maxLength': 200},
-            'pub_time': {'type': 'string', 'description': "The publisher's ISO 8601 time (checked, not stored)"},
+            'pub_time': {'type': ['string', 'number'], 'maxLength': MAX_PUB_TIME_CHARS,
+                         'description': "The publisher's ISO 8601 time (or Unix time in seconds), returned to "
+                                        "subscribers verbatim as pub_time_iso; ordering and expiry use the "
+                                        "server's clock"},
             'has_gd': {'type': 'boolean'}, 'mime_type': {'type': 'string', 'maxLength': 100}}}),
         'responses': {'200': _json({'type': 'object', 'required': ['is_ok', 'cid', 'status', 'msg_id'],
-                                    'properties': {**_OK_FIELDS, 'msg_id': {'type': 'string'},
+                                    'properties': {**_OK_FIELDS, 'msg_id': {'type': 'string', 'pattern': '^zpsm'},
                                                    'overflowed': {'type': 'boolean'}}}, 'Stored'),
                       **_errors(400, 401, 403, 404, 413, 503)},
     }}
@@ -223,17 +311,18 @@ class PublishResource(_PubSubResource):
         runtime = self._runtime
         caller = _caller(runtime, req)
         validate_topic_name(topic)
-        if not runtime.permissions.can_pub(caller.name, topic):
-            raise PermissionDenied(caller.name, PUB, topic)
-        info = self._topic(topic)
+        _check_permission(runtime, caller, PUB, topic)
+        info = self._publish_topic(topic)
         if not info.is_active:
-            raise TopicInactive(info.name)
+            raise _inactive(runtime, info.name)
         body = _object_body(runtime, req)
         if body.get('data') is None:
             raise InvalidMessage('data', 'is required (it is null or missing)')
+        options = _publish_options(body, runtime.settings.pubsub.default_expiration_secs)
+        if options['correl_id'] is None:
+            options['correl_id'] = req.context.cid  # as Zato does: the publication is traceable to its request
         with pull.storage_errors():
-            msg_id = runtime.broker.publish(info.name, body['data'], publisher=f'rest:{caller.name}',
-                                            **_publish_options(body, runtime.settings.pubsub.default_expiration_secs))
+            msg_id = runtime.broker.publish(info.name, body['data'], publisher=f'rest:{caller.name}', **options)
         answer = _ok(req, msg_id=str(msg_id))
         if getattr(msg_id, 'overflowed', False):
             answer['overflowed'] = True
@@ -254,13 +343,7 @@ def _publish_options(body: dict[str, Any], default_expiration: float) -> dict[st
     elif isinstance(expiration, float) and not math.isfinite(expiration):
         raise InvalidMessage('expiration', f'must be a finite number of seconds, not {expiration!r}')
     expiration = max(MIN_EXPIRATION_SECS, expiration)
-    pub_time = body.get('pub_time')
-    if pub_time is not None and pub_time != '':
-        # Checked as Zato does; the stored pub_time is the server's (ordering and expiry depend on it).
-        try:
-            datetime.fromisoformat(pub_time) if isinstance(pub_time, str) else float(pub_time)
-        except (TypeError, ValueError):
-            raise InvalidMessage('pub_time', 'must be an ISO 8601 date and time') from None
+    ext_pub_time = _pub_time(body.get('pub_time'))
     has_gd = body.get('has_gd')
     if has_gd is not None and not isinstance(has_gd, bool):
         raise InvalidMessage('has_gd', 'must be true or false')
@@ -269,7 +352,27 @@ def _publish_options(body: dict[str, Any], default_expiration: float) -> dict[st
         raise InvalidMessage('mime_type', 'must be at most 100 characters')
     return {'priority': priority, 'expiration': expiration, 'has_gd': has_gd, 'mime_type': mime_type,
             'correl_id': _optional_str(body, 'correl_id'), 'in_reply_to': _optional_str(body, 'in_reply_to'),
-            'ext_client_id': _optional_str(body, 'ext_client_id')}
+            'ext_client_id': _optional_str(body, 'ext_client_id'), 'ext_pub_time': ext_pub_time}
+
+
+def _pub_time(value: Any) -> str | None:
+    """The publisher's pub_time as it is kept: an ISO 8601 text verbatim, a Unix time as ISO 8601; None if not sent."""
+    if value is None or value == '':
+        return None
+    if isinstance(value, str):
+        if len(value) > MAX_PUB_TIME_CHARS:
+            raise InvalidMessage('pub_time', f'must be at most {MAX_PUB_TIME_CHARS} characters')
+        try:
+            datetime.fromisoformat(value)
+        except ValueError:
+            raise InvalidMessage('pub_time', 'must be an ISO 8601 date and time') from None
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(value, UTC).isoformat()
+        except (OverflowError, OSError, ValueError):
+            raise InvalidMessage('pub_time', 'is not a Unix time a date can be made of') from None
+    raise InvalidMessage('pub_time', 'must be an ISO 8601 date and time')
 
 
 class SubscribeResource(_PubSubResource):
@@ -291,8 +394,7 @@ class SubscribeResource(_PubSubResource):
         runtime = self._runtime
         caller = _caller(runtime, req)
         validate_topic_name(topic)
-        if not runtime.permissions.can_sub(caller.name, topic):
-            raise PermissionDenied(caller.name, SUB, topic)
+        _check_permission(runtime, caller, SUB, topic)
         info = self._topic(topic)
         if not info.is_api_sub_allowed:
             raise Forbidden(f'topic {info.name!r} does not allow subscriptions through the API '
@@ -311,7 +413,8 @@ class UnsubscribeResource(_PubSubResource):
     openapi = {'post': {
         'summary': "Remove the caller's subscription to a topic, with its queue",
         'description': "With sub_key, that subscription (it must be the caller's, to this topic); without it, "
-                       "every subscription of the caller to the topic.",
+                       "every subscription of the caller to the topic. Not subscribed: 200 with unsubscribed 0 "
+                       "(404 with pubsub.rest_status_codes 'http').",
         'tags': ['pub/sub'],
         'parameters': [_TOPIC_PARAM],
         'requestBody': _body({'type': 'object', 'properties': {'sub_key': {'type': 'string'}}}, required=False),
@@ -328,9 +431,9 @@ class UnsubscribeResource(_PubSubResource):
         sub_key = _object_body(runtime, req).get('sub_key')
         if sub_key is not None and not isinstance(sub_key, str):
             raise BadRequest("'sub_key' must be a string")
-        subs = self._subs(caller, sub_key or None, (KIND_PULL, KIND_REST_PUSH), topic=topic)
-        if not subs:
-            raise SubscriptionNotFound()
+        subs = self._subs(caller, sub_key or None, (KIND_PULL, KIND_REST_PUSH), topic=canonical_topic_name(topic))
+        if not subs and (sub_key or not _zato_codes(runtime)):
+            raise SubscriptionNotFound()  # Zato answers 200 when the caller is not subscribed at all
         with pull.storage_errors():
             for sub in subs:
                 runtime.broker.unsubscribe(sub.sub_key)
@@ -389,7 +492,7 @@ class MessagesGetResource(_PubSubResource):
         deadline = _number(body, 'ack_deadline', pull.DEFAULT_ACK_DEADLINE_SECS, 0.001, pull.MAX_ACK_DEADLINE_SECS)
         subs = self._subs(caller, sub_key or None)
         if not subs:
-            raise SubscriptionNotFound() if sub_key else NoSubscription()
+            raise SubscriptionNotFound() if sub_key else _no_subscription(runtime)
         active = [s for s in subs if s.is_active]  # a paused subscription keeps its messages
         pulled = pull.take(runtime.broker, active, min(max_messages, pull.MAX_MESSAGES),
                            min(max_len, _max_pull_chars(runtime)),
@@ -445,7 +548,7 @@ class MessagesAckResource(_PubSubResource):
             raise BadRequest(f"'ack_ids' must be a list of 1 to {pull.MAX_ACK_IDS} ack_id strings")
         subs = self._subs(caller, sub_key or None)
         if not subs:
-            raise SubscriptionNotFound() if sub_key else NoSubscription()
+            raise SubscriptionNotFound() if sub_key else _no_subscription(runtime)
         wanted = list(dict.fromkeys(ack_ids))
         # Only ack_ids as this server makes them can match: others (a NUL, megabytes) never reach SQL.
         acked = pull.ack(runtime.broker, subs, [a for a in wanted if pull.is_ack_id(a)])

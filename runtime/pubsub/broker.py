@@ -64,6 +64,7 @@ from runtime.pubsub.registry import (
     Registry,
     SubInfo,
     TopicInfo,
+    aliased_service,
     check_topic_attributes,
     service_topic_name,
 )
@@ -78,6 +79,9 @@ if TYPE_CHECKING:
     from runtime.core import Runtime
 
 _log = logging.getLogger(__name__)
+
+#: Every msg_id starts with it, as Zato 4.1's do (its clients and load scripts check the prefix).
+MSG_ID_PREFIX = 'zpsm'
 
 #: Sync key bumped whenever topics or subscriptions change.
 SYNC_KEY = 'pubsub'
@@ -182,7 +186,7 @@ def message_meta(d: Delivery, sub: SubInfo, limits: JsonLimits = DEFAULT_LIMITS)
         raise UnrenderableMessage(d.msg_id, f'its data {e}') from None
     meta = {'msg_id': d.msg_id, 'topic_name': d.topic_name, 'data': data,
             'mime_type': mime, 'priority': d.priority, 'size': d.size, 'has_gd': d.has_gd,
-            'pub_time': d.pub_time, 'pub_time_iso': _iso(d.pub_time),
+            'pub_time': d.pub_time, 'pub_time_iso': d.ext_pub_time or _iso(d.pub_time),
             'expiration': round(d.expiration_time - d.pub_time, 3), 'expiration_time_iso': _iso(d.expiration_time),
             'recv_time_iso': _iso(d.recv_time), 'publisher': d.publisher, 'correl_id': d.correl_id,
             'in_reply_to': d.in_reply_to, 'ext_client_id': d.ext_client_id, 'delivery_count': d.delivery_count,
@@ -293,6 +297,9 @@ class Broker:
         validate_topic_name(target)
         if self._runtime.store.has(target):
             return self.ensure_service_topic(target)
+        service = aliased_service(target)
+        if service is not None and self._runtime.store.has(service):
+            return self.ensure_service_topic(service)
         if self.settings.auto_create_topics:
             try:
                 return self.create_topic(target)
@@ -334,8 +341,12 @@ class Broker:
     def publish(self, target: str, data: Any, *, priority: int = 5, expiration: float | None = None,
                 has_gd: bool | None = None, correl_id: str | None = None, in_reply_to: str | None = None,
                 ext_client_id: str | None = None, mime_type: str | None = None, publisher: str = '',
-                sub_filter: Any = None) -> MsgId:
-        """Publish a message to a topic or a service; returns its msg_id once stored."""
+                sub_filter: Any = None, ext_pub_time: str | None = None) -> MsgId:
+        """Publish a message to a topic or a service; returns its msg_id once stored.
+
+        ext_pub_time is the publisher's own time, kept verbatim and shown to subscribers as
+        pub_time_iso; ordering and expiry use the server's clock.
+        """
         topic = self.resolve(target, publisher)
         if not topic.is_active:
             raise TopicInactive(topic.name)
@@ -356,11 +367,11 @@ class Broker:
         # PostgreSQL cannot store U+0000 in text, and one such row would fail a whole group commit.
         if '\x00' in text:
             raise InvalidMessage('data', 'contains a NUL character (U+0000); publish it as JSON or bytes')
-        for name, value in (('correl_id', correl_id), ('in_reply_to', in_reply_to),
-                            ('ext_client_id', ext_client_id)):
-            if value is not None and (not isinstance(value, str) or len(value) > 200 or '\x00' in value
+        for name, value, limit in (('correl_id', correl_id, 200), ('in_reply_to', in_reply_to, 200),
+                                   ('ext_client_id', ext_client_id, 200), ('pub_time', ext_pub_time, 64)):
+            if value is not None and (not isinstance(value, str) or len(value) > limit or '\x00' in value
                                       or not _is_unicode(value)):
-                raise InvalidMessage(name, 'must be a string of at most 200 characters, without NUL')
+                raise InvalidMessage(name, f'must be a string of at most {limit} characters, without NUL')
         gd = True if topic.is_service_topic else (topic.has_gd if has_gd is None else bool(has_gd))
         # A paused subscription (is_active false) still queues: only its delivery waits.
         subs = self.registry.all_subscribers(topic.name)
@@ -369,11 +380,11 @@ class Broker:
         if self.sub_allowed is not None and subs:
             subs = [s for s in subs if self.sub_allowed(s, topic)]
         now = time.time()
-        msg_id = MsgId('msg.' + os.urandom(12).hex())
+        msg_id = MsgId(MSG_ID_PREFIX + os.urandom(12).hex())
         pub = Publication(msg_id=msg_id, topic_id=topic.id, topic_name=topic.name, data=text, mime_type=mime,
                           priority=priority, pub_time=now, expiration_time=now + expiration, publisher=publisher,
                           correl_id=correl_id, in_reply_to=in_reply_to, ext_client_id=ext_client_id, has_gd=gd,
-                          size=size, sub_ids=[s.id for s in subs])
+                          size=size, sub_ids=[s.id for s in subs], ext_pub_time=ext_pub_time or None)
         if not subs:
             if topic.on_no_subs == 'drop':
                 _log.debug('message %s to %s dropped: no subscribers', msg_id, topic.name)
@@ -469,7 +480,7 @@ class Broker:
                 mime_type=pub.mime_type, priority=pub.priority, pub_time=pub.pub_time,
                 expiration_time=pub.expiration_time, publisher=pub.publisher, correl_id=pub.correl_id,
                 in_reply_to=pub.in_reply_to, ext_client_id=pub.ext_client_id, has_gd=False, size=pub.size,
-                topic_id=pub.topic_id))
+                topic_id=pub.topic_id, ext_pub_time=pub.ext_pub_time))
         return remote
 
     def _topic_full(self, topic: TopicInfo, gd: bool) -> bool:

@@ -146,6 +146,8 @@ class OverflowLog:
                   'priority': pub.priority, 'pub_time': pub.pub_time, 'expiration_time': pub.expiration_time,
                   'correl_id': pub.correl_id, 'in_reply_to': pub.in_reply_to, 'ext_client_id': pub.ext_client_id,
                   'publisher': pub.publisher}
+        if pub.ext_pub_time:
+            record['ext_pub_time'] = pub.ext_pub_time
         if sub_ids is not None:
             record['sub_ids'] = list(sub_ids)
         line = (json.dumps(record, ensure_ascii=False) + '\n').encode('utf-8')

@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select
 
-from runtime import secret_refs
+from runtime import secret_refs, zato_keys
 from runtime.config import PubSubSection
 from runtime.db.models import Subscription, Topic
 from runtime.errors import ConfigError
@@ -58,7 +58,7 @@ _DEFAULT_TOPIC = TopicInfo(0, '')
 
 
 def _where(item: dict[str, Any], section: str) -> str:
-    return f'{item["_file"]} [{section}] {item.get("name", "?")!r}'
+    return f'{item["_file"]} [{section}] {zato_keys.label(item)}'
 
 
 def apply_topics(conn: Connection, items: list[dict[str, Any]], scope: Scope) -> None:
@@ -212,6 +212,8 @@ def make_apply_subscriptions(settings: PubSubSection,  # type: ignore[no-untyped
                     sub_id, _ = store.create_subscription(
                         conn, registry, pattern, kind, service=service, security=security, push_url=push_url,
                         options=options, origin='config')
+                    if not is_active:  # a new subscription declared paused starts paused
+                        conn.execute(update(Subscription).where(Subscription.id == sub_id).values(is_active=False))
                     scope.set_owner(conn, Subscription, Subscription.id == sub_id, item['_file'])
                     scope.record('create', 'subscription', label, item['_file'])
                     declared.add(sub_id)

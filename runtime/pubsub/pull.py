@@ -95,7 +95,7 @@ _DELIVERY_COLUMNS = (QueueEntry.id, QueueEntry.sub_id, QueueEntry.delivery_count
                      QueueEntry.last_error, QueueEntry.recv_time, Message.id, Message.msg_id, Message.topic_name,
                      Message.data, Message.mime_type, Message.priority, Message.pub_time, Message.expiration_time,
                      Message.publisher, Message.correl_id, Message.in_reply_to, Message.ext_client_id,
-                     Message.has_gd, Message.size, Message.topic_id)
+                     Message.has_gd, Message.size, Message.topic_id, Message.ext_pub_time)
 
 
 @dataclass
@@ -274,7 +274,7 @@ def meta_dict(p: Pulled, now: float) -> dict[str, Any]:
     meta: dict[str, Any] = {
         'topic_name': d.topic_name, 'size': d.size, 'priority': d.priority,
         'expiration': round(d.expiration_time - d.pub_time), 'msg_id': d.msg_id, 'sub_key': p.sub.sub_key,
-        'pub_time_iso': _iso(d.pub_time), 'recv_time_iso': _iso(d.recv_time),
+        'pub_time_iso': d.ext_pub_time or _iso(d.pub_time), 'recv_time_iso': _iso(d.recv_time),
         'expiration_time_iso': _iso(d.expiration_time),
         'time_since_pub': str(timedelta(seconds=max(0.0, now - d.pub_time))),
         'time_since_recv': str(timedelta(seconds=max(0.0, now - d.recv_time))),

@@ -1,13 +1,20 @@
-"""REST push subscribers: each batch of a subscription's queue goes to its URL in one HTTP request.
+"""REST push subscribers: a subscription's messages go to its URL, one per HTTP request by default.
 
-The body is a JSON list of ``{data, meta}`` objects, ``meta`` as the pull API returns it
-(``runtime.pubsub.pull.meta_dict``), or a single such object when the batch holds one message
-and ``wrap_one_msg_in_list`` is false. The request uses ``push_method`` and must be answered in
-full within ``push_timeout_secs``. A 2xx answer means the endpoint took the whole batch. Any other
+By default (Zato 4.1's shape) each message is one request whose body is the flat message:
+``msg_id, topic_name, data, priority, expiration, pub_time_iso, recv_time_iso, expiration_time_iso``
+and, when set, ``correl_id, in_reply_to, ext_client_id, publisher`` (and ``mime_type`` for data that
+is not JSON). Two subscription options change that: ``push_format: envelope`` sends each message
+as ``{data, meta}``, ``meta`` as the pull API returns it (``runtime.pubsub.pull.meta_dict``), and
+``push_batch: true`` sends each delivery batch in one request, as a JSON list. A request that
+carries one message sends it bare unless ``wrap_one_msg_in_list`` is true. The request uses
+``push_method`` and ``Content-Type: application/json`` and must be answered in full within
+``push_timeout_secs``. A 2xx answer means the endpoint took every message of the request. Any other
 status raises ``PushFailed`` naming it and the URL (retried after ``wait_non_sock_err``); a
 connection that cannot be made, breaks, or stays silent past the timeout raises
 ``PushUnreachable``, a socket-level error (retried after ``wait_sock_err``). Redirects are not
-followed, so a 3xx is a failure too, and credentials never travel to another host.
+followed, so a 3xx is a failure too, and credentials never travel to another host. With
+``err_should_block``, a failed request stops the batch: the messages after it are not sent and
+keep their place.
 
 Basic Auth towards the endpoint: ``push_username`` with ``push_password`` given as a
 ``${CONDUIT_SECRET_...}`` reference, read from the worker's environment at each request (through
@@ -37,6 +44,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -53,8 +61,8 @@ from runtime.pubsub.store import Delivery
 
 _log = logging.getLogger(__name__)
 
-#: Headers of every push request.
-_HEADERS = {'Content-Type': 'application/json; charset=utf-8', 'User-Agent': 'Conduit-pubsub'}
+#: Headers of every push request (Zato's receivers compare the content type as it is).
+_HEADERS = {'Content-Type': 'application/json', 'User-Agent': 'Conduit-pubsub'}
 
 #: URL schemes a push endpoint may use.
 _SCHEMES = ('http', 'https')
@@ -101,6 +109,25 @@ def _why(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def flat_message(d: Delivery, data: Any) -> dict[str, Any]:
+    """A message as Zato 4.1 pushes it: its fields at the top level (optional ones only when set)."""
+    body: dict[str, Any] = {
+        'msg_id': d.msg_id, 'topic_name': d.topic_name, 'data': data, 'priority': d.priority,
+        'expiration': round(d.expiration_time - d.pub_time), 'pub_time_iso': d.ext_pub_time or _iso(d.pub_time),
+        'recv_time_iso': _iso(d.recv_time), 'expiration_time_iso': _iso(d.expiration_time)}
+    for name in ('correl_id', 'in_reply_to', 'ext_client_id', 'publisher'):
+        value = getattr(d, name)
+        if value:
+            body[name] = value
+    if d.mime_type != 'application/json':
+        body['mime_type'] = d.mime_type  # text as published, or base64 ('...;base64') for bytes
+    return body
+
+
 def _password(reference: str, method: str, url: str) -> str:
     try:
         return secret_refs.resolve(reference, 'push_password', 'REST push')
@@ -117,7 +144,7 @@ class PushDeliverer:
         self._session: requests.Session | None = None
 
     def deliver_batch(self, sub: SubInfo, batch: list[Delivery]) -> list[Outcome]:
-        """Send a batch in one request; one outcome per message tried (in batch order)."""
+        """Send a batch, one request per message (or all in one with push_batch); one outcome per message tried."""
         block = sub.options.err_should_block
         outcomes: list[Outcome] = []
         sending: list[tuple[Outcome, bytes]] = []
@@ -141,14 +168,20 @@ class PushDeliverer:
             outcome = Outcome(d, True)
             outcomes.append(outcome)
             sending.append((outcome, text))
-        if sending:
+        size = max(1, len(sending)) if sub.options.push_batch else 1
+        for start in range(0, len(sending), size):
+            chunk = sending[start:start + size]
             try:
-                self.push(sub, [text for _, text in sending])
+                self.push(sub, [text for _, text in chunk])
             except gevent.GreenletExit:
                 raise
             except Exception as e:
-                for outcome, _ in sending:
+                for outcome, _ in chunk:
                     outcome.ok, outcome.error = False, e
+                if block:
+                    # Strict order: what comes after the failed request is not tried now.
+                    last = next(i for i, o in enumerate(outcomes) if o is chunk[-1][0])
+                    return outcomes[:last + 1]
         return outcomes
 
     def _render(self, sub: SubInfo, d: Delivery, meta: dict[str, Any], now: float) -> bytes:
@@ -156,9 +189,12 @@ class PushDeliverer:
         # Binary data travels as its stored base64 text; anything else as the subscriber sees it
         # (a hook may have replaced it).
         data = d.data if isinstance(meta['data'], bytes) else meta['data']
+        if sub.options.push_format == 'envelope':
+            body = {'data': data, 'meta': meta_dict(Pulled(d, sub), now)}
+        else:
+            body = flat_message(d, data)
         try:
-            return json_limits.dumps({'data': data, 'meta': meta_dict(Pulled(d, sub), now)},
-                                     self._limits).encode('utf-8')
+            return json_limits.dumps(body, self._limits).encode('utf-8')
         except json_limits.InvalidJson as e:
             raise UnrenderableMessage(d.msg_id, f'its data {e}') from None
         except UnicodeEncodeError:

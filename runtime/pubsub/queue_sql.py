@@ -21,14 +21,14 @@ QUEUE = 'conduit_queue'
 #: Columns of a stored message, in the order of the tuples insert_messages takes.
 MESSAGE_COLUMNS = ('id', 'msg_id', 'topic_id', 'topic_name', 'data', 'mime_type', 'priority', 'pub_time',
                    'expiration_time', 'publisher', 'correl_id', 'in_reply_to', 'ext_client_id', 'has_gd', 'size',
-                   'in_topic')
+                   'in_topic', 'ext_pub_time')
 #: Columns of a queue entry, in the order of the tuples insert_entries takes.
 ENTRY_COLUMNS = ('sub_id', 'message_id', 'priority', 'next_attempt_at', 'recv_time', 'delivery_count', 'last_error')
 
 _PG_TYPES = {'id': 'bigint', 'msg_id': 'text', 'topic_id': 'integer', 'topic_name': 'text', 'data': 'text',
              'mime_type': 'text', 'priority': 'integer', 'pub_time': 'float8', 'expiration_time': 'float8',
              'publisher': 'text', 'correl_id': 'text', 'in_reply_to': 'text', 'ext_client_id': 'text',
-             'has_gd': 'boolean', 'size': 'integer', 'in_topic': 'boolean', 'sub_id': 'integer',
+             'has_gd': 'boolean', 'size': 'integer', 'in_topic': 'boolean', 'ext_pub_time': 'text', 'sub_id': 'integer',
              'message_id': 'bigint', 'next_attempt_at': 'float8', 'recv_time': 'float8', 'delivery_count': 'integer',
              'last_error': 'text'}
 
@@ -36,7 +36,7 @@ _PG_TYPES = {'id': 'bigint', 'msg_id': 'text', 'topic_id': 'integer', 'topic_nam
 # then publication order.
 _HEAD_COLUMNS = (f'q.id, q.sub_id, q.delivery_count, q.next_attempt_at, q.last_error, q.recv_time, m.id, m.msg_id, '
                  f'm.topic_name, m.data, m.mime_type, m.priority, m.pub_time, m.expiration_time, m.publisher, '
-                 f'm.correl_id, m.in_reply_to, m.ext_client_id, m.has_gd, m.size, m.topic_id '
+                 f'm.correl_id, m.in_reply_to, m.ext_client_id, m.has_gd, m.size, m.topic_id, m.ext_pub_time '
                  f'FROM {QUEUE} q JOIN {MESSAGE} m ON m.id = q.message_id')
 _ORDER = 'ORDER BY q.priority, q.message_id LIMIT {p}'
 _SQL = {

@@ -30,10 +30,31 @@ KINDS = (KIND_SERVICE, KIND_PULL, KIND_REST_PUSH)
 #: HTTP methods a REST push subscription may use.
 PUSH_METHODS = ('POST', 'PUT', 'PATCH')
 
+#: Bodies a REST push subscription may send: Zato 4.1's flat message (the default), or ``{data, meta}``.
+PUSH_FORMATS = ('flat', 'envelope')
+
+
+#: Zato 4.1's name of a service's topic is this prefix and the service's name; an alias of the topic above.
+SERVICE_TOPIC_ALIAS_PREFIX = 'zato.s.to.'
+
 
 def service_topic_name(service: str) -> str:
     """The implicit topic of a service: /zato/s/to/<name with dots as underscores>."""
     return SERVICE_TOPIC_PREFIX + service.replace('.', '_')
+
+
+def aliased_service(name: str) -> str | None:
+    """The service a Zato 4.1 service topic name (``zato.s.to.<service name>``) stands for, else None."""
+    prefix = SERVICE_TOPIC_ALIAS_PREFIX
+    if isinstance(name, str) and len(name) > len(prefix) and name[:len(prefix)].lower() == prefix:
+        return name[len(prefix):]
+    return None
+
+
+def canonical_topic_name(name: str) -> str:
+    """A topic name with Zato 4.1's service topic alias replaced by the topic it stands for."""
+    service = aliased_service(name)
+    return name if service is None else service_topic_name(service)
 
 
 @dataclass(frozen=True)
@@ -101,6 +122,10 @@ class DeliveryOptions:
     # REST push (runtime.pubsub.push): method, batching and timeout towards the endpoint.
     push_method: str = 'POST'
     wrap_one_msg_in_list: bool = False
+    #: 'flat' (Zato 4.1: msg_id, topic_name, data, ... at the top level) or 'envelope' ({data, meta}).
+    push_format: str = 'flat'
+    #: False: one message per request, as Zato 4.1 pushes; true: each delivery batch in one request (a list).
+    push_batch: bool = False
     push_timeout_secs: float = 10.0
     #: Basic Auth towards the endpoint; the password only as a ${CONDUIT_SECRET_...} reference (see
     #: runtime.secret_refs), resolved at delivery.
@@ -145,6 +170,9 @@ class DeliveryOptions:
         if result.push_method.upper() not in PUSH_METHODS:
             raise ConfigError(where, f'push_method must be one of {", ".join(PUSH_METHODS)}, '
                                      f'not {result.push_method!r}')
+        if result.push_format not in PUSH_FORMATS:
+            raise ConfigError(where, f'push_format must be one of {", ".join(PUSH_FORMATS)}, '
+                                     f'not {result.push_format!r}')
         if result.push_timeout_secs <= 0:
             raise ConfigError(where, 'push_timeout_secs must be more than 0')
         if result.push_password:
@@ -202,8 +230,11 @@ class Registry:
                 self._service_subs[s.service] = s
 
     def topic(self, name: str) -> TopicInfo | None:
-        """A topic by name, case-insensitively."""
-        return self.topics.get(normalize(name))
+        """A topic by name, case-insensitively; ``zato.s.to.<service>`` finds the service's topic."""
+        found = self.topics.get(normalize(name))
+        if found is None and aliased_service(name) is not None:
+            found = self.topics.get(normalize(canonical_topic_name(name)))
+        return found
 
     def subscribers(self, topic_name: str) -> list[SubInfo]:
         """Active subscriptions whose topic or pattern matches, in id order."""

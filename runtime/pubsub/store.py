@@ -29,7 +29,7 @@ from runtime.pubsub.topics import matches, normalize
 _MESSAGE_COLUMNS = (Message.id, Message.msg_id, Message.topic_name, Message.data, Message.mime_type,
                     Message.priority, Message.pub_time, Message.expiration_time, Message.publisher,
                     Message.correl_id, Message.in_reply_to, Message.ext_client_id, Message.has_gd, Message.size,
-                    Message.topic_id)
+                    Message.topic_id, Message.ext_pub_time)
 
 _log = logging.getLogger(__name__)
 
@@ -62,6 +62,8 @@ class Publication:
     sub_ids: list[int]
     #: No subscriber: the topic keeps it until one appears.
     in_topic: bool = False
+    #: The publisher's own pub_time, verbatim (pub_time is the server's).
+    ext_pub_time: str | None = None
 
 
 @dataclass
@@ -89,6 +91,8 @@ class Delivery:
     has_gd: bool
     size: int
     topic_id: int = 0
+    #: The publisher's own pub_time, verbatim, if it gave one.
+    ext_pub_time: str | None = None
 
     def payload(self) -> Any:
         """The data as the publisher gave it (JSON decoded when it was JSON)."""
@@ -192,7 +196,8 @@ def insert_publications(conn: Connection, pubs: list[Publication]) -> None:
     ids = queue_sql.next_message_ids(conn, len(pubs))
     queue_sql.insert_messages(conn, [
         (message_id, p.msg_id, p.topic_id, p.topic_name, p.data, p.mime_type, p.priority, p.pub_time,
-         p.expiration_time, p.publisher, p.correl_id, p.in_reply_to, p.ext_client_id, p.has_gd, p.size, p.in_topic)
+         p.expiration_time, p.publisher, p.correl_id, p.in_reply_to, p.ext_client_id, p.has_gd, p.size, p.in_topic,
+         p.ext_pub_time)
         for p, message_id in zip(pubs, ids, strict=True)])
     entries = [(sub_id, message_id, -p.priority, 0.0, p.pub_time, 0, '')
                for p, message_id in zip(pubs, ids, strict=True) for sub_id in p.sub_ids]
@@ -273,7 +278,7 @@ def dead_letter(conn: Connection, d: Delivery, reason: str, error: str) -> None:
             msg_id=d.msg_id, topic_id=d.topic_id, topic_name=d.topic_name, data=d.data, mime_type=d.mime_type,
             priority=d.priority, pub_time=d.pub_time, expiration_time=d.expiration_time, publisher=d.publisher,
             correl_id=d.correl_id, in_reply_to=d.in_reply_to, ext_client_id=d.ext_client_id, has_gd=False,
-            size=d.size, in_topic=False)).inserted_primary_key[0]
+            size=d.size, in_topic=False, ext_pub_time=d.ext_pub_time)).inserted_primary_key[0]
     conn.execute(insert(DeadLetter).values(sub_id=d.sub_id, message_id=message_id,
                                            delivery_count=d.delivery_count, last_error=error[:4000],
                                            reason=reason, dead_at=time.time()))

@@ -240,7 +240,8 @@ def test_a_rest_push_sends_the_rest_of_the_batch_and_dead_letters_the_poison(
     rt = make_rt()
     rt.broker.create_topic('push.poison')
     sub = rt.broker.subscribe('push.poison', 'rest_push', push_url=receiver.url,
-                              options={'err_should_block': err_should_block, 'wrap_one_msg_in_list': True})
+                              options={'err_should_block': err_should_block, 'wrap_one_msg_in_list': True,
+                                       'push_batch': True, 'push_format': 'envelope'})
     rt.broker.set_active(sub.sub_key, False)  # the whole mix waits in the queue, then goes as one batch
     goods, poisons = interleaved(lambda data: rt.broker.publish('push.poison', data),
                                  lambda text: insert_poison(rt.engine, 'push.poison', [sub.id], text))

@@ -1,14 +1,14 @@
 """object owners and the audit log
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-11-24 02:45:00
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0007'
-down_revision = '0005'
+down_revision = '0006'
 branch_labels = None
 depends_on = None
 
