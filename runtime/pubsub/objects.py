@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import Connection, delete, select, update
 
 from runtime import secret_refs, zato_keys
 from runtime.config import PubSubSection
