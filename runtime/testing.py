@@ -86,8 +86,13 @@ def runtime_factory(tmp_path: Path) -> Iterator[Callable[..., TestRuntime]]:
         base.mkdir()
         rt = TestRuntime(settings or make_settings(base, db_url))
         made.append(rt)
+        # Classes and modules are registered before start, as a server loads services/ before it
+        # serves: object files applied at start may name them (a channel must name a service that
+        # exists). Files go through the hot deployer, which records them in the started database.
+        files = [s for s in services if isinstance(s, (str, Path))]
+        rt.deploy(*(s for s in services if not isinstance(s, (str, Path))))
         rt.start(watch=False)
-        rt.deploy(*services)
+        rt.deploy(*files)
         return rt
 
     yield factory

@@ -218,7 +218,7 @@ def test_objects_apply_command_shows_a_dry_run_then_applies(tmp_path: Path, db_u
      '  - {name: c2, service: conduit.ping, url_path: "/x/{b}", method: GET}',
      "[channel_rest] 'c1': channel 'c2' already answers GET /x/{b} (same path and method)"),
     ('pubsub_subscription:\n  - {push_service: conduit.ping, topic_list: [no.such.topic]}',
-     "[pubsub_subscription] '?': topic 'no.such.topic' does not exist"),
+     "[pubsub_subscription] 'conduit.ping': topic 'no.such.topic' does not exist"),
     ('scheduler:\n  - {name: j1, service: no.such.service, job_type: interval_based, minutes: 1}',
      "[scheduler] 'j1': service 'no.such.service' does not exist"),
 ])
