@@ -13,19 +13,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from runtime.cli_admin import COMMANDS as ADMIN_COMMANDS
 from runtime.cli_jobs import job
+from runtime.cli_output import echo_json, json_option, print_values
 from runtime.cli_spark import spark
 from runtime.config import Settings, load_settings
 from runtime.errors import ConduitError
-
-_console = Console()
-
-#: Width of tables written to a pipe or file: wide enough that scripts never see a cut name.
-PIPED_TABLE_WIDTH = 10_000
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -89,12 +83,6 @@ def _without_password(url: str) -> str:
     if not at or ':' not in userinfo:
         return url
     return url.replace(netloc, f"{userinfo.split(':', 1)[0]}:***@{host}", 1)
-
-
-def _print_table(table: Table) -> None:
-    # Output piped into grep or a script must not be cut at the width of a terminal.
-    console = _console if _console.is_terminal else Console(width=PIPED_TABLE_WIDTH)
-    console.print(table)
 
 
 def _read_pid(settings: Settings) -> int | None:
@@ -188,21 +176,21 @@ def undeploy(ctx: click.Context, name: str) -> None:
 
 
 @main.command()
+@json_option
 @click.pass_context
-def services(ctx: click.Context) -> None:
+def services(ctx: click.Context, as_json: bool) -> None:
     """List deployed services."""
     try:
         result = _client(ctx).call('GET', '/admin/services')
     except ConduitError as e:
         raise click.ClickException(str(e)) from None
-    table = Table('name', 'module', 'input', 'deployed at')
+    if as_json:
+        echo_json(result)
+        return
+    values = [(s['name'], s['module'], ', '.join(s['input'] + [f'-{f}' for f in s['input_optional']]),
+               s['deployed_at']) for s in result['services']]
     # A service's name is what users copy from the list: never shorten it, shorten the rest.
-    table.columns[0].no_wrap = True
-    table.columns[0].min_width = max((len(s['name']) for s in result['services']), default=4)
-    for s in result['services']:
-        inputs = ', '.join(s['input'] + [f'-{f}' for f in s['input_optional']])
-        table.add_row(s['name'], s['module'], inputs, s['deployed_at'])
-    _print_table(table)
+    print_values(('name', 'module', 'input', 'deployed at'), values)
 
 
 def _quote(name: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -355,6 +356,7 @@ def test_a_message_expiring_between_retries_is_dead_lettered_with_its_last_error
     assert dead['msg_id'] == msg_id
     assert dead['reason'] == 'expired'
     assert 'RuntimeError: downstream rejected the order' in dead['last_error']
+    assert "raise RuntimeError('downstream rejected the order')" in dead['last_traceback']
     assert dead['delivery_count'] == len(seen('ps.always.fails')) >= 1
     assert rt.broker.queue_depth(sub.sub_key) == 0
 
@@ -498,6 +500,28 @@ def test_a_poison_message_is_dead_lettered_while_later_ones_flow(make_rt: Callab
     assert sorted(order) == [('a', 1), ('b', 1), ('poison', 1), ('poison', 2), ('poison', 3)]
     assert order.index(('a', 1)) < order.index(('poison', 2))
     assert order.index(('b', 1)) < order.index(('poison', 2))
+
+
+def test_a_failing_subscriber_s_traceback_is_logged_and_kept_with_the_dead_letter(
+        make_rt: Callable[..., TestRuntime], caplog: pytest.LogCaptureFixture) -> None:
+    rt = make_rt(Poisoned)
+    sub = paused_subscription(rt, 'ps.poison.trace', 'ps.poisoned', max_attempts=3, wait_non_sock_err=0.05)
+    poison = rt.broker.publish('ps.poison.trace', 'poison')
+    with caplog.at_level(logging.INFO, logger='runtime.pubsub.delivery'):
+        rt.broker.set_active(sub.sub_key, True)
+        wait_until(lambda: rt.broker.dead_letters(sub.sub_key), TIMEOUT, message='dead letter')
+
+    [dead] = rt.broker.dead_letters(sub.sub_key)
+    # The file and line that raised, not only "ValueError: ...".
+    assert dead['last_error'] == 'ValueError: cannot digest this poison pill'
+    assert dead['last_traceback'].startswith('Traceback (most recent call last):')
+    assert 'test_pubsub_broker.py", line' in dead['last_traceback']
+    assert "raise ValueError('cannot digest this poison pill')" in dead['last_traceback']
+
+    lines = [r for r in caplog.records if r.name == 'runtime.pubsub.delivery' and poison in r.getMessage()]
+    assert [(r.levelname, 'Traceback' in r.getMessage()) for r in lines] == [
+        ('WARNING', True), ('INFO', False), ('ERROR', True)]
+    assert all('test_pubsub_broker.py' in r.getMessage() for r in (lines[0], lines[2]))
 
 
 def test_a_poison_message_blocks_later_ones_until_dead_lettered(make_rt: Callable[..., TestRuntime]) -> None:

@@ -41,6 +41,7 @@ import gevent
 from gevent.event import AsyncResult, Event
 from gevent.pool import Pool
 
+from runtime.pubsub.failure import error_line, format_traceback
 from runtime.pubsub.hooks import HookChain
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.retry import RedeliveryDecision, decide
@@ -234,12 +235,15 @@ class DeliveryLoop:
             if o.ok or o.drop:
                 acked.append(d.entry_id)
                 continue
-            error = f'{type(o.error).__name__}: {o.error}'
-            decision = decide(opts, d.delivery_count, o.error, time.time(), d.expiration_time)  # type: ignore[arg-type]
+            assert o.error is not None
+            error = error_line(o.error)
+            d.last_traceback = format_traceback(o.error)
+            decision = decide(opts, d.delivery_count, o.error, time.time(), d.expiration_time)
             if decision.dead_letter:
                 dead.append((d, decision.reason, error))
-                _log.warning('%s: message %s dead-lettered after %d attempt(s) (%s): %s', self.sub.label,
-                             d.msg_id, d.delivery_count, decision.reason, error)
+                # The last attempt: the full traceback, so the cause is in the log as well as the dead letter.
+                _log.error('%s: message %s dead-lettered after %d attempt(s) (%s): %s\n%s', self.sub.label,
+                           d.msg_id, d.delivery_count, decision.reason, error, d.last_traceback.rstrip())
             else:
                 retries.append((d, decision.at, error))
         if self._deliver_batch is not None and opts.err_should_block and len(retries) > 1:
@@ -247,8 +251,13 @@ class DeliveryLoop:
             head_at = min(retries, key=lambda r: position[r[0].entry_id])[1]
             retries = [(d, head_at, error) for d, _, error in retries]
         for d, at, error in retries:
-            _log.info('%s: message %s failed (attempt %d), next attempt in %.2f s: %s', self.sub.label,
-                      d.msg_id, d.delivery_count, at - time.time(), error)
+            if d.delivery_count == 1:
+                # The first failure gets the traceback; later ones one short line each, not 25 tracebacks.
+                _log.warning('%s: message %s failed (attempt 1), next attempt in %.2f s: %s\n%s', self.sub.label,
+                             d.msg_id, at - time.time(), error, d.last_traceback.rstrip())
+            else:
+                _log.info('%s: message %s failed (attempt %d), next attempt in %.2f s: %s', self.sub.label,
+                          d.msg_id, d.delivery_count, at - time.time(), error)
         for d in expired:
             dead.append((d, 'expired', d.last_error or 'the message expired before it could be delivered'))
         if self._ram:

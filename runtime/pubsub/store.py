@@ -22,6 +22,7 @@ from runtime.db.blocking import run_transaction
 from runtime.db.models import DeadLetter, Message, QueueEntry, Subscription, Topic
 from runtime.errors import ConfigError
 from runtime.pubsub import queue_sql
+from runtime.pubsub.failure import MAX_TRACEBACK_CHARS
 from runtime.pubsub.registry import DeliveryOptions, Registry, SubInfo, TopicInfo, parse_options
 from runtime.pubsub.topics import matches, normalize
 
@@ -89,6 +90,8 @@ class Delivery:
     has_gd: bool
     size: int
     topic_id: int = 0
+    #: Traceback of the last failed attempt, set by the delivery loop (not read with the head).
+    last_traceback: str = ''
 
     def payload(self) -> Any:
         """The data as the publisher gave it (JSON decoded when it was JSON)."""
@@ -255,10 +258,11 @@ uncount_attempt = queue_sql.uncount_attempt
 ack = queue_sql.ack
 
 
-def schedule_retry(conn: Connection, entry_id: int, at: float, error: str) -> None:
-    """Keep an entry for a later attempt, with the error of the last one."""
+def schedule_retry(conn: Connection, entry_id: int, at: float, error: str, traceback: str = '') -> None:
+    """Keep an entry for a later attempt, with the error (and traceback) of the last one."""
     conn.execute(update(QueueEntry).where(QueueEntry.id == entry_id)
-                 .values(next_attempt_at=at, last_error=error[:4000]))
+                 .values(next_attempt_at=at, last_error=error[:4000],
+                         last_traceback=traceback[-MAX_TRACEBACK_CHARS:] or None))
 
 
 def dead_letter(conn: Connection, d: Delivery, reason: str, error: str) -> None:
@@ -274,8 +278,14 @@ def dead_letter(conn: Connection, d: Delivery, reason: str, error: str) -> None:
             priority=d.priority, pub_time=d.pub_time, expiration_time=d.expiration_time, publisher=d.publisher,
             correl_id=d.correl_id, in_reply_to=d.in_reply_to, ext_client_id=d.ext_client_id, has_gd=False,
             size=d.size, in_topic=False)).inserted_primary_key[0]
+    traceback = d.last_traceback
+    if not traceback and d.entry_id > 0:
+        # Expired while waiting for its next attempt: the traceback of the last one is stored with the entry.
+        traceback = conn.execute(select(QueueEntry.last_traceback).where(QueueEntry.id == d.entry_id)
+                                 ).scalar() or ''
     conn.execute(insert(DeadLetter).values(sub_id=d.sub_id, message_id=message_id,
                                            delivery_count=d.delivery_count, last_error=error[:4000],
+                                           last_traceback=traceback[-MAX_TRACEBACK_CHARS:] or None,
                                            reason=reason, dead_at=time.time()))
     if d.entry_id > 0:
         conn.execute(delete(QueueEntry).where(QueueEntry.id == d.entry_id))
@@ -296,7 +306,8 @@ def queue_depths(conn: Connection, sub_ids: list[int]) -> dict[int, int]:
 
 def dead_letters(conn: Connection, sub_id: int) -> list[dict[str, Any]]:
     """A subscription's dead letters, oldest first."""
-    rows = conn.execute(select(DeadLetter.id, DeadLetter.delivery_count, DeadLetter.last_error, DeadLetter.reason,
+    rows = conn.execute(select(DeadLetter.id, DeadLetter.delivery_count, DeadLetter.last_error,
+                               DeadLetter.last_traceback, DeadLetter.reason,
                                DeadLetter.dead_at, Message.msg_id, Message.data, Message.mime_type)
                         .join(Message, Message.id == DeadLetter.message_id)
                         .where(DeadLetter.sub_id == sub_id).order_by(DeadLetter.id)).all()
@@ -349,7 +360,7 @@ def apply_settlement(conn: Connection, settlement: Settlement) -> None:
     if settlement.acked:
         ack(conn, settlement.acked)
     for d, at, error in settlement.retries:
-        schedule_retry(conn, d.entry_id, at, error)
+        schedule_retry(conn, d.entry_id, at, error, d.last_traceback)
     for d, reason, error in settlement.dead:
         dead_letter(conn, d, reason, error)
     if settlement.uncount:
