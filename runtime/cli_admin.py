@@ -21,9 +21,9 @@ from runtime.errors import ConduitError
 
 
 def _call(ctx: click.Context, method: str, path: str, body: Any = None) -> dict[str, Any]:
-    from runtime.admin_client import AdminClient
+    from runtime.admin_client import for_cli
     try:
-        return AdminClient(ctx.obj['settings']).call(method, path, body)
+        return for_cli(ctx.obj).call(method, path, body)
     except ConduitError as e:
         raise click.ClickException(str(e)) from None
 

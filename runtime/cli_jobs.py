@@ -40,8 +40,8 @@ _FLAGS = [
 
 
 def _client(ctx: click.Context) -> Any:
-    from runtime.admin_client import AdminClient
-    return AdminClient(ctx.obj['settings'])
+    from runtime.admin_client import for_cli
+    return for_cli(ctx.obj)
 
 
 def _call(ctx: click.Context, method: str, path: str, body: Any = None) -> dict[str, Any]:
