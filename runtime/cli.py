@@ -66,6 +66,9 @@ def start(ctx: click.Context, workers: int | None, bind: str | None, demo: bool)
         settings.server.bind = bind
     logging.basicConfig(level=settings.logging.level.upper(), format=settings.logging.format)
     logging.getLogger('alembic').setLevel(logging.WARNING)
+    # Patched here, before the server stack imports ssl: a worker patching after the fork warned each start.
+    from gevent import monkey
+    monkey.patch_all()
     from runtime.admin_client import base_url
     from runtime.server import run
     url = base_url(settings)
