@@ -34,6 +34,7 @@ from runtime.errors import (
     TopicInactive,
     TopicNotFound,
 )
+from runtime.pubsub import admin_ops
 from runtime.pubsub.broker import CHANNEL_HOOK, CHANNEL_PUBSUB, lease_name
 from runtime.pubsub.topics import InvalidTopicName
 from runtime.service import Service
@@ -522,6 +523,24 @@ def test_a_failing_subscriber_s_traceback_is_logged_and_kept_with_the_dead_lette
     assert [(r.levelname, 'Traceback' in r.getMessage()) for r in lines] == [
         ('WARNING', True), ('INFO', False), ('ERROR', True)]
     assert all('test_pubsub_broker.py' in r.getMessage() for r in (lines[0], lines[2]))
+
+
+def test_a_waiting_retry_shows_its_traceback_in_the_queue_message_view(make_rt: Callable[..., TestRuntime]) -> None:
+    rt = make_rt(Poisoned, wait_non_sock_err=60, max_wait_secs=60)
+    rt.broker.create_topic('ps.poison.view')
+    sub = rt.broker.subscribe('ps.poison.view', 'service', service='ps.poisoned')
+    msg_id = rt.broker.publish('ps.poison.view', 'poison')
+
+    def view() -> dict[str, Any] | None:
+        row = run_transaction(rt.engine, lambda c: admin_ops.queue_message(c, sub.id, msg_id), write=False)
+        return admin_ops.message_view(row) if row is not None and row.last_error else None
+
+    shown = wait_until(view, TIMEOUT, message='first attempt stored')
+    assert shown['last_error'] == 'ValueError: cannot digest this poison pill'
+    assert "raise ValueError('cannot digest this poison pill')" in shown['last_traceback']
+    # Lists stay small: only a message's own view carries the traceback.
+    listed = run_transaction(rt.engine, lambda c: admin_ops.browse_queue(c, sub.id, 10, 0), write=False)
+    assert [m['msg_id'] for m in listed] == [msg_id] and 'last_traceback' not in listed[0]
 
 
 def test_a_poison_message_blocks_later_ones_until_dead_lettered(make_rt: Callable[..., TestRuntime]) -> None:

@@ -230,6 +230,9 @@ class DeliveryLoop:
         tried = {o.delivery.entry_id for o in outcomes}
         uncount = untried + [d.entry_id for d in live if d.entry_id not in tried]
         acked, retries, dead = [], [], []
+        # A failed batch fails each of its messages with one exception: formatted, and logged in full, once.
+        tracebacks: dict[int, str] = {}
+        logged: set[int] = set()
         for o in outcomes:
             d = o.delivery
             if o.ok or o.drop:
@@ -237,24 +240,28 @@ class DeliveryLoop:
                 continue
             assert o.error is not None
             error = error_line(o.error)
-            d.last_traceback = format_traceback(o.error)
+            if id(o.error) not in tracebacks:
+                tracebacks[id(o.error)] = format_traceback(o.error)
+            d.last_traceback = tracebacks[id(o.error)]
             decision = decide(opts, d.delivery_count, o.error, time.time(), d.expiration_time)
             if decision.dead_letter:
                 dead.append((d, decision.reason, error))
                 # The last attempt: the full traceback, so the cause is in the log as well as the dead letter.
-                _log.error('%s: message %s dead-lettered after %d attempt(s) (%s): %s\n%s', self.sub.label,
-                           d.msg_id, d.delivery_count, decision.reason, error, d.last_traceback.rstrip())
+                _log.error('%s: message %s dead-lettered after %d attempt(s) (%s): %s%s', self.sub.label, d.msg_id,
+                           d.delivery_count, decision.reason, error, self._traceback_once(o.error, d, logged))
             else:
                 retries.append((d, decision.at, error))
         if self._deliver_batch is not None and opts.err_should_block and len(retries) > 1:
             position = {d.entry_id: i for i, d in enumerate(live)}
             head_at = min(retries, key=lambda r: position[r[0].entry_id])[1]
             retries = [(d, head_at, error) for d, _, error in retries]
+        errors = {o.delivery.entry_id: o.error for o in outcomes if o.error is not None}
         for d, at, error in retries:
             if d.delivery_count == 1:
                 # The first failure gets the traceback; later ones one short line each, not 25 tracebacks.
-                _log.warning('%s: message %s failed (attempt 1), next attempt in %.2f s: %s\n%s', self.sub.label,
-                             d.msg_id, at - time.time(), error, d.last_traceback.rstrip())
+                _log.warning('%s: message %s failed (attempt 1), next attempt in %.2f s: %s%s', self.sub.label,
+                             d.msg_id, at - time.time(), error,
+                             self._traceback_once(errors[d.entry_id], d, logged))
             else:
                 _log.info('%s: message %s failed (attempt %d), next attempt in %.2f s: %s', self.sub.label,
                           d.msg_id, d.delivery_count, at - time.time(), error)
@@ -271,6 +278,14 @@ class DeliveryLoop:
         if retries and opts.err_should_block:
             return max(0.01, min(at for _, at, _ in retries) - time.time())
         return 0
+
+    @staticmethod
+    def _traceback_once(error: BaseException | None, d: Delivery, logged: set[int]) -> str:
+        """The traceback to append to a log line: in full the first time this cycle logs the error."""
+        if id(error) in logged:
+            return ' (traceback above)'
+        logged.add(id(error))
+        return '\n' + d.last_traceback.rstrip()
 
     @staticmethod
     def _pending_or_none(acked: list[int], retries: list[tuple[Delivery, float, str]],
