@@ -474,7 +474,8 @@ def sec_list(ctx: click.Context, as_json: bool) -> None:
     """List security definitions (never their passwords)."""
     answer = _call(ctx, 'GET', '/admin/security')
     rows(answer['security'], [('name', 'name'), ('username', 'username'), ('realm', 'realm'),
-                               ('active', 'is_active'), ('origin', 'origin')], as_json, answer)
+                               ('active', 'is_active'), ('origin', 'origin')], as_json, answer,
+          names=('name', 'username'))
 
 
 @sec.command('show')
@@ -593,7 +594,7 @@ def channel_list(ctx: click.Context, as_json: bool) -> None:
     items = [{**c, 'methods': ', '.join(c['methods']) or 'any'} for c in answer['channels']]
     rows(items, [('name', 'name'), ('url path', 'url_path'), ('methods', 'methods'), ('service', 'service'),
                   ('format', 'data_format'), ('security', 'security'), ('active', 'is_active'),
-                  ('origin', 'origin')], as_json, answer)
+                  ('origin', 'origin')], as_json, answer, names=('name', 'url_path', 'service'))
 
 
 @channel.command('show')
