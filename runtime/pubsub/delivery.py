@@ -26,6 +26,11 @@ the loop waits or stops. Entries that were taken but not tried (behind a message
 yet, or pushed out of the batch by in-memory messages of higher priority) have their attempt
 taken back in the next settlement.
 
+A failed attempt keeps its error line and its traceback (``runtime.pubsub.failure``) with the
+entry, and so with the dead letter. The log gets the traceback at the first failed attempt
+(WARNING) and when the message is dead-lettered (ERROR); the attempts in between get one short
+INFO line each, so that a message retried 25 times does not write 25 tracebacks.
+
 The loop knows nothing of SQL or HTTP: storage is the ``QueueBackend`` it is given and the
 subscriber is the ``deliver`` (or ``deliver_batch``) callable, which raises on failure.
 """
