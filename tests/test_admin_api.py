@@ -132,6 +132,11 @@ def test_bad_input_gets_a_clear_4xx_and_nothing_stored_changes(server: LiveServe
         r = server.request('POST', path, data=json.dumps(body), auth=server.admin,
                            headers={'Content-Type': 'application/json'})
         assert r.status_code == 400, f'{path} {body!r}: {r.status_code} {r.text}'
+    # Every missing field is named at once, not one per attempt.
+    for path, body, named in (('/admin/channels', {'name': 'c'}, "input fields 'service', 'url_path' are required"),
+                              ('/admin/security', {}, "input fields 'name', 'username', 'password' are required"),
+                              ('/admin/subscriptions', {}, "input fields 'topic', 'kind' are required")):
+        assert named in admin('POST', path, 400, json=body)['details']
     for raw in (b'{"name": ', b'[1, 2]', b'"just a string"', b'\xff\xfe'):
         assert server.request('POST', '/admin/topics', data=raw, auth=server.admin).status_code == 400
     assert server.request('POST', '/admin/topics', data=b'{}' + b' ' * 6_000_000, auth=server.admin).status_code == 413

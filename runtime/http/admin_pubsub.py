@@ -388,6 +388,7 @@ class SubscriptionsResource(AdminResource):
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         runtime = self._runtime
         body = Body(req, runtime, _SUB_FIELDS)
+        body.require('topic', 'kind')
         pattern = validate_pattern(body.text('topic', required=True))
         kind = body.text('kind', required=True)
         if kind not in KINDS:
