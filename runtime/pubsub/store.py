@@ -278,15 +278,14 @@ def dead_letter(conn: Connection, d: Delivery, reason: str, error: str) -> None:
             priority=d.priority, pub_time=d.pub_time, expiration_time=d.expiration_time, publisher=d.publisher,
             correl_id=d.correl_id, in_reply_to=d.in_reply_to, ext_client_id=d.ext_client_id, has_gd=False,
             size=d.size, in_topic=False)).inserted_primary_key[0]
-    traceback = d.last_traceback
-    if not traceback and d.entry_id > 0:
-        # Expired while waiting for its next attempt: the traceback of the last one is stored with the entry.
-        traceback = conn.execute(select(QueueEntry.last_traceback).where(QueueEntry.id == d.entry_id)
-                                 ).scalar() or ''
+    traceback: Any = d.last_traceback[-MAX_TRACEBACK_CHARS:] or None
+    if traceback is None and d.entry_id > 0:
+        # Expired while waiting for its next attempt: the traceback of the last one is stored with the entry
+        # (copied in the same statement: sweeping a large expired backlog costs no extra round trips).
+        traceback = select(QueueEntry.last_traceback).where(QueueEntry.id == d.entry_id).scalar_subquery()
     conn.execute(insert(DeadLetter).values(sub_id=d.sub_id, message_id=message_id,
                                            delivery_count=d.delivery_count, last_error=error[:4000],
-                                           last_traceback=traceback[-MAX_TRACEBACK_CHARS:] or None,
-                                           reason=reason, dead_at=time.time()))
+                                           last_traceback=traceback, reason=reason, dead_at=time.time()))
     if d.entry_id > 0:
         conn.execute(delete(QueueEntry).where(QueueEntry.id == d.entry_id))
 
