@@ -3,7 +3,8 @@
 A table written to a terminal fits its width; written to a pipe or a file it is as wide as its
 content, so that ``grep`` and scripts never see a cut value. Either way the columns that name
 things (topics, services, msg_ids, job names: what users copy into the next command) are never
-shortened: they wrap, the other columns give way first.
+cut with '…': on a narrow terminal they fold onto more lines. Other cells of a list (data
+previews, errors) stop at ``MAX_CELL_CHARS``; the full value is in the object's own view or --json.
 """
 
 from __future__ import annotations
