@@ -34,6 +34,23 @@ def base_url(settings: Settings) -> str:
     return f'{scheme}://{host}:{port}'
 
 
+def for_cli(obj: dict[str, Any], timeout: float = 30.0) -> AdminClient:
+    """The client of a CLI invocation (its ``ctx.obj``): its settings, and its --url if one was given."""
+    return AdminClient(obj['settings'], timeout=timeout, url=obj.get('url'))
+
+
+def is_up(url: str, timeout: float = 5.0) -> bool:
+    """Whether a Conduit server answers at url (GET /health, which needs no credentials)."""
+    context = ssl._create_unverified_context() if url.startswith('https') else None
+    try:
+        with urllib.request.urlopen(url.rstrip('/') + '/health', timeout=timeout, context=context) as resp:
+            return bool(resp.status == 200)
+    except urllib.error.HTTPError as e:
+        return e.code == 503  # up, but its database does not answer
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
 def _admin_password(settings: Settings) -> str:
     """The admin password: configured, else the one the server generated into its file."""
     if settings.admin.password:
@@ -42,14 +59,16 @@ def _admin_password(settings: Settings) -> str:
     try:
         return path.read_text(encoding='utf-8').strip()
     except FileNotFoundError:
-        raise ConfigError('admin.password', f'not set, and {path} does not exist yet (start the server once)') from None
+        raise ConfigError('admin.password', f'not set, and {path} does not exist (start the server once, or run '
+                                            'from its project directory, or give --config or '
+                                            'CONDUIT_ADMIN_PASSWORD)') from None
 
 
 class AdminClient:
     """Calls /admin endpoints with the admin credentials."""
 
-    def __init__(self, settings: Settings, timeout: float = 30.0) -> None:
-        self._url = base_url(settings)
+    def __init__(self, settings: Settings, timeout: float = 30.0, url: str | None = None) -> None:
+        self._url = (url or base_url(settings)).rstrip('/')
         creds = f'{settings.admin.username}:{_admin_password(settings)}'.encode()
         self._auth = 'Basic ' + base64.b64encode(creds).decode()
         self._timeout = timeout

@@ -14,20 +14,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from runtime.cli_admin import COMMANDS as ADMIN_COMMANDS
 from runtime.cli_jobs import job
 from runtime.cli_objects import add_detach_options, audit, objects
+from runtime.cli_output import echo_json, json_option, print_values
 from runtime.cli_spark import spark
-from runtime.config import Settings, load_settings
+from runtime.config import CONFIG_ENV, URL_ENV, Settings, load_settings, unknown_env_vars
 from runtime.errors import ConduitError
-
-_console = Console()
-
-#: Width of tables written to a pipe or file: wide enough that scripts never see a cut name.
-PIPED_TABLE_WIDTH = 10_000
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -35,20 +29,29 @@ def _settings(ctx: click.Context) -> Settings:
 
 
 def _client(ctx: click.Context) -> Any:
-    from runtime.admin_client import AdminClient
-    return AdminClient(_settings(ctx))
+    from runtime.admin_client import for_cli
+    return for_cli(ctx.obj)
 
 
 @click.group()
-@click.option('--config', 'config_path', type=click.Path(dir_okay=False), envvar='CONDUIT_CONFIG',
-              help='server.toml to use (default: ./config/server.toml).')
+@click.option('--config', 'config_path', type=click.Path(dir_okay=False), envvar=CONFIG_ENV,
+              help='server.toml to use (default: config/server.toml here or in the nearest parent directory).')
+@click.option('--url', envvar=URL_ENV, default=None, metavar='URL',
+              help="The server's URL, e.g. http://10.0.0.5:17010 (default: from server.toml's [server] bind).")
 @click.pass_context
-def main(ctx: click.Context, config_path: str | None) -> None:
+def main(ctx: click.Context, config_path: str | None, url: str | None) -> None:
     """Conduit: services and a durable publish/subscribe broker."""
     try:
-        ctx.obj = {'settings': load_settings(config_path)}
+        settings = load_settings(config_path)
     except ConduitError as e:
         raise click.ClickException(str(e)) from None
+    if url and not url.startswith(('http://', 'https://')):
+        raise click.BadParameter(f'{url!r} is not an http:// or https:// URL', param_hint='--url')
+    ctx.obj = {'settings': settings, 'url': url}
+    for var, guess in unknown_env_vars(settings):
+        # A look-alike (CONDUIT_PORT, a typo) would otherwise be ignored without a word.
+        hint = f'; did you mean {guess}?' if guess else ''
+        click.echo(f'warning: environment variable {var} is not a Conduit setting and is ignored{hint}', err=True)
 
 
 @main.command()
@@ -65,6 +68,9 @@ def start(ctx: click.Context, workers: int | None, bind: str | None, demo: bool)
         settings.server.bind = bind
     logging.basicConfig(level=settings.logging.level.upper(), format=settings.logging.format)
     logging.getLogger('alembic').setLevel(logging.WARNING)
+    # Patched here, before the server stack imports ssl: a worker patching after the fork warned each start.
+    from gevent import monkey
+    monkey.patch_all()
     from runtime.admin_client import base_url
     from runtime.server import run
     url = base_url(settings)
@@ -111,12 +117,6 @@ def _without_password(url: str) -> str:
     return url.replace(netloc, f"{userinfo.split(':', 1)[0]}:***@{host}", 1)
 
 
-def _print_table(table: Table) -> None:
-    # Output piped into grep or a script must not be cut at the width of a terminal.
-    console = _console if _console.is_terminal else Console(width=PIPED_TABLE_WIDTH)
-    console.print(table)
-
-
 def _read_pid(settings: Settings) -> int | None:
     path = settings.path(settings.server.pidfile)
     try:
@@ -132,9 +132,11 @@ def _read_pid(settings: Settings) -> int | None:
 @click.pass_context
 def stop(ctx: click.Context, timeout: float) -> None:
     """Stop a running server gracefully (SIGTERM)."""
-    pid = _read_pid(_settings(ctx))
+    settings = _settings(ctx)
+    pid = _read_pid(settings)
     if pid is None:
-        raise click.ClickException('no server is running (no live pid in the pidfile)')
+        raise click.ClickException(f'no server is running (no live pid in {settings.path(settings.server.pidfile)}; '
+                                   "run stop from the server's project directory or give --config)")
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -150,17 +152,23 @@ def stop(ctx: click.Context, timeout: float) -> None:
 @main.command()
 @click.pass_context
 def status(ctx: click.Context) -> None:
-    """Show whether the server runs and what it serves."""
-    pid = _read_pid(_settings(ctx))
-    if pid is None:
-        click.echo('not running')
+    """Show whether the server runs and what it serves (asked over HTTP: works from any directory)."""
+    from runtime.admin_client import base_url, is_up
+    settings = _settings(ctx)
+    url = ctx.obj.get('url') or base_url(settings)
+    pid = _read_pid(settings)
+    if not is_up(url):
+        if pid is not None:
+            raise click.ClickException(f'pid {pid} is alive but nothing answers at {url}')
+        click.echo(f'not running (nothing answers at {url})')
         sys.exit(1)
     try:
         info = _client(ctx).call('GET', '/admin/status')
     except ConduitError as e:
-        raise click.ClickException(f'pid {pid} is alive but the admin API failed: {e}') from None
-    click.echo(f"running: master pid {pid}, {info['services']} services, {info['channels']} channels, "
-               f"database {info['database']}")
+        raise click.ClickException(f'a server answers at {url} but the admin API failed: {e}') from None
+    master = pid or info.get('master_pid')
+    click.echo(f"running: master pid {master}, {info['services']} services, {info['channels']} channels, "
+               f"database {info['database']}, at {url}")
 
 
 @main.command()
@@ -222,21 +230,21 @@ def undeploy(ctx: click.Context, name: str, force: bool) -> None:
 
 
 @main.command()
+@json_option
 @click.pass_context
-def services(ctx: click.Context) -> None:
+def services(ctx: click.Context, as_json: bool) -> None:
     """List deployed services."""
     try:
         result = _client(ctx).call('GET', '/admin/services')
     except ConduitError as e:
         raise click.ClickException(str(e)) from None
-    table = Table('name', 'module', 'input', 'deployed at')
+    if as_json:
+        echo_json(result)
+        return
+    values = [(s['name'], s['module'], ', '.join(s['input'] + [f'-{f}' for f in s['input_optional']]),
+               s['deployed_at']) for s in result['services']]
     # A service's name is what users copy from the list: never shorten it, shorten the rest.
-    table.columns[0].no_wrap = True
-    table.columns[0].min_width = max((len(s['name']) for s in result['services']), default=4)
-    for s in result['services']:
-        inputs = ', '.join(s['input'] + [f'-{f}' for f in s['input_optional']])
-        table.add_row(s['name'], s['module'], inputs, s['deployed_at'])
-    _print_table(table)
+    print_values(('name', 'module', 'input', 'deployed at'), values)
 
 
 def _quote(name: str) -> str:

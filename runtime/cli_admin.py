@@ -15,74 +15,21 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import click
-from rich.console import Console
-from rich.table import Table
 
+from runtime.cli_output import confirm, echo_json, json_option, rows, show
 from runtime.errors import ConduitError
-
-_console = Console()
-
-#: Width of tables written to a pipe or file: wide enough that scripts never see a cut name.
-PIPED_TABLE_WIDTH = 10_000
-
-#: Longest cell text in list tables (the full value is in the object's own view or --json).
-MAX_CELL_CHARS = 80
 
 
 def _call(ctx: click.Context, method: str, path: str, body: Any = None) -> dict[str, Any]:
-    from runtime.admin_client import AdminClient
+    from runtime.admin_client import for_cli
     try:
-        return AdminClient(ctx.obj['settings']).call(method, path, body)
+        return for_cli(ctx.obj).call(method, path, body)
     except ConduitError as e:
         raise click.ClickException(str(e)) from None
 
 
 def _q(name: str) -> str:
     return quote(name, safe='')
-
-
-def _print(table: Table) -> None:
-    # Output piped into grep or a script must not be cut at the width of a terminal.
-    console = _console if _console.is_terminal else Console(width=PIPED_TABLE_WIDTH)
-    console.print(table)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return '-'
-    if isinstance(value, bool):
-        return 'yes' if value else 'no'
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= MAX_CELL_CHARS else text[:MAX_CELL_CHARS - 1] + '…'
-
-
-def _rows(items: list[dict[str, Any]], columns: list[tuple[str, str]], as_json: bool, answer: Any) -> None:
-    """Print a list as a table of (title, key) columns; with as_json, the whole answer."""
-    if as_json:
-        click.echo(json.dumps(answer, indent=2, default=str))
-        return
-    table = Table(*(title for title, _ in columns))
-    table.columns[0].no_wrap = True
-    for item in items:
-        table.add_row(*(_cell(_dig(item, key)) for _, key in columns))
-    _print(table)
-
-
-def _dig(item: dict[str, Any], key: str) -> Any:
-    for part in key.split('.'):
-        item = item.get(part) if isinstance(item, dict) else None  # type: ignore[assignment]
-    return item
-
-
-def _show(obj: dict[str, Any], as_json: bool) -> None:
-    """Print one object as a two-column table (or JSON)."""
-    if as_json:
-        click.echo(json.dumps(obj, indent=2, default=str))
-        return
-    table = Table('field', 'value', show_header=False)
-    for key, value in obj.items():
-        table.add_row(key, value if isinstance(value, str) else json.dumps(value, indent=1, default=str))
-    _print(table)
 
 
 def _assignments(values: tuple[str, ...], option: str) -> dict[str, Any]:
@@ -106,7 +53,7 @@ def _json_arg(value: str, what: str) -> Any:
         raise click.BadParameter(f'not valid JSON: {e}', param_hint=what) from None
 
 
-_as_json = click.option('--json', 'as_json', is_flag=True, help="Print the server's JSON answer.")
+_as_json = json_option
 
 
 # Topics
@@ -123,7 +70,7 @@ def topic() -> None:
 def topic_list(ctx: click.Context, as_json: bool) -> None:
     """List topics with their depth and subscriptions."""
     answer = _call(ctx, 'GET', '/admin/topics')
-    _rows(answer['topics'], [('name', 'name'), ('active', 'is_active'), ('gd', 'has_gd'), ('depth', 'depth.gd'),
+    rows(answer['topics'], [('name', 'name'), ('active', 'is_active'), ('gd', 'has_gd'), ('depth', 'depth.gd'),
                              ('non-GD depth', 'depth.non_gd'), ('subs', 'subscriptions'), ('origin', 'origin')],
           as_json, answer)
 
@@ -137,15 +84,15 @@ def topic_show(ctx: click.Context, name: str, last: int, as_json: bool) -> None:
     """A topic's attributes, depth, last publications and subscriptions with their queues."""
     answer = _call(ctx, 'GET', f'/admin/topics/{_q(name)}?last={last}')
     if as_json:
-        click.echo(json.dumps(answer, indent=2, default=str))
+        echo_json(answer)
         return
-    _show({**answer['topic'], 'depth': answer['depth'], 'last_pub_time_iso': answer['last_pub_time_iso']}, False)
+    show({**answer['topic'], 'depth': answer['depth'], 'last_pub_time_iso': answer['last_pub_time_iso']}, False)
     if answer['last_publications']:
-        _rows(answer['last_publications'], [('last publications: msg_id', 'msg_id'), ('published', 'pub_time_iso'),
+        rows(answer['last_publications'], [('last publications: msg_id', 'msg_id'), ('published', 'pub_time_iso'),
                                             ('priority', 'priority'), ('size', 'size'), ('publisher', 'publisher')],
-              False, None)
+              False, None, names=('msg_id', 'publisher'))
     if answer['subscriptions']:
-        _rows(answer['subscriptions'], _SUB_COLUMNS, False, None)
+        rows(_with_subscriber(answer['subscriptions']), _SUB_COLUMNS, False, None, names=_SUB_NAMES)
 
 
 @topic.command('create')
@@ -186,10 +133,13 @@ def topic_delete(ctx: click.Context, name: str) -> None:
 _SUB_COLUMNS = [('id', 'id'), ('topic', 'topic'), ('kind', 'kind'), ('subscriber', 'subscriber'),
                 ('active', 'is_active'), ('depth', 'queue_depth'), ('oldest', 'oldest_message.pub_time_iso'),
                 ('dead', 'dead_letters')]
+#: Columns of subscription tables users copy from: never shortened.
+_SUB_NAMES = ('id', 'topic', 'subscriber')
 
 
 def _with_subscriber(subs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**s, 'subscriber': s['service'] or s['security'] or s['push_url']} for s in subs]
+    """Subscriptions with one 'subscriber' column: the service, security definition or push URL."""
+    return [{**s, 'subscriber': s.get('service') or s.get('security') or s.get('push_url') or None} for s in subs]
 
 
 @click.group()
@@ -206,7 +156,7 @@ def sub_list(ctx: click.Context, topic_name: str | None, kind: str | None, as_js
     """List subscriptions with their queues."""
     params = {k: v for k, v in (('topic', topic_name), ('kind', kind)) if v}
     answer = _call(ctx, 'GET', '/admin/subscriptions' + (f'?{urlencode(params)}' if params else ''))
-    _rows(_with_subscriber(answer['subscriptions']), _SUB_COLUMNS, as_json, answer)
+    rows(_with_subscriber(answer['subscriptions']), _SUB_COLUMNS, as_json, answer, names=_SUB_NAMES)
 
 
 @sub.command('show')
@@ -215,7 +165,7 @@ def sub_list(ctx: click.Context, topic_name: str | None, kind: str | None, as_js
 @click.pass_context
 def sub_show(ctx: click.Context, sub_id: int, as_json: bool) -> None:
     """One subscription with its options and queue."""
-    _show(_call(ctx, 'GET', f'/admin/subscriptions/{sub_id}')['subscription'], as_json)
+    show(_call(ctx, 'GET', f'/admin/subscriptions/{sub_id}')['subscription'], as_json)
 
 
 @sub.command('create')
@@ -294,6 +244,7 @@ def sub_delete(ctx: click.Context, sub_id: int) -> None:
 
 _MSG_COLUMNS = [('msg_id', 'msg_id'), ('topic', 'topic_name'), ('prio', 'priority'), ('published', 'pub_time_iso'),
                 ('attempts', 'delivery_count'), ('data', 'data_preview'), ('last error', 'last_error')]
+_MSG_NAMES = ('msg_id', 'topic_name')
 
 
 def _edit_body(data: str | None, priority: int | None, expiration: float | None) -> dict[str, Any]:
@@ -332,7 +283,7 @@ def queue() -> None:
 def queue_list(ctx: click.Context, as_json: bool) -> None:
     """Every queue: depth, oldest message, dead letters."""
     answer = _call(ctx, 'GET', '/admin/queues')
-    _rows(_with_subscriber(answer['queues']), _SUB_COLUMNS, as_json, answer)
+    rows(_with_subscriber(answer['queues']), _SUB_COLUMNS, as_json, answer, names=_SUB_NAMES)
 
 
 @queue.command('show')
@@ -341,7 +292,7 @@ def queue_list(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def queue_show(ctx: click.Context, sub_id: int, as_json: bool) -> None:
     """One queue's depth, oldest message and dead letters."""
-    _show(_call(ctx, 'GET', f'/admin/queues/{sub_id}')['queue'], as_json)
+    show(_call(ctx, 'GET', f'/admin/queues/{sub_id}')['queue'], as_json)
 
 
 @queue.command('browse')
@@ -352,7 +303,7 @@ def queue_show(ctx: click.Context, sub_id: int, as_json: bool) -> None:
 def queue_browse(ctx: click.Context, sub_id: int, limit: int, offset: int, as_json: bool) -> None:
     """Messages of a queue in delivery order."""
     answer = _call(ctx, 'GET', f'/admin/queues/{sub_id}/messages?limit={limit}&offset={offset}')
-    _rows(answer['messages'], _MSG_COLUMNS, as_json, answer)
+    rows(answer['messages'], _MSG_COLUMNS, as_json, answer, names=_MSG_NAMES)
     if not as_json and answer['next_offset'] is not None:
         click.echo(f'{answer["depth"]} in all; next page: --offset {answer["next_offset"]}')
 
@@ -364,7 +315,7 @@ def queue_browse(ctx: click.Context, sub_id: int, limit: int, offset: int, as_js
 @click.pass_context
 def queue_get(ctx: click.Context, sub_id: int, msg_id: str, as_json: bool) -> None:
     """One queued message with its full data."""
-    _show(_call(ctx, 'GET', f'/admin/queues/{sub_id}/messages/{_q(msg_id)}')['message'], as_json)
+    show(_call(ctx, 'GET', f'/admin/queues/{sub_id}/messages/{_q(msg_id)}')['message'], as_json)
 
 
 @queue.command('edit')
@@ -414,8 +365,8 @@ def dlq() -> None:
 def dlq_list(ctx: click.Context, sub_id: int, limit: int, offset: int, as_json: bool) -> None:
     """A subscription's dead letters, oldest first."""
     answer = _call(ctx, 'GET', f'/admin/queues/{sub_id}/dead-letters?limit={limit}&offset={offset}')
-    _rows(answer['dead_letters'], [*_MSG_COLUMNS[:5], ('reason', 'reason'), ('dead since', 'dead_time_iso'),
-                                   ('last error', 'last_error')], as_json, answer)
+    rows(answer['dead_letters'], [*_MSG_COLUMNS[:5], ('reason', 'reason'), ('dead since', 'dead_time_iso'),
+                                   ('last error', 'last_error')], as_json, answer, names=_MSG_NAMES)
 
 
 @dlq.command('show')
@@ -425,7 +376,7 @@ def dlq_list(ctx: click.Context, sub_id: int, limit: int, offset: int, as_json: 
 @click.pass_context
 def dlq_show(ctx: click.Context, sub_id: int, msg_id: str, as_json: bool) -> None:
     """One dead letter with its full data and last error."""
-    _show(_call(ctx, 'GET', f'/admin/queues/{sub_id}/dead-letters/{_q(msg_id)}')['dead_letter'], as_json)
+    show(_call(ctx, 'GET', f'/admin/queues/{sub_id}/dead-letters/{_q(msg_id)}')['dead_letter'], as_json)
 
 
 @dlq.command('edit')
@@ -458,11 +409,14 @@ def dlq_redrive(ctx: click.Context, sub_id: int, msg_ids: tuple[str, ...], redri
 @click.argument('sub_id', type=int)
 @click.argument('msg_id', required=False)
 @click.option('--all', 'delete_all', is_flag=True, help='Delete every dead letter of the subscription.')
+@click.option('--yes', is_flag=True, help='Do not ask for confirmation.')
 @click.pass_context
-def dlq_delete(ctx: click.Context, sub_id: int, msg_id: str | None, delete_all: bool) -> None:
-    """Delete one dead letter, or all with --all."""
+def dlq_delete(ctx: click.Context, sub_id: int, msg_id: str | None, delete_all: bool, yes: bool) -> None:
+    """Delete one dead letter, or all with --all (which asks first, unless --yes)."""
     if bool(msg_id) == delete_all:
         raise click.UsageError('give a msg_id, or --all')
+    if delete_all:
+        confirm(f'Delete every dead letter of subscription {sub_id}?', yes)
     path = f'/admin/queues/{sub_id}/dead-letters' + (f'/{_q(msg_id)}' if msg_id else '')
     answer = _call(ctx, 'DELETE', path)
     click.echo(f'deleted {answer["deleted"]}' + (' dead letter(s)' if delete_all else ''))
@@ -519,8 +473,9 @@ def sec() -> None:
 def sec_list(ctx: click.Context, as_json: bool) -> None:
     """List security definitions (never their passwords)."""
     answer = _call(ctx, 'GET', '/admin/security')
-    _rows(answer['security'], [('name', 'name'), ('username', 'username'), ('realm', 'realm'),
-                               ('active', 'is_active'), ('origin', 'origin')], as_json, answer)
+    rows(answer['security'], [('name', 'name'), ('username', 'username'), ('realm', 'realm'),
+                               ('active', 'is_active'), ('origin', 'origin')], as_json, answer,
+          names=('name', 'username'))
 
 
 @sec.command('show')
@@ -529,7 +484,7 @@ def sec_list(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def sec_show(ctx: click.Context, name: str, as_json: bool) -> None:
     """One security definition."""
-    _show(_call(ctx, 'GET', f'/admin/security/{_q(name)}')['security'], as_json)
+    show(_call(ctx, 'GET', f'/admin/security/{_q(name)}')['security'], as_json)
 
 
 @sec.command('create')
@@ -590,7 +545,7 @@ def sec_permissions(ctx: click.Context, name: str, pub: tuple[str, ...], sub_: t
         answer = _call(ctx, 'PUT', path, {'pub': list(pub), 'sub': list(sub_)})
     else:
         answer = _call(ctx, 'GET', path)
-    _show(answer['permissions'], as_json)
+    show(answer['permissions'], as_json)
 
 
 @sec.command('delete')
@@ -637,9 +592,9 @@ def channel_list(ctx: click.Context, as_json: bool) -> None:
     """List REST channels."""
     answer = _call(ctx, 'GET', '/admin/channels')
     items = [{**c, 'methods': ', '.join(c['methods']) or 'any'} for c in answer['channels']]
-    _rows(items, [('name', 'name'), ('url path', 'url_path'), ('methods', 'methods'), ('service', 'service'),
+    rows(items, [('name', 'name'), ('url path', 'url_path'), ('methods', 'methods'), ('service', 'service'),
                   ('format', 'data_format'), ('security', 'security'), ('active', 'is_active'),
-                  ('origin', 'origin')], as_json, answer)
+                  ('origin', 'origin')], as_json, answer, names=('name', 'url_path', 'service'))
 
 
 @channel.command('show')
@@ -648,7 +603,7 @@ def channel_list(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def channel_show(ctx: click.Context, name: str, as_json: bool) -> None:
     """One REST channel."""
-    _show(_call(ctx, 'GET', f'/admin/channels/{_q(name)}')['channel'], as_json)
+    show(_call(ctx, 'GET', f'/admin/channels/{_q(name)}')['channel'], as_json)
 
 
 @channel.command('create')

@@ -8,12 +8,9 @@ from typing import Any
 from urllib.parse import quote
 
 import click
-from rich.console import Console
-from rich.table import Table
 
+from runtime.cli_output import echo_json, json_option, print_values
 from runtime.errors import ConduitError
-
-_console = Console()
 
 #: Options shared by add and edit: (option, attribute, click type, help).
 _ATTRIBUTES: list[tuple[str, str, Any, str]] = [
@@ -43,8 +40,8 @@ _FLAGS = [
 
 
 def _client(ctx: click.Context) -> Any:
-    from runtime.admin_client import AdminClient
-    return AdminClient(ctx.obj['settings'])
+    from runtime.admin_client import for_cli
+    return for_cli(ctx.obj)
 
 
 def _call(ctx: click.Context, method: str, path: str, body: Any = None) -> dict[str, Any]:
@@ -82,8 +79,14 @@ def _short(iso_time: str | None) -> str:
     return iso_time[:19].replace('T', ' ') if iso_time else '-'
 
 
-def _print_job(job: dict[str, Any]) -> None:
-    click.echo(json.dumps(job, indent=2, default=str))
+def _print_job(verb: str, job: dict[str, Any], as_json: bool) -> None:
+    """A created or changed job in one line (or as JSON)."""
+    if as_json:
+        echo_json(job)
+        return
+    state = 'active' if job['is_active'] else 'paused'
+    click.echo(f"{verb} job {job['name']}: {job['service']}, {job['schedule']}, {state}, "
+               f"next run {_short(job['next_run_time'])} UTC, {job['run_count']} run(s) so far")
 
 
 @click.group()
@@ -92,42 +95,45 @@ def job() -> None:
 
 
 @job.command('list')
+@json_option
 @click.pass_context
-def list_jobs(ctx: click.Context) -> None:
+def list_jobs(ctx: click.Context, as_json: bool) -> None:
     """List jobs with their schedule, next run and last outcome."""
-    table = Table()
-    table.add_column('name', no_wrap=True)  # never cut: it is what the other commands take
-    for title in ('service', 'schedule', 'active', 'next run (UTC)', 'runs', 'last'):
-        table.add_column(title)
-    for j in _call(ctx, 'GET', '/admin/jobs')['jobs']:
-        last = j.get('last_run') or {}
-        table.add_row(j['name'], j['service'], j['schedule'], 'yes' if j['is_active'] else 'paused',
-                      _short(j['next_run_time']), str(j['run_count']), last.get('outcome', '-'))
-    _console.print(table)
+    answer = _call(ctx, 'GET', '/admin/jobs')
+    if as_json:
+        echo_json(answer)
+        return
+    values = [(j['name'], j['service'], j['schedule'], 'yes' if j['is_active'] else 'paused',
+               _short(j['next_run_time']), str(j['run_count']), (j.get('last_run') or {}).get('outcome', '-'))
+              for j in answer['jobs']]
+    # The job's and the service's names are what the other commands take: never cut.
+    print_values(('name', 'service', 'schedule', 'active', 'next run (UTC)', 'runs', 'last'), values, (0, 1))
 
 
 @job.command()
 @click.argument('name')
 @_attribute_options
+@json_option
 @click.pass_context
-def add(ctx: click.Context, name: str, **values: Any) -> None:
+def add(ctx: click.Context, name: str, as_json: bool, **values: Any) -> None:
     """Create a job, e.g. add nightly --service payroll.reconcile --type cron_style --cron "0 2 * * *"."""
-    _print_job(_call(ctx, 'POST', '/admin/jobs', {'name': name, **_definition(values)})['job'])
+    _print_job('created', _call(ctx, 'POST', '/admin/jobs', {'name': name, **_definition(values)})['job'], as_json)
 
 
 @job.command()
 @click.argument('name')
 @click.option('--name', 'new_name', default=None, help='Rename the job.')
 @_attribute_options
+@json_option
 @click.pass_context
-def edit(ctx: click.Context, name: str, new_name: str | None, **values: Any) -> None:
-    """Change the attributes given; a changed schedule starts afresh."""
+def edit(ctx: click.Context, name: str, new_name: str | None, as_json: bool, **values: Any) -> None:
+    """Change the attributes given; a changed schedule fires anew, the run count and history stay."""
     body = _definition(values)
     if new_name:
         body['name'] = new_name
     if not body:
         raise click.UsageError('nothing to change: give at least one option')
-    _print_job(_call(ctx, 'PATCH', _path(name), body)['job'])
+    _print_job('changed', _call(ctx, 'PATCH', _path(name), body)['job'], as_json)
 
 
 @job.command()
@@ -174,12 +180,15 @@ def delete(ctx: click.Context, name: str) -> None:
 @job.command()
 @click.argument('name')
 @click.option('--limit', type=click.IntRange(1, 10000), default=20, show_default=True)
+@json_option
 @click.pass_context
-def runs(ctx: click.Context, name: str, limit: int) -> None:
+def runs(ctx: click.Context, name: str, limit: int, as_json: bool) -> None:
     """Show a job's latest runs: when, how long, outcome and error."""
-    table = Table('run', 'kind', 'fire time (UTC)', 'started', 'secs', 'outcome', 'error')
-    for r in _call(ctx, 'GET', _path(name, f'/runs?limit={limit}'))['runs']:
-        duration = f'{r["duration_secs"]:.3f}' if r['duration_secs'] is not None else '-'
-        table.add_row(str(r['id']), r['kind'], _short(r['fire_time']), _short(r['started_at']), duration,
-                      r['outcome'], (r['error'] or '')[:120])
-    _console.print(table)
+    answer = _call(ctx, 'GET', _path(name, f'/runs?limit={limit}'))
+    if as_json:
+        echo_json(answer)
+        return
+    values = [(str(r['id']), r['kind'], _short(r['fire_time']), _short(r['started_at']),
+               f'{r["duration_secs"]:.3f}' if r['duration_secs'] is not None else '-', r['outcome'],
+               (r['error'] or '')[:120]) for r in answer['runs']]
+    print_values(('run', 'kind', 'fire time (UTC)', 'started', 'secs', 'outcome', 'error'), values)

@@ -7,32 +7,21 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import click
-from rich.console import Console
-from rich.table import Table
 
+from runtime.cli_output import echo_json, json_option, print_values
 from runtime.errors import ConduitError
-
-_console = Console()
-
-#: Width of tables written to a pipe or file: job ids and paths are never cut.
-PIPED_TABLE_WIDTH = 10_000
 
 
 def _call(ctx: click.Context, method: str, path: str, body: Any = None, timeout: float = 30.0) -> dict[str, Any]:
-    from runtime.admin_client import AdminClient
+    from runtime.admin_client import for_cli
     try:
-        return AdminClient(ctx.obj['settings'], timeout=timeout).call(method, path, body)
+        return for_cli(ctx.obj, timeout=timeout).call(method, path, body)
     except ConduitError as e:
         raise click.ClickException(str(e)) from None
 
 
 def _path(job_id: str, suffix: str = '') -> str:
     return f'/admin/spark/jobs/{quote(job_id, safe="")}{suffix}'
-
-
-def _print_table(table: Table) -> None:
-    console = _console if _console.is_terminal else Console(width=PIPED_TABLE_WIDTH)
-    console.print(table)
 
 
 def _secs(job: dict[str, Any]) -> str:
@@ -48,16 +37,18 @@ def spark() -> None:
 @click.option('--status', type=click.Choice(['submitted', 'running', 'succeeded', 'failed', 'killed']))
 @click.option('--pipeline', help='Only jobs of this pipeline.')
 @click.option('--limit', type=click.IntRange(1, 10000), default=20, show_default=True)
+@json_option
 @click.pass_context
-def list_jobs(ctx: click.Context, status: str | None, pipeline: str | None, limit: int) -> None:
+def list_jobs(ctx: click.Context, status: str | None, pipeline: str | None, limit: int, as_json: bool) -> None:
     """List jobs, newest first."""
     query = urlencode({k: v for k, v in (('status', status), ('pipeline', pipeline), ('limit', limit)) if v})
-    table = Table('job id', 'pipeline', 'status', 'submitted (UTC)', 'secs', 'master', 'error')
-    table.columns[0].no_wrap = True
-    for j in _call(ctx, 'GET', f'/admin/spark/jobs?{query}')['jobs']:
-        table.add_row(j['job_id'], j['pipeline'], j['status'], j['submitted_at'], _secs(j), j['master'],
-                      (j['error'] or '')[:100])
-    _print_table(table)
+    answer = _call(ctx, 'GET', f'/admin/spark/jobs?{query}')
+    if as_json:
+        echo_json(answer)
+        return
+    values = [(j['job_id'], j['pipeline'], j['status'], j['submitted_at'], _secs(j), j['master'],
+               (j['error'] or '')[:100]) for j in answer['jobs']]
+    print_values(('job id', 'pipeline', 'status', 'submitted (UTC)', 'secs', 'master', 'error'), values, (0, 1))
 
 
 @spark.command()
@@ -130,10 +121,14 @@ def submit(ctx: click.Context, pipeline: str, args: tuple[str, ...], master: str
 
 
 @spark.command()
+@json_option
 @click.pass_context
-def pipelines(ctx: click.Context) -> None:
+def pipelines(ctx: click.Context, as_json: bool) -> None:
     """List the pipelines that can be submitted."""
     result = _call(ctx, 'GET', '/admin/spark/pipelines')
+    if as_json:
+        echo_json(result)
+        return
     click.echo(f'{result["directory"]} (master {result["master"]}):')
     for name in result['pipelines']:
         click.echo(f'  {name}')

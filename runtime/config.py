@@ -5,14 +5,25 @@ Every key of every section can be overridden by ``CONDUIT_<SECTION>_<KEY>`` (upp
 key's default. Unknown sections or keys in the file are an error naming them, and so are a
 variable naming a known section but an unknown key and a config file named explicitly
 (``--config``, $CONDUIT_CONFIG) that does not exist, so a typo never silently falls back to a
-default. Relative paths are resolved against the project directory (the parent of the
-``config/`` folder holding server.toml).
+default. Any other ``CONDUIT_*`` variable that is not Conduit's (``CONDUIT_PORT``, a misspelling)
+gets a warning naming the closest real one (``unknown_env_vars``). Relative paths are resolved
+against the project directory (the parent of the ``config/`` folder holding server.toml); without
+a named file, the project is the nearest directory, from the current one up, that has a
+``config/server.toml``.
+
+Services have configuration of their own: each ``[services."<service name>"]`` table is that
+service's ``self.config``, any keys and TOML values. A key given in the file can be overridden by
+``CONDUIT_SERVICES_<NAME>_<KEY>``, the name upper-cased with every other character than letters
+and digits made ``_`` (``crm.customer.create`` -> ``CONDUIT_SERVICES_CRM_CUSTOMER_CREATE_API_URL``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import json
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +39,23 @@ ENV_PREFIX = 'CONDUIT_'
 
 #: Values of pubsub.rest_status_codes.
 REST_STATUS_CODES = ('zato', 'http')
+
+#: Environment variable giving the admin API's URL to the CLI (instead of the one server.toml implies).
+URL_ENV = 'CONDUIT_URL'
+
+#: The table of per-service configuration in server.toml.
+SERVICES_SECTION = 'services'
+
+#: CONDUIT_* variables that belong to something else than the server's configuration: secrets that
+#: object files reference, and the variables of the test suite, benchmarks and Spark drivers.
+_NOT_SETTINGS_PREFIXES = ('CONDUIT_SECRET_', 'CONDUIT_TEST_', 'CONDUIT_BENCH_', 'CONDUIT_FUZZ_',
+                          'CONDUIT_CHAOS_', 'CONDUIT_SPARK_JOB_ID', 'CONDUIT_SPARK_OUTPUT',
+                          'CONDUIT_SPARK_PIPELINE')
+
+#: Names people guess for a setting, and the variable that really sets it.
+_GUESSES = {'PORT': 'CONDUIT_SERVER_BIND', 'HOST': 'CONDUIT_SERVER_BIND', 'ADDRESS': 'CONDUIT_SERVER_BIND',
+            'LISTEN': 'CONDUIT_SERVER_BIND', 'DB': 'CONDUIT_DATABASE_URL', 'DB_URL': 'CONDUIT_DATABASE_URL',
+            'DSN': 'CONDUIT_DATABASE_URL', 'LOG_LEVEL': 'CONDUIT_LOGGING_LEVEL', 'CONFIG_FILE': CONFIG_ENV}
 
 
 @dataclass
@@ -221,10 +249,17 @@ class ArchiveSection:
 
 @dataclass
 class LoggingSection:
-    """Log level and format of the server."""
+    """Log level and format of the server: one format for Conduit's and gunicorn's own lines."""
 
     level: str = 'INFO'
     format: str = '%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s'
+    #: One line per HTTP request (gunicorn's access log, in the format above); off by default.
+    access_log: bool = False
+    #: What an access-log line says, in gunicorn's access_log_format atoms.
+    access_log_format: str = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'
+    #: Failed sign-ins are logged (user name and client address, never the password), at most this many
+    #: lines per minute per worker; the rest are counted in the next line (0: not logged).
+    auth_failures_per_minute: int = 10
 
 
 @dataclass
@@ -244,6 +279,8 @@ class Settings:
     spark: SparkSection = field(default_factory=SparkSection)
     archive: ArchiveSection = field(default_factory=ArchiveSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
+    #: Per service name, its configuration (the service's ``self.config``).
+    services: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def path(self, value: str) -> Path:
         """Resolve a configured path against the project directory."""
@@ -260,7 +297,7 @@ class Settings:
         return url
 
 
-_SECTIONS = [f.name for f in dataclasses.fields(Settings) if f.name != 'base_dir']
+_SECTIONS = [f.name for f in dataclasses.fields(Settings) if f.name not in ('base_dir', SERVICES_SECTION)]
 
 
 def _convert(raw: Any, default: Any, where: str) -> Any:
@@ -283,14 +320,59 @@ def _convert(raw: Any, default: Any, where: str) -> Any:
     raise ConfigError(where, f'expected {kind.__name__}, got {type(raw).__name__}')
 
 
-def default_config_path(env: dict[str, str] | None = None) -> Path:
-    """The server.toml to use: $CONDUIT_CONFIG, else ./config/server.toml."""
+def default_config_path(env: dict[str, str] | None = None, cwd: Path | None = None) -> Path:
+    """The server.toml to use: $CONDUIT_CONFIG, else config/server.toml here or in the nearest parent that has one.
+
+    Without any, ./config/server.toml (which does not exist: the defaults apply).
+    """
     env = os.environ if env is None else env
-    return Path(env.get(CONFIG_ENV) or Path.cwd() / 'config' / 'server.toml')
+    if env.get(CONFIG_ENV):
+        return Path(env[CONFIG_ENV])
+    here = (cwd or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / 'config' / 'server.toml'
+        if candidate.is_file():
+            return candidate
+    return here / 'config' / 'server.toml'
 
 
 def _keys(section: Any) -> set[str]:
     return {f.name for f in dataclasses.fields(section)}
+
+
+def service_env_var(service: str, key: str) -> str:
+    """The environment variable overriding one key of a service's configuration."""
+    return f'{ENV_PREFIX}SERVICES_{re.sub("[^A-Za-z0-9]", "_", service)}_{re.sub("[^A-Za-z0-9]", "_", key)}'.upper()
+
+
+def known_env_vars(settings: Settings) -> list[str]:
+    """Every environment variable Conduit reads for these settings."""
+    names = [CONFIG_ENV, URL_ENV]
+    for section_name in _SECTIONS:
+        names += [f'{ENV_PREFIX}{section_name}_{key}'.upper() for key in _keys(getattr(settings, section_name))]
+    for service, values in settings.services.items():
+        names += [service_env_var(service, key) for key in values]
+    return names
+
+
+def unknown_env_vars(settings: Settings, env: dict[str, str] | None = None) -> list[tuple[str, str | None]]:
+    """CONDUIT_* variables Conduit does not read, each with the closest one it does (or None)."""
+    env = os.environ if env is None else env
+    known = known_env_vars(settings)
+    result: list[tuple[str, str | None]] = []
+    for var in sorted(env):
+        if not var.startswith(ENV_PREFIX) or var in known or var.startswith(_NOT_SETTINGS_PREFIXES):
+            continue
+        rest = var[len(ENV_PREFIX):]
+        # A bare key name (CONDUIT_WORKERS) is the key of a section: name that section's variable.
+        by_key = [k for k in known if k.endswith(f'_{rest}')]
+        guess = _GUESSES.get(rest) or (by_key[0] if len(by_key) == 1 else None)
+        if guess is None:
+            # Compared without the prefix every name shares, which would make any two look alike.
+            close = difflib.get_close_matches(rest, [k[len(ENV_PREFIX):] for k in known], n=1, cutoff=0.75)
+            guess = ENV_PREFIX + close[0] if close else None
+        result.append((var, guess))
+    return result
 
 
 def _check_env_names(settings: Settings, env: dict[str, str]) -> None:
@@ -328,6 +410,11 @@ def load_settings(path: Path | str | None = None, env: dict[str, str] | None = N
         base_dir = Path.cwd()
     settings = Settings(base_dir=base_dir)
 
+    services = data.pop(SERVICES_SECTION, {})
+    if not isinstance(services, dict) or not all(isinstance(v, dict) for v in services.values()):
+        raise ConfigError(str(path), f'[{SERVICES_SECTION}] must hold one table per service, '
+                                     f'e.g. [{SERVICES_SECTION}."crm.customer.create"]')
+    settings.services = {name: dict(values) for name, values in services.items()}
     for section_name, values in data.items():
         if section_name not in _SECTIONS:
             raise ConfigError(str(path), f'unknown section [{section_name}]')
@@ -349,4 +436,19 @@ def load_settings(path: Path | str | None = None, env: dict[str, str] | None = N
     if settings.pubsub.rest_status_codes not in REST_STATUS_CODES:
         raise ConfigError('[pubsub] rest_status_codes', f'must be one of {", ".join(REST_STATUS_CODES)}, '
                                                          f'not {settings.pubsub.rest_status_codes!r}')
+    for service, values in settings.services.items():
+        for key, value in values.items():
+            var = service_env_var(service, key)
+            if var in env:
+                values[key] = _convert_service_value(env[var], value, var)
     return settings
+
+
+def _convert_service_value(raw: str, current: Any, where: str) -> Any:
+    """An environment value for a service key: of the file value's type when that is a scalar, else JSON."""
+    if isinstance(current, bool | int | float | str):
+        return _convert(raw, current, where)
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise ConfigError(where, f'expected JSON (the file gives a {type(current).__name__}), got {raw!r}') from None

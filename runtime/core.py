@@ -113,7 +113,8 @@ class Runtime:
     def __init__(self, settings: Settings, demo: bool = False, engine: Engine | None = None) -> None:
         self.settings = settings
         self.demo = demo
-        self.user_config: dict[str, Any] = {}
+        #: Per service name, its configuration ([services."name"] in server.toml).
+        self.user_config: dict[str, dict[str, Any]] = settings.services
         db = settings.database
         make_psycopg_cooperative()
         self.engine = engine or make_engine(settings.database_url, pool_size=db.pool_size,

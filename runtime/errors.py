@@ -15,6 +15,8 @@ clauses keep working.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 #: HTTP status each class maps to when it reaches the HTTP layer; subclasses override it.
 DEFAULT_HTTP_STATUS = 500
 
@@ -56,14 +58,16 @@ class InvalidService(ConduitError, ValueError):
 
 
 class InvalidInput(ConduitError, ValueError):
-    """A request lacks a required input field or has a malformed one."""
+    """A request lacks required input fields (all of them named) or has a malformed one."""
 
     http_status = 400
 
-    def __init__(self, field: str, reason: str = 'is required') -> None:
-        self.field = field
-        self.reason = reason
-        super().__init__(f'input field {field!r} {reason}')
+    def __init__(self, field: str | Sequence[str], reason: str | None = None) -> None:
+        self.fields = (field,) if isinstance(field, str) else tuple(field)
+        self.field = self.fields[0]
+        self.reason = reason or ('is required' if len(self.fields) == 1 else 'are required')
+        names = ', '.join(repr(f) for f in self.fields)
+        super().__init__(f"input field{'s' if len(self.fields) > 1 else ''} {names} {self.reason}")
 
 
 class InvalidOutput(ConduitError):

@@ -58,14 +58,16 @@ def _build_input(cls: type[Service], payload: Any) -> Bunch:
         return Bunch(payload) if isinstance(payload, dict) else Bunch()
     if not isinstance(payload, dict):
         if required:
-            raise InvalidInput(required[0], 'is required (the request is not a JSON object)')
+            raise InvalidInput(required, f"{'is' if len(required) == 1 else 'are'} required "
+                                         '(the request is not a JSON object)')
         return Bunch.fromkeys(optional)
     result = Bunch()
+    # Every missing field at once: a client fixing them one request at a time would need as many tries.
+    missing = [field for field in required if payload.get(field) is None or payload.get(field) == '']
+    if missing:
+        raise InvalidInput(missing)
     for field in required:
-        value = payload.get(field)
-        if value is None or value == '':
-            raise InvalidInput(field)
-        result[field] = value
+        result[field] = payload[field]
     for field in optional:
         result[field] = payload.get(field)
     return result
@@ -117,8 +119,9 @@ class Invoker:
                     if payload is None or isinstance(payload, dict):
                         raise
                     # A text or list body is not merged; say so, as the field may be in it.
-                    raise InvalidInput(e.field, 'is required (the request body is not a JSON object, so only '
-                                                'the query string and the path were read)') from None
+                    verb = 'is' if len(e.fields) == 1 else 'are'
+                    raise InvalidInput(e.fields, f'{verb} required (the request body is not a JSON object, so only '
+                                                 'the query string and the path were read)') from None
             if not svc.accept():
                 raise RequestRejected(cls.name)
             hooks = cls._hooks  # only the hooks the class overrides: the others are no-ops

@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.glogging import Logger
 
 from runtime.config import Settings
 from runtime.core import Runtime, admin_password, prepare_database
@@ -34,6 +35,23 @@ def _post_fork(server: Any, worker: Any) -> None:
 def _worker_exit(server: Any, worker: Any) -> None:
     if _worker_runtime is not None:
         _worker_runtime.stop()
+
+
+class _ConduitLogger(Logger):
+    """gunicorn's logger writing its lines in Conduit's format (set per server by logger_class())."""
+
+    line_format = ''
+
+    def setup(self, cfg: Any) -> None:
+        # gunicorn formats its own lines unless told otherwise: one format for every line of the log.
+        self.error_fmt = self.access_fmt = self.syslog_fmt = self.line_format
+        self.datefmt = None  # logging's default, as Conduit's own lines have it
+        super().setup(cfg)
+
+
+def logger_class(line_format: str) -> type[Logger]:
+    """A gunicorn logger class writing its lines (errors and access) in line_format."""
+    return type('ConduitLogger', (_ConduitLogger,), {'line_format': line_format})
 
 
 class ConduitApplication(BaseApplication):
@@ -58,6 +76,10 @@ class ConduitApplication(BaseApplication):
             'timeout': 60,
             'pidfile': str(self.settings.path(s.pidfile)),
             'loglevel': self.settings.logging.level.lower(),
+            'logger_class': logger_class(self.settings.logging.format),
+            # None: no access log at all (gunicorn then skips the per-request formatting too).
+            'accesslog': '-' if self.settings.logging.access_log else None,
+            'access_log_format': self.settings.logging.access_log_format,
             'worker_exit': _worker_exit,
             'post_fork': _post_fork,
             'proc_name': 'conduit',

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from datetime import datetime
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from runtime.errors import InvalidService
@@ -154,9 +156,9 @@ class Service:
     # Runtime facilities
 
     @property
-    def config(self) -> dict[str, Any]:
-        """User configuration of this server."""
-        return self._runtime.user_config
+    def config(self) -> Mapping[str, Any]:
+        """This service's configuration: its ``[services."<name>"]`` table of server.toml (read-only)."""
+        return MappingProxyType(self._runtime.user_config.get(self.name, {}))
 
     def invoke(self, name_or_class: str | type[Service], payload: Any = None, timeout: float | None = None,
                **kwargs: Any) -> Any:

@@ -132,6 +132,11 @@ def test_bad_input_gets_a_clear_4xx_and_nothing_stored_changes(server: LiveServe
         r = server.request('POST', path, data=json.dumps(body), auth=server.admin,
                            headers={'Content-Type': 'application/json'})
         assert r.status_code == 400, f'{path} {body!r}: {r.status_code} {r.text}'
+    # Every missing field is named at once, not one per attempt.
+    for path, body, named in (('/admin/channels', {'name': 'c'}, "input fields 'service', 'url_path' are required"),
+                              ('/admin/security', {}, "input fields 'name', 'username', 'password' are required"),
+                              ('/admin/subscriptions', {}, "input fields 'topic', 'kind' are required")):
+        assert named in admin('POST', path, 400, json=body)['details']
     for raw in (b'{"name": ', b'[1, 2]', b'"just a string"', b'\xff\xfe'):
         assert server.request('POST', '/admin/topics', data=raw, auth=server.admin).status_code == 400
     assert server.request('POST', '/admin/topics', data=b'{}' + b' ' * 6_000_000, auth=server.admin).status_code == 413
@@ -224,10 +229,15 @@ def test_queue_browse_and_edits_in_place_are_seen_by_the_next_delivery(server_fa
     queue = f'/admin/queues/{sub["id"]}'
     msg_id = admin('POST', '/admin/publish', json={'topic': 'invoices', 'data': {'ok': False, 'amount': 10}})['msg_id']
     poll(lambda: _records(out), message='a failed first attempt')
+    # The service ran; its failure is stored a moment later, when the delivery loop settles the attempt.
+    def stored_failure() -> dict[str, Any] | None:
+        message = admin('GET', f'{queue}/messages/{msg_id}')['message']
+        return message if message['last_error'] else None
 
-    message = admin('GET', f'{queue}/messages/{msg_id}')['message']
+    message = poll(stored_failure, message='the failure stored')
     assert message['data'] == {'ok': False, 'amount': 10} and message['delivery_count'] >= 1
     assert 'not ok' in message['last_error']
+    assert message['last_traceback'].startswith('Traceback (most recent call last):')
     edited = admin('PATCH', f'{queue}/messages/{msg_id}', json={'data': {'ok': True, 'amount': 11}, 'priority': 8})
     assert edited['message']['data'] == {'ok': True, 'amount': 11} and edited['message']['priority'] == 8
     assert edited['held_by'] == 1

@@ -181,3 +181,61 @@ def test_admin_commands_do_not_load_the_server_stack() -> None:
     done = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == '[]'
+
+
+def test_the_cli_finds_the_server_from_any_directory(live: LiveServer, tmp_path: Path) -> None:
+    elsewhere = tmp_path / 'elsewhere'
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != 'CONDUIT_CONFIG'}
+    env['CONDUIT_ADMIN_PASSWORD'] = live.admin[1]
+
+    def status(*args: str, cwd: Path, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, '-m', 'runtime.cli', *args, 'status'], cwd=cwd, env={**env, **extra},
+                              capture_output=True, text=True, timeout=60)
+
+    # Another directory, the server named by --url or CONDUIT_URL.
+    for done in (status('--url', live.url, cwd=elsewhere), status(cwd=elsewhere, CONDUIT_URL=live.url)):
+        assert done.returncode == 0, done.stderr
+        assert f'running: master pid {live.proc.pid}' in done.stdout and live.url in done.stdout
+    # A directory inside the project: its config/server.toml is found above.
+    done = status(cwd=live.hot_deploy)
+    assert done.returncode == 0, done.stderr
+    assert f'running: master pid {live.proc.pid}' in done.stdout
+    assert 'is not an http:// or https:// URL' in status('--url', 'localhost:1', cwd=elsewhere).stderr
+
+
+def test_look_alike_environment_variables_are_warned_about(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / 'config' / 'server.toml'
+    config.parent.mkdir()
+    config.write_text('[server]\nworkers = 1\n')
+    monkeypatch.setattr('runtime.server.run', lambda settings, demo=False: None)
+    env = {'CONDUIT_PORT': '8080', 'CONDUIT_WORKERS': '4', 'CONDUIT_DATABSE_URL': 'sqlite://',
+           'CONDUIT_SECRET_CRM_PASSWORD': 'x', 'CONDUIT_TEST_EXTRA': 'x'}
+    result = CliRunner().invoke(cli_module.main, ['--config', str(config), 'start'], env=env)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith('warning:')]
+    assert warnings == [
+        'warning: environment variable CONDUIT_DATABSE_URL is not a Conduit setting and is ignored; '
+        'did you mean CONDUIT_DATABASE_URL?',
+        'warning: environment variable CONDUIT_PORT is not a Conduit setting and is ignored; '
+        'did you mean CONDUIT_SERVER_BIND?',
+        'warning: environment variable CONDUIT_WORKERS is not a Conduit setting and is ignored; '
+        'did you mean CONDUIT_SERVER_WORKERS?',
+    ]
+
+
+def test_job_commands_print_summaries_and_keep_names_whole(live: LiveServer) -> None:
+    name = 'nightly.reconciliation.of.every.customer.account.in.every.region'
+    done = run_cli(live, 'job', 'add', name, '--service', 'test.echo', '--type', 'interval_based',
+                   '--hours', '1')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f'created job {name}: test.echo, ') and '0 run(s) so far' in done.stdout
+    assert json.loads(run_cli(live, 'job', 'add', name + '.2', '--service', 'test.echo', '--type',
+                              'interval_based', '--hours', '1', '--json').stdout)['name'] == name + '.2'
+    done = run_cli(live, 'job', 'edit', name, '--hours', '2')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f'changed job {name}: ')
+    listed = run_cli(live, 'job', 'list')  # piped, with COLUMNS=80: names are not cut
+    assert name in listed.stdout and f'{name}.2' in listed.stdout
+    assert [j['name'] for j in json.loads(run_cli(live, 'job', 'list', '--json').stdout)['jobs']] == [
+        name, f'{name}.2']

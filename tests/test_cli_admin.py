@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -73,7 +74,12 @@ def test_topics_subscriptions_publish_queues_and_dead_letters(server_factory) ->
     assert msg_id.startswith('zpsm')
     poll(lambda: _json(server, 'queue', 'show', str(sub_id))['dead_letters'] == 1, message='dead letter')
     assert msg_id in _cli(server, 'dlq', 'list', str(sub_id))
-    assert 'not ok' in _cli(server, 'dlq', 'show', str(sub_id), msg_id)
+    shown = _cli(server, 'dlq', 'show', str(sub_id), msg_id)
+    # The traceback, with the subscriber's file and line, not only "ValueError: not ok".
+    assert 'ValueError: not ok' in shown and 'cli_services.py", line' in shown
+    assert "raise ValueError('not ok')" in shown
+    dead = _json(server, 'dlq', 'show', str(sub_id), msg_id)
+    assert dead['last_error'] == 'ValueError: not ok' and 'Traceback' in dead['last_traceback']
     _cli(server, 'dlq', 'edit', str(sub_id), msg_id, '--data', '{"ok": true}')
     assert 're-drove 1' in _cli(server, 'dlq', 'redrive', str(sub_id), msg_id)
     poll(lambda: _json(server, 'queue', 'show', str(sub_id))['dead_letters'] == 0
@@ -141,3 +147,71 @@ def test_runs_as_a_user_runs_it(server: LiveServer) -> None:
     listed = subprocess.run([sys.executable, '-m', 'runtime.cli', 'topic', 'list'], cwd=server.base, env=env,
                             capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0 and 'shell.made' in listed.stdout
+
+
+LONG_SERVICES = '''
+from runtime import Service
+
+
+class Notifications(Service):
+    name = 'crm.customer.created.notifications.handler.for.the.sales.department'
+
+    def handle(self):
+        pass
+
+
+class Failing(Service):
+    name = 'cli.always.fails'
+
+    def handle(self):
+        raise KeyError('address')
+'''
+
+
+def test_tables_never_cut_names_and_bulk_deletes_ask_first(server_factory) -> None:
+    server = server_factory(extra_config=FAST)
+    server.write_module('cli_long.py', LONG_SERVICES)
+    server.start()
+    service = 'crm.customer.created.notifications.handler.for.the.sales.department'
+    service_topic = f"/zato/s/to/{service.replace('.', '_')}"
+    _cli(server, 'publish', service, '{"n": 1}')  # creates the service's own topic and subscription
+
+    # Piped output (CliRunner is not a terminal) keeps every name whole, on one line.
+    listed = _cli(server, 'sub', 'list')
+    assert service_topic in listed and service in listed
+    # On an 80-column terminal, names fold onto more lines but are never cut.
+    env = {**os.environ, 'CONDUIT_CONFIG': str(server.base / 'config' / 'server.toml'), 'FORCE_COLOR': '1',
+           'NO_COLOR': '1', 'COLUMNS': '80'}
+    done = subprocess.run([sys.executable, '-m', 'runtime.cli', 'sub', 'list'], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = re.sub(r'\x1b\[[0-9;]*m', '', done.stdout).splitlines()  # no styles: bold titles
+    assert max(len(line) for line in lines) <= 80
+    body = [line.split('│') for line in lines if line.startswith('│')]
+    assert ''.join(cells[2].strip() for cells in body) == service_topic
+    assert ''.join(cells[4].strip() for cells in body) == service
+
+    _cli(server, 'topic', 'create', 'cli.details')
+    _cli(server, 'sub', 'create', 'cli.details', '--service', service)
+    assert service in _cli(server, 'topic', 'show', 'cli.details')  # the subscriber, not '-'
+
+    # dlq delete --all asks, like queue purge; --yes skips the question.
+    _cli(server, 'topic', 'create', 'cli.fails')
+    out = _cli(server, 'sub', 'create', 'cli.fails', '--service', 'cli.always.fails', '--option', 'max_attempts=1')
+    sub_id = _json(server, 'sub', 'list', '--topic', 'cli.fails')['subscriptions'][0]['id']
+    assert 'sub_key' in out
+    _cli(server, 'publish', 'cli.fails', '{"n": 1}')
+    poll(lambda: _json(server, 'queue', 'show', str(sub_id))['dead_letters'] == 1, message='dead letter')
+    refused = _cli(server, 'dlq', 'delete', str(sub_id), '--all', input='n\n', code=1)
+    assert 'Delete every dead letter' in refused and 'Aborted' in refused
+    assert _json(server, 'queue', 'show', str(sub_id))['dead_letters'] == 1
+    assert 'deleted 1 dead letter(s)' in _cli(server, 'dlq', 'delete', str(sub_id), '--all', input='y\n')
+    _cli(server, 'publish', 'cli.fails', '{"n": 2}')
+    poll(lambda: _json(server, 'queue', 'show', str(sub_id))['dead_letters'] == 1, message='dead letter')
+    assert 'deleted 1' in _cli(server, 'dlq', 'delete', str(sub_id), '--all', '--yes')
+
+    # Every list command takes --json.
+    for command in (['services'], ['topic', 'list'], ['sub', 'list'], ['queue', 'list'], ['dlq', 'list', str(sub_id)],
+                    ['queue', 'browse', str(sub_id)], ['sec', 'list'], ['channel', 'list'], ['job', 'list'],
+                    ['spark', 'list'], ['spark', 'pipelines']):
+        assert _json(server, *command)['is_ok'] is True, command

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from runtime.config import Settings, load_settings
+import runtime.config
+from runtime.config import Settings, load_settings, unknown_env_vars
 from runtime.errors import ConfigError
+from runtime.service import Service
 
 FULL = '''
 [server]
@@ -193,10 +198,101 @@ def test_conduit_config_names_the_file_and_a_missing_named_file_is_an_error(
         with pytest.raises(ConfigError):
             load_settings(env={'CONDUIT_CONFIG': str(named)})
 
-    # Without a name, a project without config/server.toml runs on the defaults.
+    # Without a name, a project without config/server.toml (here or above) runs on the defaults.
+    path.unlink()
     empty = tmp_path / 'empty'
     empty.mkdir()
     monkeypatch.chdir(empty)
     s = load_settings(env={})
     assert s.server.workers == Settings().server.workers
     assert s.base_dir == Path.cwd()
+
+
+def test_without_a_name_the_nearest_project_above_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(tmp_path, '[server]\nworkers = 5\n')
+    deep = tmp_path / 'hot-deploy' / 'sub'
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    s = load_settings(env={})
+    assert (s.server.workers, s.base_dir) == (5, tmp_path)
+
+
+def test_server_toml_documents_every_key_with_its_default() -> None:
+    path = Path(runtime.config.__file__).parent.parent / 'config' / 'server.toml'
+    data = tomllib.loads(path.read_text(encoding='utf-8'))
+    defaults = Settings()
+    for section in dataclasses.fields(Settings):
+        if section.name in ('base_dir', 'services'):
+            continue
+        assert section.name in data, f'[{section.name}] is missing from {path}'
+        keys = [f.name for f in dataclasses.fields(getattr(defaults, section.name))]
+        assert sorted(data[section.name]) == sorted(keys), f'[{section.name}] of {path}'
+        for key in keys:
+            assert data[section.name][key] == getattr(getattr(defaults, section.name), key), f'{section.name}.{key}'
+    # The per-service tables are explained, with an example.
+    assert '# [services."crm.customer.create"]' in path.read_text(encoding='utf-8')
+
+
+SERVICES_CONFIG = '''
+[services."crm.customer.create"]
+api_url = "https://crm.example.com/api"
+timeout_secs = 5.0
+retries = 3
+verbose = false
+tags = ["a", "b"]
+'''
+
+
+def test_services_have_configuration_overridable_by_the_environment(tmp_path: Path) -> None:
+    s = load(tmp_path, SERVICES_CONFIG)
+    assert s.services == {'crm.customer.create': {'api_url': 'https://crm.example.com/api', 'timeout_secs': 5.0,
+                                                  'retries': 3, 'verbose': False, 'tags': ['a', 'b']}}
+    env = {'CONDUIT_SERVICES_CRM_CUSTOMER_CREATE_RETRIES': '7', 'CONDUIT_SERVICES_CRM_CUSTOMER_CREATE_VERBOSE': 'yes',
+           'CONDUIT_SERVICES_CRM_CUSTOMER_CREATE_TAGS': '["c"]'}
+    s = load(tmp_path, SERVICES_CONFIG, env)
+    assert s.services['crm.customer.create'] == {'api_url': 'https://crm.example.com/api', 'timeout_secs': 5.0,
+                                                 'retries': 7, 'verbose': True, 'tags': ['c']}
+    with pytest.raises(ConfigError, match='CONDUIT_SERVICES_CRM_CUSTOMER_CREATE_RETRIES'):
+        load(tmp_path, SERVICES_CONFIG, {'CONDUIT_SERVICES_CRM_CUSTOMER_CREATE_RETRIES': 'many'})
+    with pytest.raises(ConfigError, match=r'\[services\] must hold one table per service'):
+        load(tmp_path, '[services]\napi_url = "x"\n')
+
+
+class Configured(Service):
+    name = 'crm.customer.create'
+
+    def handle(self) -> None:
+        self.response.payload = dict(self.config)
+
+
+class Unconfigured(Service):
+    name = 'crm.other'
+
+    def handle(self) -> None:
+        self.response.payload = dict(self.config)
+
+
+def test_a_service_reads_its_own_configuration(tmp_path: Path, runtime_factory: Any) -> None:
+    from runtime.testing import make_settings
+    settings = make_settings(tmp_path)
+    settings.services = load(tmp_path, SERVICES_CONFIG).services
+    rt = runtime_factory(Configured, Unconfigured, settings=settings)
+    assert rt.invoke('crm.customer.create')['api_url'] == 'https://crm.example.com/api'
+    assert rt.invoke('crm.other') == {}
+
+
+@pytest.mark.parametrize(('var', 'guess'), [
+    ('CONDUIT_PORT', 'CONDUIT_SERVER_BIND'),
+    ('CONDUIT_BIND', 'CONDUIT_SERVER_BIND'),
+    ('CONDUIT_WORKERS', 'CONDUIT_SERVER_WORKERS'),
+    ('CONDUIT_DATABSE_URL', 'CONDUIT_DATABASE_URL'),
+    ('CONDUIT_CONFG', 'CONDUIT_CONFIG'),
+    ('CONDUIT_SERVICES_CRM_CUSTOMER_CREATE_API_ULR', 'CONDUIT_SERVICES_CRM_CUSTOMER_CREATE_API_URL'),
+    ('CONDUIT_XYZZY', None),
+])
+def test_look_alike_environment_variables_are_reported_with_the_closest_real_one(
+        tmp_path: Path, var: str, guess: str | None) -> None:
+    env = {var: '1', 'CONDUIT_SECRET_CRM': 'pw', 'CONDUIT_TEST_BACKENDS': 'sqlite', 'CONDUIT_SERVER_WORKERS': '2',
+           'CONDUIT_CONFIG': 'x', 'CONDUIT_URL': 'http://127.0.0.1:1', 'PATH': '/bin'}
+    settings = load(tmp_path, SERVICES_CONFIG, {k: v for k, v in env.items() if k != 'CONDUIT_CONFIG'})
+    assert unknown_env_vars(settings, env) == [(var, guess)]

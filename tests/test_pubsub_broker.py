@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from runtime.errors import (
     TopicInactive,
     TopicNotFound,
 )
+from runtime.pubsub import admin_ops
 from runtime.pubsub.broker import CHANNEL_HOOK, CHANNEL_PUBSUB, lease_name
 from runtime.pubsub.topics import InvalidTopicName
 from runtime.service import Service
@@ -355,6 +357,7 @@ def test_a_message_expiring_between_retries_is_dead_lettered_with_its_last_error
     assert dead['msg_id'] == msg_id
     assert dead['reason'] == 'expired'
     assert 'RuntimeError: downstream rejected the order' in dead['last_error']
+    assert "raise RuntimeError('downstream rejected the order')" in dead['last_traceback']
     assert dead['delivery_count'] == len(seen('ps.always.fails')) >= 1
     assert rt.broker.queue_depth(sub.sub_key) == 0
 
@@ -498,6 +501,46 @@ def test_a_poison_message_is_dead_lettered_while_later_ones_flow(make_rt: Callab
     assert sorted(order) == [('a', 1), ('b', 1), ('poison', 1), ('poison', 2), ('poison', 3)]
     assert order.index(('a', 1)) < order.index(('poison', 2))
     assert order.index(('b', 1)) < order.index(('poison', 2))
+
+
+def test_a_failing_subscriber_s_traceback_is_logged_and_kept_with_the_dead_letter(
+        make_rt: Callable[..., TestRuntime], caplog: pytest.LogCaptureFixture) -> None:
+    rt = make_rt(Poisoned)
+    sub = paused_subscription(rt, 'ps.poison.trace', 'ps.poisoned', max_attempts=3, wait_non_sock_err=0.05)
+    poison = rt.broker.publish('ps.poison.trace', 'poison')
+    with caplog.at_level(logging.INFO, logger='runtime.pubsub.delivery'):
+        rt.broker.set_active(sub.sub_key, True)
+        wait_until(lambda: rt.broker.dead_letters(sub.sub_key), TIMEOUT, message='dead letter')
+
+    [dead] = rt.broker.dead_letters(sub.sub_key)
+    # The file and line that raised, not only "ValueError: ...".
+    assert dead['last_error'] == 'ValueError: cannot digest this poison pill'
+    assert dead['last_traceback'].startswith('Traceback (most recent call last):')
+    assert 'test_pubsub_broker.py", line' in dead['last_traceback']
+    assert "raise ValueError('cannot digest this poison pill')" in dead['last_traceback']
+
+    lines = [r for r in caplog.records if r.name == 'runtime.pubsub.delivery' and poison in r.getMessage()]
+    assert [(r.levelname, 'Traceback' in r.getMessage()) for r in lines] == [
+        ('WARNING', True), ('INFO', False), ('ERROR', True)]
+    assert all('test_pubsub_broker.py' in r.getMessage() for r in (lines[0], lines[2]))
+
+
+def test_a_waiting_retry_shows_its_traceback_in_the_queue_message_view(make_rt: Callable[..., TestRuntime]) -> None:
+    rt = make_rt(Poisoned, wait_non_sock_err=60, max_wait_secs=60)
+    rt.broker.create_topic('ps.poison.view')
+    sub = rt.broker.subscribe('ps.poison.view', 'service', service='ps.poisoned')
+    msg_id = rt.broker.publish('ps.poison.view', 'poison')
+
+    def view() -> dict[str, Any] | None:
+        row = run_transaction(rt.engine, lambda c: admin_ops.queue_message(c, sub.id, msg_id), write=False)
+        return admin_ops.message_view(row) if row is not None and row.last_error else None
+
+    shown = wait_until(view, TIMEOUT, message='first attempt stored')
+    assert shown['last_error'] == 'ValueError: cannot digest this poison pill'
+    assert "raise ValueError('cannot digest this poison pill')" in shown['last_traceback']
+    # Lists stay small: only a message's own view carries the traceback.
+    listed = run_transaction(rt.engine, lambda c: admin_ops.browse_queue(c, sub.id, 10, 0), write=False)
+    assert [m['msg_id'] for m in listed] == [msg_id] and 'last_traceback' not in listed[0]
 
 
 def test_a_poison_message_blocks_later_ones_until_dead_lettered(make_rt: Callable[..., TestRuntime]) -> None:

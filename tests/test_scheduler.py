@@ -210,6 +210,22 @@ def test_repeats_stop_an_interval_job(make_rt):
     assert (state['run_count'], state['next_run_time']) == (3, None)
 
 
+def test_editing_the_schedule_keeps_the_run_count_and_history(make_rt):
+    rt = make_rt()
+    rt.scheduler.create(job(repeats=4))
+    for k in range(2):
+        tick(rt, T0 + 10 * k)
+    assert rt.scheduler.get('j')['run_count'] == 2
+    edited = rt.scheduler.edit('j', {'seconds': 20})
+    assert edited['run_count'] == 2
+    assert len(rt.scheduler.runs('j')) == 2
+    # repeats counts every run so far: two more, then the job is done.
+    for k in range(6):
+        tick(rt, T0 + 100 + 20 * k)
+    state = rt.scheduler.get('j')
+    assert (state['run_count'], state['next_run_time']) == (4, None)
+
+
 def test_one_time_job_fires_once(make_rt):
     rt = make_rt()
     rt.scheduler.create(job(job_type='one_time'))

@@ -230,9 +230,9 @@ def test_cli_job_commands(server_factory, tmp_path):
         return result.output
 
     assert json.loads(cli('add', 'cli.job', '--service', 'test.job', '--type', 'interval_based', '--hours', '1',
-                          '--extra', '{"from": "cli"}'))['schedule'] == 'every 1h'
+                          '--extra', '{"from": "cli"}', '--json'))['schedule'] == 'every 1h'
     assert 'cli.job' in cli('list') and 'every 1h' in cli('list')
-    assert json.loads(cli('edit', 'cli.job', '--minutes', '30', '--skip-if-running'))['skip_if_running'] is True
+    assert json.loads(cli('edit', 'cli.job', '--minutes', '30', '--skip-if-running', '--json'))['skip_if_running']
     assert 'paused: cli.job' in cli('pause', 'cli.job')
     assert 'paused' in cli('list')
     assert 'resumed: cli.job' in cli('resume', 'cli.job')

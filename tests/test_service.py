@@ -202,6 +202,16 @@ def test_missing_required_input_names_the_field(runtime_factory, payload):
     assert EVENTS == []
 
 
+@pytest.mark.parametrize('payload', [{}, {'phone': '123'}, {'name': None, 'email': ''}, None])
+def test_every_missing_required_input_field_is_named(runtime_factory, payload):
+    rt = runtime_factory(WithInput)
+    with pytest.raises(InvalidInput) as info:
+        rt.invoke('svc.with-input', payload)
+    assert info.value.fields == ('name', 'email')
+    assert "input fields 'name', 'email' are required" in str(info.value)
+    assert EVENTS == []
+
+
 def test_required_input_needs_an_object_payload(runtime_factory):
     rt = runtime_factory(WithInput)
     for payload in (None, ['name', 'email'], 'name=Ada'):

@@ -189,6 +189,8 @@ class QueueEntry(Base):
     delivery_count: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[float] = mapped_column(Float, default=0.0)
     last_error: Mapped[str] = mapped_column(Text, default='')
+    #: Traceback of the last failed attempt (bounded), for whoever debugs the subscriber.
+    last_traceback: Mapped[str | None] = mapped_column(Text, nullable=True)
     #: For manual-ack pulls: the lease id and until when the client holds it.
     ack_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     recv_time: Mapped[float] = mapped_column(Float)
@@ -205,6 +207,8 @@ class DeadLetter(Base):
     message_id: Mapped[int] = mapped_column(BigInteger, index=True)
     delivery_count: Mapped[int] = mapped_column(Integer)
     last_error: Mapped[str] = mapped_column(Text)
+    #: Traceback of the last failed attempt (bounded), for whoever debugs the subscriber.
+    last_traceback: Mapped[str | None] = mapped_column(Text, nullable=True)
     reason: Mapped[str] = mapped_column(String(32))
     dead_at: Mapped[float] = mapped_column(Float)
 

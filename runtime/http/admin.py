@@ -160,7 +160,7 @@ class StatusResource(AdminResource):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         rt = self._runtime
-        resp.media = {'is_ok': True, 'pid': os.getpid(), 'services': len(rt.store.names()),
+        resp.media = {'is_ok': True, 'pid': os.getpid(), 'master_pid': os.getppid(), 'services': len(rt.store.names()),
                       'channels': len(rt.router.channels), 'database': rt.engine.url.get_backend_name(),
                       'demo': rt.demo}
 
@@ -207,7 +207,7 @@ _SERVICE = obj({'name': STR, 'module': STR, 'source_file': STR, 'deployed_at': T
 _A = ['admin: services']
 StatusResource.openapi = {'get': operation(
     'What this worker runs', tags=_A, errors=(),
-    response={'pid': INT, 'services': INT, 'channels': INT, 'database': STR, 'demo': BOOL})}
+    response={'pid': INT, 'master_pid': INT, 'services': INT, 'channels': INT, 'database': STR, 'demo': BOOL})}
 ServicesResource.openapi = {'get': operation('List deployed services', tags=_A, errors=(),
                                              response={'services': arr(_SERVICE)})}
 ServiceResource.openapi = {

@@ -56,6 +56,12 @@ class Body:
     def __contains__(self, key: str) -> bool:
         return key in self.data
 
+    def require(self, *keys: str) -> None:
+        """Refuse a body lacking any of keys (absent or null), naming every one that is missing."""
+        missing = [key for key in keys if self.data.get(key) is None]
+        if missing:
+            raise InvalidInput(missing)
+
     def text(self, key: str, required: bool = False, default: str = '', max_len: int = 200,
              allow_empty: bool = True) -> str:
         """A string field without control characters."""

@@ -160,6 +160,7 @@ class SecurityDefsResource(AdminResource):
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = Body(req, self._runtime, {'name', 'type', 'username', 'password', 'realm', 'is_active'})
+        body.require('name', 'username', 'password')
         name = body.text('name', required=True, allow_empty=False)
         if body.text('type', default='basic_auth') != 'basic_auth':
             raise InvalidInput('type', "must be 'basic_auth', the only type supported")
@@ -337,7 +338,9 @@ class ChannelsResource(AdminResource):
         resp.media = {'is_ok': True, 'channels': [_channel_view(r) for r in rows]}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        values = _channel_values(self._runtime, Body(req, self._runtime, _CHANNEL_FIELDS), None)
+        body = Body(req, self._runtime, _CHANNEL_FIELDS)
+        body.require('name', 'service', 'url_path')
+        values = _channel_values(self._runtime, body, None)
         values['origin'] = 'api'
 
         def work(conn: Any) -> Exception | None:

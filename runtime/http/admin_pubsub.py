@@ -389,6 +389,7 @@ class SubscriptionsResource(AdminResource):
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         runtime = self._runtime
         body = Body(req, runtime, _SUB_FIELDS)
+        body.require('topic', 'kind')
         pattern = validate_pattern(body.text('topic', required=True))
         if run_transaction(runtime.engine, lambda c: topic_missing(c, pattern), write=False):
             raise InvalidInput('topic', f'names no topic ({pattern!r}): create the topic first, or give a pattern')

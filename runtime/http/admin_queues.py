@@ -37,7 +37,9 @@ _T = ['admin: pub/sub']
 MESSAGE_COMMON = {'msg_id': STR, 'topic_name': STR, 'mime_type': STR, 'priority': INT, 'size': INT, 'has_gd': BOOL,
                   'publisher': STR, 'pub_time_iso': TIME, 'expiration_time_iso': TIME, 'correl_id': NULLABLE_STR,
                   'in_reply_to': NULLABLE_STR, 'ext_client_id': NULLABLE_STR, 'delivery_count': INT,
-                  'last_error': STR}
+                  'last_error': STR,
+                  'last_traceback': {**NULLABLE_STR, 'description': "Traceback of the last failed attempt "
+                                                                    "(a message's own view only)"}}
 QUEUED = obj({**MESSAGE_COMMON, 'data': ANY, 'data_preview': STR, 'recv_time_iso': TIME,
               'next_attempt_time_iso': TIME, 'leased': BOOL}, required=['msg_id'], additional=True)
 DEAD = obj({**MESSAGE_COMMON, 'data': ANY, 'data_preview': STR, 'reason': STR, 'dead_time_iso': TIME},

@@ -14,6 +14,7 @@ from runtime.http.admin_audit import AdminWrites
 from runtime.http.body import InputLimits
 from runtime.http.channel_sink import ChannelSink
 from runtime.http.openapi import BOOL, INT, STR, OpenApiResource, obj, operation
+from runtime.http.signin_log import FailedSignInLog
 from runtime.invoke import new_cid
 from runtime.metrics import MetricsResource
 from runtime.security import BasicAuth, SecurityRegistry, hash_password
@@ -77,7 +78,8 @@ def make_app(runtime: Runtime, **kwargs: Any) -> falcon.App:
     """Build the WSGI app of a started runtime."""
     http = runtime.settings.http
     throttle = auth.SignInThrottle(http.auth_max_failures, http.auth_failure_window_secs)
-    route_auth = auth.RouteAuth(_admin_credentials(runtime), runtime.security, throttle)
+    failures_log = FailedSignInLog(runtime.settings.logging.auth_failures_per_minute)
+    route_auth = auth.RouteAuth(_admin_credentials(runtime), runtime.security, throttle, failures_log)
     # Metrics first: its process_response times every request, those the others refuse too.
     app = falcon.App(middleware=[runtime.metrics.http_middleware(), _CidMiddleware(), _NulGuard(),
                                  InputLimits.from_settings(http), route_auth, AdminWrites(runtime)], **kwargs)

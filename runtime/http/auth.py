@@ -30,6 +30,7 @@ from typing import Any
 import falcon
 
 from runtime.errors import ConduitError, ObjectNotFound, TooManyRequests
+from runtime.http.signin_log import FailedSignInLog
 from runtime.security import SecurityRegistry
 
 #: Auth policies a resource may declare in its ``auth`` attribute.
@@ -91,10 +92,12 @@ class SignInThrottle:
 class RouteAuth:
     """Middleware: the routed resource's ``auth`` policy, and the sign-in throttle of every request."""
 
-    def __init__(self, admin: SecurityRegistry, callers: SecurityRegistry, throttle: SignInThrottle) -> None:
+    def __init__(self, admin: SecurityRegistry, callers: SecurityRegistry, throttle: SignInThrottle,
+                 failures_log: FailedSignInLog | None = None) -> None:
         self._admin = admin
         self._callers = callers
         self._throttle = throttle
+        self._failures_log = failures_log
 
     def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
         # Only a request that carries credentials can cost a password check.
@@ -116,6 +119,8 @@ class RouteAuth:
                          req_succeeded: bool) -> None:
         if getattr(req.context, 'auth_failed', False) and req.get_header('Authorization') is not None:
             self._throttle.failed(req.remote_addr or '')
+            if self._failures_log is not None:
+                self._failures_log.record(req.remote_addr or '', req.get_header('Authorization'), req.method, req.path)
 
 
 class AdminNotFound:

@@ -77,6 +77,9 @@ def message_view(row: Any, full: bool = True) -> dict[str, Any]:
     if 'dead_id' in mapping:
         view.update(delivery_count=row.delivery_count, last_error=row.last_error, reason=row.reason,
                     dead_time_iso=iso(row.dead_at))
+    if 'last_traceback' in mapping:
+        # Only one message's own view carries it: a list of tracebacks would be too big to page through.
+        view['last_traceback'] = row.last_traceback or None
     return view
 
 
@@ -171,7 +174,8 @@ def browse_queue(conn: Connection, sub_id: int, limit: int, offset: int) -> list
 
 def queue_message(conn: Connection, sub_id: int, msg_id: str) -> Any | None:
     """A queue entry with its message, or None."""
-    return conn.execute(select(*_ENTRY, *_MSG).join(Message, Message.id == QueueEntry.message_id)
+    return conn.execute(select(*_ENTRY, QueueEntry.last_traceback, *_MSG)
+                        .join(Message, Message.id == QueueEntry.message_id)
                         .where(QueueEntry.sub_id == sub_id, Message.msg_id == msg_id)
                         .order_by(QueueEntry.id).limit(1)).first()
 
@@ -228,7 +232,8 @@ def dead_letter_count(conn: Connection, sub_id: int) -> int:
 
 def dead_letter(conn: Connection, sub_id: int, msg_id: str) -> Any | None:
     """A dead letter with its message, or None."""
-    return conn.execute(select(*_DEAD, *_MSG).join(Message, Message.id == DeadLetter.message_id)
+    return conn.execute(select(*_DEAD, DeadLetter.last_traceback, *_MSG)
+                        .join(Message, Message.id == DeadLetter.message_id)
                         .where(DeadLetter.sub_id == sub_id, Message.msg_id == msg_id)
                         .order_by(DeadLetter.id).limit(1)).first()
 

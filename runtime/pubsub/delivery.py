@@ -26,6 +26,11 @@ the loop waits or stops. Entries that were taken but not tried (behind a message
 yet, or pushed out of the batch by in-memory messages of higher priority) have their attempt
 taken back in the next settlement.
 
+A failed attempt keeps its error line and its traceback (``runtime.pubsub.failure``) with the
+entry, and so with the dead letter. The log gets the traceback at the first failed attempt
+(WARNING) and when the message is dead-lettered (ERROR); the attempts in between get one short
+INFO line each, so that a message retried 25 times does not write 25 tracebacks.
+
 The loop knows nothing of SQL or HTTP: storage is the ``QueueBackend`` it is given and the
 subscriber is the ``deliver`` (or ``deliver_batch``) callable, which raises on failure.
 """
@@ -41,6 +46,7 @@ import gevent
 from gevent.event import AsyncResult, Event
 from gevent.pool import Pool
 
+from runtime.pubsub.failure import error_line, format_traceback
 from runtime.pubsub.hooks import HookChain
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.retry import RedeliveryDecision, decide
@@ -229,26 +235,41 @@ class DeliveryLoop:
         tried = {o.delivery.entry_id for o in outcomes}
         uncount = untried + [d.entry_id for d in live if d.entry_id not in tried]
         acked, retries, dead = [], [], []
+        # A failed batch fails each of its messages with one exception: formatted, and logged in full, once.
+        tracebacks: dict[int, str] = {}
+        logged: set[int] = set()
         for o in outcomes:
             d = o.delivery
             if o.ok or o.drop:
                 acked.append(d.entry_id)
                 continue
-            error = f'{type(o.error).__name__}: {o.error}'
-            decision = decide(opts, d.delivery_count, o.error, time.time(), d.expiration_time)  # type: ignore[arg-type]
+            assert o.error is not None
+            error = error_line(o.error)
+            if id(o.error) not in tracebacks:
+                tracebacks[id(o.error)] = format_traceback(o.error)
+            d.last_traceback = tracebacks[id(o.error)]
+            decision = decide(opts, d.delivery_count, o.error, time.time(), d.expiration_time)
             if decision.dead_letter:
                 dead.append((d, decision.reason, error))
-                _log.warning('%s: message %s dead-lettered after %d attempt(s) (%s): %s', self.sub.label,
-                             d.msg_id, d.delivery_count, decision.reason, error)
+                # The last attempt: the full traceback, so the cause is in the log as well as the dead letter.
+                _log.error('%s: message %s dead-lettered after %d attempt(s) (%s): %s%s', self.sub.label, d.msg_id,
+                           d.delivery_count, decision.reason, error, self._traceback_once(o.error, d, logged))
             else:
                 retries.append((d, decision.at, error))
         if self._deliver_batch is not None and opts.err_should_block and len(retries) > 1:
             position = {d.entry_id: i for i, d in enumerate(live)}
             head_at = min(retries, key=lambda r: position[r[0].entry_id])[1]
             retries = [(d, head_at, error) for d, _, error in retries]
+        errors = {o.delivery.entry_id: o.error for o in outcomes if o.error is not None}
         for d, at, error in retries:
-            _log.info('%s: message %s failed (attempt %d), next attempt in %.2f s: %s', self.sub.label,
-                      d.msg_id, d.delivery_count, at - time.time(), error)
+            if d.delivery_count == 1:
+                # The first failure gets the traceback; later ones one short line each, not 25 tracebacks.
+                _log.warning('%s: message %s failed (attempt 1), next attempt in %.2f s: %s%s', self.sub.label,
+                             d.msg_id, at - time.time(), error,
+                             self._traceback_once(errors[d.entry_id], d, logged))
+            else:
+                _log.info('%s: message %s failed (attempt %d), next attempt in %.2f s: %s', self.sub.label,
+                          d.msg_id, d.delivery_count, at - time.time(), error)
         for d in expired:
             dead.append((d, 'expired', d.last_error or 'the message expired before it could be delivered'))
         if self._ram:
@@ -262,6 +283,14 @@ class DeliveryLoop:
         if retries and opts.err_should_block:
             return max(0.01, min(at for _, at, _ in retries) - time.time())
         return 0
+
+    @staticmethod
+    def _traceback_once(error: BaseException | None, d: Delivery, logged: set[int]) -> str:
+        """The traceback to append to a log line: in full the first time this cycle logs the error."""
+        if id(error) in logged:
+            return ' (traceback above)'
+        logged.add(id(error))
+        return '\n' + d.last_traceback.rstrip()
 
     @staticmethod
     def _pending_or_none(acked: list[int], retries: list[tuple[Delivery, float, str]],

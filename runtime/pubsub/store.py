@@ -22,6 +22,7 @@ from runtime.db.blocking import run_transaction
 from runtime.db.models import DeadLetter, Message, QueueEntry, Subscription, Topic
 from runtime.errors import ConfigError
 from runtime.pubsub import queue_sql
+from runtime.pubsub.failure import MAX_TRACEBACK_CHARS
 from runtime.pubsub.registry import DeliveryOptions, Registry, SubInfo, TopicInfo, parse_options
 from runtime.pubsub.topics import matches, normalize
 
@@ -93,6 +94,8 @@ class Delivery:
     topic_id: int = 0
     #: The publisher's own pub_time, verbatim, if it gave one.
     ext_pub_time: str | None = None
+    #: Traceback of the last failed attempt, set by the delivery loop (not read with the head).
+    last_traceback: str = ''
 
     def payload(self) -> Any:
         """The data as the publisher gave it (JSON decoded when it was JSON)."""
@@ -260,10 +263,11 @@ uncount_attempt = queue_sql.uncount_attempt
 ack = queue_sql.ack
 
 
-def schedule_retry(conn: Connection, entry_id: int, at: float, error: str) -> None:
-    """Keep an entry for a later attempt, with the error of the last one."""
+def schedule_retry(conn: Connection, entry_id: int, at: float, error: str, traceback: str = '') -> None:
+    """Keep an entry for a later attempt, with the error (and traceback) of the last one."""
     conn.execute(update(QueueEntry).where(QueueEntry.id == entry_id)
-                 .values(next_attempt_at=at, last_error=error[:4000]))
+                 .values(next_attempt_at=at, last_error=error[:4000],
+                         last_traceback=traceback[-MAX_TRACEBACK_CHARS:] or None))
 
 
 def dead_letter(conn: Connection, d: Delivery, reason: str, error: str) -> None:
@@ -279,9 +283,14 @@ def dead_letter(conn: Connection, d: Delivery, reason: str, error: str) -> None:
             priority=d.priority, pub_time=d.pub_time, expiration_time=d.expiration_time, publisher=d.publisher,
             correl_id=d.correl_id, in_reply_to=d.in_reply_to, ext_client_id=d.ext_client_id, has_gd=False,
             size=d.size, in_topic=False, ext_pub_time=d.ext_pub_time)).inserted_primary_key[0]
+    traceback: Any = d.last_traceback[-MAX_TRACEBACK_CHARS:] or None
+    if traceback is None and d.entry_id > 0:
+        # Expired while waiting for its next attempt: the traceback of the last one is stored with the entry
+        # (copied in the same statement: sweeping a large expired backlog costs no extra round trips).
+        traceback = select(QueueEntry.last_traceback).where(QueueEntry.id == d.entry_id).scalar_subquery()
     conn.execute(insert(DeadLetter).values(sub_id=d.sub_id, message_id=message_id,
                                            delivery_count=d.delivery_count, last_error=error[:4000],
-                                           reason=reason, dead_at=time.time()))
+                                           last_traceback=traceback, reason=reason, dead_at=time.time()))
     if d.entry_id > 0:
         conn.execute(delete(QueueEntry).where(QueueEntry.id == d.entry_id))
 
@@ -301,7 +310,8 @@ def queue_depths(conn: Connection, sub_ids: list[int]) -> dict[int, int]:
 
 def dead_letters(conn: Connection, sub_id: int) -> list[dict[str, Any]]:
     """A subscription's dead letters, oldest first."""
-    rows = conn.execute(select(DeadLetter.id, DeadLetter.delivery_count, DeadLetter.last_error, DeadLetter.reason,
+    rows = conn.execute(select(DeadLetter.id, DeadLetter.delivery_count, DeadLetter.last_error,
+                               DeadLetter.last_traceback, DeadLetter.reason,
                                DeadLetter.dead_at, Message.msg_id, Message.data, Message.mime_type)
                         .join(Message, Message.id == DeadLetter.message_id)
                         .where(DeadLetter.sub_id == sub_id).order_by(DeadLetter.id)).all()
@@ -354,7 +364,7 @@ def apply_settlement(conn: Connection, settlement: Settlement) -> None:
     if settlement.acked:
         ack(conn, settlement.acked)
     for d, at, error in settlement.retries:
-        schedule_retry(conn, d.entry_id, at, error)
+        schedule_retry(conn, d.entry_id, at, error, d.last_traceback)
     for d, reason, error in settlement.dead:
         dead_letter(conn, d, reason, error)
     if settlement.uncount:

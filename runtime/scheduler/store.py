@@ -102,8 +102,9 @@ def save_job(conn: Connection, job: JobDefinition, origin: str, now: float, crea
              old_name: str | None = None) -> bool:
     """Create or update a job by name (create=True: must be new; False: must exist); True if anything changed.
 
-    The schedule restarts when a schedule field changed; resuming recomputes the next firing from
-    now (firings due while paused are not made up); other edits leave the schedule alone.
+    The schedule restarts when a schedule field changed (the run count and history stay: repeats
+    counts every run so far); resuming recomputes the next firing from now (firings due while
+    paused are not made up); other edits leave the schedule alone.
     """
     key = old_name or job.name
     row = conn.execute(select(Job).where(Job.name == key).with_for_update()).first()
@@ -124,8 +125,8 @@ def save_job(conn: Connection, job: JobDefinition, origin: str, now: float, crea
         return False
     state: dict[str, Any] = {}
     if job.changed_schedule(old):
-        state = {'run_count': 0, 'last_fire_time': None,
-                 'next_run_time': first_fire(job, row.created_at, now) if job.is_active else None}
+        state = {'last_fire_time': None,
+                 'next_run_time': first_fire(job, row.created_at, now, row.run_count) if job.is_active else None}
     elif job.is_active and not old.is_active:
         state = {'next_run_time': first_fire(job, row.created_at, now, row.run_count, row.last_fire_time)}
     elif not job.is_active:

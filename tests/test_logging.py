@@ -1,0 +1,76 @@
+"""The server's log: one format for every line, the optional access log, failed sign-ins (rate-limited)."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import re
+from collections.abc import Callable
+
+import pytest
+import requests
+
+from runtime.http.signin_log import FailedSignInLog, basic_username
+from tests.live_server import LiveServer
+
+#: A line in the default format: '2026-11-24 02:32:33,057 INFO 20841 gunicorn.error: Starting gunicorn'.
+LINE = re.compile(r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ \d+ [\w.]+: ')
+
+
+def _log_lines(server: LiveServer) -> list[str]:
+    # The first two lines are the CLI's greeting (where the server listens, where services go).
+    return [line for line in server.log().splitlines()[2:] if line.strip()]
+
+
+def test_every_line_has_one_format_and_no_access_log_by_default(server_factory: Callable[..., LiveServer]) -> None:
+    server = server_factory(workers=2).start()
+    assert requests.get(f'{server.url}/health', timeout=5).status_code == 200
+    server.stop()
+    lines = _log_lines(server)
+    assert any(' gunicorn.error: Booting worker' in line for line in lines)
+    assert any(' runtime.core: runtime started' in line for line in lines)
+    assert [line for line in lines if not LINE.match(line)] == []
+    assert 'MonkeyPatchWarning' not in server.log()
+    assert 'gunicorn.access' not in server.log()
+
+
+def test_access_log_and_failed_sign_ins(server_factory: Callable[..., LiveServer]) -> None:
+    server = server_factory(extra_config='[logging]\naccess_log = true\nauth_failures_per_minute = 2\n').start()
+    assert requests.get(f'{server.url}/health', timeout=5).status_code == 200
+    for n in range(5):
+        answer = requests.get(f'{server.url}/admin/status', auth=('intruder', f'guess-pw-{n}'), timeout=5)
+        assert answer.status_code == 401
+    server.wait_for_log('"GET /admin/status HTTP/1.1" 401')
+    server.stop()
+    log = server.log()
+    access = [line for line in _log_lines(server) if ' gunicorn.access: ' in line]
+    assert any('"GET /health HTTP/1.1" 200' in line for line in access)
+    assert all(LINE.match(line) for line in access)
+    failed = [line for line in log.splitlines() if 'failed sign-in' in line]
+    assert len(failed) == 2  # the budget of a minute; the rest are counted in the next line
+    assert all("failed sign-in as 'intruder' from 127.0.0.1: GET '/admin/status'" in line for line in failed)
+    assert all(' WARNING ' in line for line in failed)
+    assert 'guess-pw' not in log
+
+
+def test_failed_sign_ins_past_the_budget_are_counted_in_the_next_line(caplog: pytest.LogCaptureFixture) -> None:
+    now = [1000.0]
+    signins = FailedSignInLog(2, clock=lambda: now[0])
+    header = 'Basic ' + base64.b64encode(b'ada\n2026 forged line:s3cret').decode()
+    with caplog.at_level(logging.WARNING, logger='runtime.http.signin_log'):
+        for _ in range(5):
+            signins.record('10.0.0.1', header, 'POST', '/api/x')
+        now[0] += 61
+        signins.record('10.0.0.1', header, 'POST', '/api/x')
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 3
+    assert messages[2].endswith('(3 more failed sign-in(s) not logged since the last line)')
+    # The user name is quoted (no forged lines), the password never appears.
+    assert all("as 'ada\\n2026 forged line'" in m and 's3cret' not in m for m in messages)
+
+
+def test_only_the_user_name_of_a_basic_auth_header_is_read() -> None:
+    assert basic_username('Basic YWRhOnB3') == 'ada'
+    assert basic_username('Bearer abc') is None
+    assert basic_username('Basic !!!') is None
+    assert basic_username(None) is None
