@@ -462,6 +462,17 @@ def load_yaml(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         context = [{'name': n, 'type': 'basic_auth', 'username': f'user-{n}', 'password': 'x'} for n in supplied]
         (objects / 'context.yaml').write_text(yaml.safe_dump({'security': context}), encoding='utf-8')
     settings = make_settings(tmp_path)
+    # Channels and jobs must name services that exist: the example's services are supplied as a module
+    # in the hot-deploy directory, which the loader reads for service names, as a server's would be.
+    keys = ('service', 'push_service', 'hook_service', 'on_success', 'on_error')
+    services = sorted({item[key] for items in doc.values() if isinstance(items, list) for item in items
+                       if isinstance(item, dict) for key in keys if isinstance(item.get(key), str) and item[key]})
+    if services:
+        module = ['from runtime import Service', '']
+        module += [f'class Example{i}(Service):\n    name = {name!r}\n' for i, name in enumerate(services)]
+        hot_deploy = settings.path(settings.hot_deploy.dir)
+        hot_deploy.mkdir(parents=True, exist_ok=True)
+        (hot_deploy / 'example_services.py').write_text('\n'.join(module), encoding='utf-8')
     engine = make_engine(settings.database_url, pool_size=1)
     try:
         upgrade(engine)
