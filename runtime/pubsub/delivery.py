@@ -32,7 +32,9 @@ entry, and so with the dead letter. The log gets the traceback at the first fail
 INFO line each, so that a message retried 25 times does not write 25 tracebacks.
 
 The loop knows nothing of SQL or HTTP: storage is the ``QueueBackend`` it is given and the
-subscriber is the ``deliver`` (or ``deliver_batch``) callable, which raises on failure.
+subscriber is the ``deliver`` (or ``deliver_batch``) callable, which raises on failure. Dead
+letters are announced to the hooks by the backend, once their settlement is committed
+(``runtime.pubsub.dead_letters``); the loop itself announces delivery attempts.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ CycleWork = Callable[[Any], tuple[list[Delivery], 'float | None']]
 
 
 class QueueBackend(Protocol):
-    """Storage as the delivery loop needs it."""
+    """Storage as the delivery loop needs it; it announces the dead letters it stores, once committed."""
 
     def cycle(self, sub_id: int, settlement: Settlement | None, limit: int,
               due_before: float | None) -> tuple[list[Delivery], float | None]: ...
@@ -276,10 +278,8 @@ class DeliveryLoop:
             acked, retries, uncount = self._settle_in_memory(acked, retries, dead, uncount)
         self._pending = self._pending_or_none(acked, retries, dead, uncount)
         if dead:
-            # Dead letters are announced once stored, like every other outcome of storage.
+            # Stored (and so announced to the hooks, by the backend) at once, not with the next batch.
             self._flush()
-            for d, reason, error in dead:
-                self._hooks.emit('after_dead_letter', self.sub, d, reason, error)
         if retries and opts.err_should_block:
             return max(0.01, min(at for _, at, _ in retries) - time.time())
         return 0
