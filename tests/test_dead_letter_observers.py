@@ -1,8 +1,8 @@
-"""Every dead letter reaches the observers (metrics, archive, delivery hooks), whatever made it.
+"""Every dead letter reaches the observers (metrics, archive, users' observers), whatever made it.
 
 A message is dead-lettered by the delivery loop, by the sweeper (it expired in a queue nobody
 delivers now: a paused subscription, a pull queue), by a service's own pull and by a REST
-client's pull. Each of them is counted on /metrics, archived and announced to hooks, once.
+client's pull. Each of them is counted on /metrics, archived and announced to observers, once.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from runtime import Service
 from runtime.db.blocking import run_transaction
 from runtime.db.models import Message
 from runtime.pubsub import store
-from runtime.pubsub.hooks import DeliveryHook
+from runtime.pubsub.observers import PubSubObserver
 from runtime.testing import make_settings
 from tests.live_server import poll
 from tests.test_metrics import _samples, _value
@@ -46,7 +46,7 @@ class Idle(Service):
         pass
 
 
-class DeadLetters(DeliveryHook):
+class DeadLetterRecorder(PubSubObserver):
     """Records each dead letter it hears of."""
 
     def __init__(self) -> None:
@@ -73,20 +73,20 @@ def _runtime(runtime_factory, tmp_path, db_url):  # type: ignore[no-untyped-def]
     settings = make_settings(tmp_path / 'rt', db_url)
     settings.archive.flush_interval_secs = 60  # flushed by the test
     rt = runtime_factory(Puller, Idle, settings=settings)
-    hook = DeadLetters()
-    rt.broker.hooks.add(hook)
-    return rt, hook
+    observer = DeadLetterRecorder()
+    rt.broker.observers.add(observer)
+    return rt, observer
 
 
-def _seen_everywhere(rt: Any, hook: DeadLetters, sub: Any, msg_id: str, reason: str) -> None:
-    assert hook.seen.count((sub.sub_key, msg_id, reason)) == 1, hook.seen
+def _seen_everywhere(rt: Any, observer: DeadLetterRecorder, sub: Any, msg_id: str, reason: str) -> None:
+    assert observer.seen.count((sub.sub_key, msg_id, reason)) == 1, observer.seen
     assert _counted(rt, sub.id, reason) == 1, rt.metrics.pubsub.dead_lettered
     records = [(r['msg_id'], r['sub_id'], r['reason']) for r in _archived(rt)]
     assert records == [(msg_id, sub.id, reason)], records
 
 
 def test_the_sweeper_announces_what_expired_in_a_paused_queue(runtime_factory, tmp_path, db_url) -> None:
-    rt, hook = _runtime(runtime_factory, tmp_path, db_url)
+    rt, observer = _runtime(runtime_factory, tmp_path, db_url)
     rt.broker.create_topic('dl.sweep')
     sub = rt.broker.subscribe('dl.sweep', service='dl.idle')
     rt.broker.set_active(sub.sub_key, False)
@@ -94,11 +94,11 @@ def test_the_sweeper_announces_what_expired_in_a_paused_queue(runtime_factory, t
     gevent.sleep(0.3)
     assert rt.broker.sweep()['expired_in_queues'] == 1
     assert [d['msg_id'] for d in rt.broker.dead_letters(sub.sub_key)] == [msg_id]
-    _seen_everywhere(rt, hook, sub, msg_id, 'expired')
+    _seen_everywhere(rt, observer, sub, msg_id, 'expired')
 
 
 def test_a_services_pull_announces_expired_messages(runtime_factory, tmp_path, db_url) -> None:
-    rt, hook = _runtime(runtime_factory, tmp_path, db_url)
+    rt, observer = _runtime(runtime_factory, tmp_path, db_url)
     rt.broker.create_topic('dl.pull')
     sub_key = rt.broker.subscribe('dl.pull', 'pull', service='dl.puller').sub_key
     sub = rt.broker.registry.subs_by_key[sub_key]
@@ -106,11 +106,11 @@ def test_a_services_pull_announces_expired_messages(runtime_factory, tmp_path, d
     gevent.sleep(0.3)
     assert rt.invoke('dl.puller', {'sub_key': sub_key}) == []
     assert [d['msg_id'] for d in rt.broker.dead_letters(sub_key)] == [msg_id]
-    _seen_everywhere(rt, hook, sub, msg_id, 'expired')
+    _seen_everywhere(rt, observer, sub, msg_id, 'expired')
 
 
 def test_a_services_pull_announces_unrenderable_messages(runtime_factory, tmp_path, db_url) -> None:
-    rt, hook = _runtime(runtime_factory, tmp_path, db_url)
+    rt, observer = _runtime(runtime_factory, tmp_path, db_url)
     rt.broker.create_topic('dl.bad')
     sub_key = rt.broker.subscribe('dl.bad', 'pull', service='dl.puller').sub_key
     sub = rt.broker.registry.subs_by_key[sub_key]
@@ -118,11 +118,11 @@ def test_a_services_pull_announces_unrenderable_messages(runtime_factory, tmp_pa
     run_transaction(rt.engine, lambda c: c.execute(update(Message).where(Message.msg_id == msg_id)
                                                    .values(data='{"n": NaN')))
     assert rt.invoke('dl.puller', {'sub_key': sub_key}) == []
-    _seen_everywhere(rt, hook, sub, msg_id, 'unrenderable')
+    _seen_everywhere(rt, observer, sub, msg_id, 'unrenderable')
 
 
 def test_a_dead_letter_rolled_back_is_never_announced(runtime_factory, tmp_path, db_url, monkeypatch) -> None:
-    rt, hook = _runtime(runtime_factory, tmp_path, db_url)
+    rt, observer = _runtime(runtime_factory, tmp_path, db_url)
     rt.broker.create_topic('dl.rollback')
     sub_key = rt.broker.subscribe('dl.rollback', 'pull', service='dl.puller').sub_key
     msg_id = rt.broker.publish('dl.rollback', {'n': 1}, expiration=0.2)
@@ -135,9 +135,9 @@ def test_a_dead_letter_rolled_back_is_never_announced(runtime_factory, tmp_path,
         patched.setattr(store, 'ack', failing_ack)
         with pytest.raises(RuntimeError):
             rt.broker.get_messages(sub_key)
-    assert rt.broker.dead_letters(sub_key) == [] and hook.seen == [] and not rt.metrics.pubsub.dead_lettered
+    assert rt.broker.dead_letters(sub_key) == [] and observer.seen == [] and not rt.metrics.pubsub.dead_lettered
     assert rt.broker.get_messages(sub_key) == []
-    assert [x[1] for x in hook.seen] == [msg_id]
+    assert [x[1] for x in observer.seen] == [msg_id]
 
 
 FAST = '''

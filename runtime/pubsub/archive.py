@@ -1,6 +1,6 @@
 """The message archive: what the broker delivered, as files that Spark pipelines read.
 
-A ``DeliveryHook`` that records, per subscription, every delivery attempt of a GD message
+A ``PubSubObserver`` that records, per subscription, every delivery attempt of a GD message
 (outcome ``delivered`` or ``failed``, with the attempt number and the error) and every message
 moved to a dead-letter queue (outcome ``dead_letter``, GD or not). Records are JSON Lines in
 partitions by topic and UTC day of the event::
@@ -46,7 +46,7 @@ import gevent
 from gevent.lock import Semaphore
 
 from runtime.datafiles import open_private_append, private_dir
-from runtime.pubsub.hooks import DeliveryHook
+from runtime.pubsub.observers import PubSubObserver
 from runtime.pubsub.retry import REASON_UNRENDERABLE
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def _subscriber(sub: SubInfo) -> str:
     return sub.service or sub.security or sub.push_url or f'sub#{sub.id}'
 
 
-class MessageArchive(DeliveryHook):
+class MessageArchive(PubSubObserver):
     """Buffers delivery records and appends them to partitioned JSON Lines files."""
 
     def __init__(self, settings: ArchiveSection, directory: Path,
@@ -157,7 +157,7 @@ class MessageArchive(DeliveryHook):
     def __repr__(self) -> str:
         return f'MessageArchive({str(self.directory)!r})'
 
-    # Hook methods (run in delivering greenlets: append and return)
+    # Observer methods (run in delivering greenlets: append and return)
 
     def on_start(self) -> None:
         """Start the periodic flusher."""

@@ -52,9 +52,9 @@ from runtime.pubsub import store
 from runtime.pubsub.dead_letters import DeadLetterer, Moves
 from runtime.pubsub.delivery import DeliveryLoop
 from runtime.pubsub.group_commit import GroupCommitter
-from runtime.pubsub.hooks import HookChain
 from runtime.pubsub.leases import LeaseManager
 from runtime.pubsub.limits import OverflowLog, QueueDepths
+from runtime.pubsub.observers import Observers
 from runtime.pubsub.push import PushDeliverer, check_push_url
 from runtime.pubsub.queue_backend import SqlQueueBackend
 from runtime.pubsub.registry import (
@@ -217,10 +217,10 @@ class Broker:
         #: Depths of subscription queues, for the topics' max depths (see runtime.pubsub.limits).
         self._queue_depths = QueueDepths(self._read_queue_depths)
         self._listening = False
-        #: Observers of publications and deliveries (metrics, archive): see runtime.pubsub.hooks.
-        self.hooks = HookChain()
-        #: Every dead letter, whatever makes it, is written and announced to the hooks through it.
-        self.dead_letterer = DeadLetterer(self.hooks, lambda sub_id: self.registry.subs.get(sub_id))
+        #: Observers of publications and deliveries (metrics, archive): see runtime.pubsub.observers.
+        self.observers = Observers()
+        #: Every dead letter, whatever makes it, is written and announced to the observers through it.
+        self.dead_letterer = DeadLetterer(self.observers, lambda sub_id: self.registry.subs.get(sub_id))
         self._backend = SqlQueueBackend(self.engine, self.dead_letterer)
         #: What JSON data may hold (nesting, integer digits), at publication and when rendered for subscribers.
         self.json_limits = JsonLimits.from_settings(runtime.settings.http)
@@ -229,6 +229,11 @@ class Broker:
         #: Whether a subscription may receive a topic's messages (pub/sub permissions, set by the runtime);
         #: None lets every subscription have them.
         self.sub_allowed: Callable[[SubInfo, TopicInfo], bool] | None = None
+
+    @property
+    def hooks(self) -> Observers:
+        """The former name of ``observers``."""
+        return self.observers
 
     # Lifecycle
 
@@ -241,7 +246,7 @@ class Broker:
         self._committer = GroupCommitter(self.engine, self.settings.group_commit_max, spawn, self._committed,
                                          self._claim_loops)
         self._backend.writer = self._committer.run
-        self.hooks.emit('on_start')
+        self.observers.emit('on_start')
         if background:
             spawn(self.leases.run, self._wanted_leases, self._leases_changed, name='pubsub-leases')
             if self.engine.dialect.name == 'postgresql':
@@ -254,7 +259,7 @@ class Broker:
         for _loop, greenlet in list(self._loops.values()):
             greenlet.kill(block=False)
         self._loops.clear()
-        self.hooks.emit('on_stop')
+        self.observers.emit('on_stop')
         try:
             self.leases.release_all()
         except Exception as e:
@@ -401,7 +406,7 @@ class Broker:
                     raise TopicFull(topic.name, self._depths.get(topic.id, 0))
                 self._overflow(pub)
                 msg_id.overflowed = True
-                self.hooks.emit('after_publish', pub, True)
+                self.observers.emit('after_publish', pub, True)
                 return msg_id
         # Service queues are not limited: the runtime drains them itself, and a message published to a
         # service must survive until it is processed (an overflowed copy is never delivered).
@@ -410,7 +415,7 @@ class Broker:
             subs = self._within_queue_limits(topic, pub, subs, limited, gd)
             if not subs:  # every copy went to the overflow log
                 msg_id.overflowed, pub.sub_ids = True, []
-                self.hooks.emit('after_publish', pub, True)
+                self.observers.emit('after_publish', pub, True)
                 return msg_id
             msg_id.overflowed = len(subs) < len(pub.sub_ids)
             pub.sub_ids = [s.id for s in subs]
@@ -423,7 +428,7 @@ class Broker:
                 remote = self._hold_in_memory(pub, subs)
                 unstored = [i for i in reserved if i in remote]
                 if not remote:
-                    self.hooks.emit('after_publish', pub, msg_id.overflowed)
+                    self.observers.emit('after_publish', pub, msg_id.overflowed)
                     return msg_id
                 pub.sub_ids = remote
             assert self._committer is not None, 'broker not started'
@@ -432,7 +437,7 @@ class Broker:
         finally:
             if reserved:
                 self._queue_depths.release(reserved, failed=unstored)
-        self.hooks.emit('after_publish', pub, msg_id.overflowed)
+        self.observers.emit('after_publish', pub, msg_id.overflowed)
         if pub.in_topic:
             self._depths[topic.id] = self._depths.get(topic.id, 0) + 1
         return msg_id
@@ -618,7 +623,7 @@ class Broker:
         taken = self.dead_letterer.run(self._transaction, work)
         # Handed over and acked: delivered, as a REST client's pull is.
         for d, _meta in taken:
-            self.hooks.emit('after_deliver', sub, d, True, None, 0.0)
+            self.observers.emit('after_deliver', sub, d, True, None, 0.0)
         return [meta for _d, meta in taken]
 
     def _transaction(self, work: Callable[[Connection], T]) -> T:
@@ -666,10 +671,10 @@ class Broker:
         if sub.kind == KIND_REST_PUSH:
             # One HTTP session per subscription, closed with its loop.
             pusher = PushDeliverer(self._prepare, self.json_limits)
-            loop = DeliveryLoop(sub, self._backend, None, owns, self.hooks, deliver_batch=pusher.deliver_batch)
+            loop = DeliveryLoop(sub, self._backend, None, owns, self.observers, deliver_batch=pusher.deliver_batch)
         else:
             pusher = None
-            loop = DeliveryLoop(sub, self._backend, self._deliver_to_service, owns, self.hooks)
+            loop = DeliveryLoop(sub, self._backend, self._deliver_to_service, owns, self.observers)
         greenlet = self._runtime.spawner.spawn(loop.run, name=f'delivery:{sub.label}')
         greenlet.link(lambda _g, sub_id=sub.id: self._loop_ended(sub_id, greenlet))
         if pusher is not None:

@@ -3,7 +3,7 @@
 Whatever dead-letters a message — the delivery loop, the sweeper, a service's pull, a REST
 client's pull — does it through ``DeadLetterer.run``: the row is written through
 ``store.dead_letter`` in the caller's transaction, and the observers (``after_dead_letter`` of
-every delivery hook: metrics, the archive, users' hooks) hear of it once that transaction has
+every observer: metrics, the archive, users' observers) hear of it once that transaction has
 committed. A dead letter that was rolled back is never announced, and one whose transaction ran
 twice (the group committer writes a batch again without an item that failed) is announced once.
 Announcing happens outside the transaction and costs no round trip.
@@ -18,7 +18,7 @@ from typing import TypeVar
 from sqlalchemy import Connection
 
 from runtime.pubsub import store
-from runtime.pubsub.hooks import HookChain
+from runtime.pubsub.observers import Observers
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.store import Delivery
 
@@ -50,10 +50,10 @@ class Moves:
 
 
 class DeadLetterer:
-    """Writes dead letters through the store and announces each to the hooks after its commit."""
+    """Writes dead letters through the store and announces each to the observers after its commit."""
 
-    def __init__(self, hooks: HookChain, sub_of: Callable[[int], SubInfo | None]) -> None:
-        self._hooks = hooks
+    def __init__(self, observers: Observers, sub_of: Callable[[int], SubInfo | None]) -> None:
+        self._observers = observers
         #: The subscription of a queue, for dead letters whose writer did not name it.
         self._sub_of = sub_of
 
@@ -70,11 +70,11 @@ class DeadLetterer:
         return result
 
     def announce(self, moves: Moves) -> None:
-        """Tell the hooks of committed dead letters (a hook that fails is logged by the chain)."""
+        """Tell the observers of committed dead letters (one that fails is logged by ``Observers``)."""
         for sub, d, reason, error, log in moves.moved:
             sub = sub or self._sub_of(d.sub_id)
             if sub is None:  # removed meanwhile, with its dead letters
                 continue
             if log:
                 _log.warning('%s: message %s dead-lettered (%s): %s', sub.label, d.msg_id, reason, error)
-            self._hooks.emit('after_dead_letter', sub, d, reason, error)
+            self._observers.emit('after_dead_letter', sub, d, reason, error)

@@ -235,7 +235,7 @@ def take(broker: Broker, subs: list[SubInfo], max_messages: int, max_len: int, l
         pulled = broker.dead_letterer.run(lambda w: run_transaction(broker.engine, w), work)
     if lease_secs is None:
         for p in pulled:
-            broker.hooks.emit('after_deliver', p.sub, p.delivery, True, None, 0.0)
+            broker.observers.emit('after_deliver', p.sub, p.delivery, True, None, 0.0)
     return pulled
 
 
@@ -254,7 +254,7 @@ def ack(broker: Broker, subs: list[SubInfo], ack_ids: list[str]) -> set[str]:
     with storage_errors():
         acked = run_transaction(broker.engine, work)
     for _ack_id, d in acked:
-        broker.hooks.emit('after_deliver', by_id[d.sub_id], d, True, None, 0.0)
+        broker.observers.emit('after_deliver', by_id[d.sub_id], d, True, None, 0.0)
     return {ack_id for ack_id, _d in acked}
 
 

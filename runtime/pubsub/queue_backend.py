@@ -1,6 +1,6 @@
 """The delivery loop's storage over SQL: settle a batch's outcomes and take the next batch.
 
-Dead letters of a settlement are written through ``DeadLetterer``, so that the hooks hear of them
+Dead letters of a settlement are written through ``DeadLetterer``, so that the observers hear of them
 once the transaction that stored them has committed, as they hear of every other dead letter.
 """
 
