@@ -14,7 +14,7 @@ from typing import Any
 
 import gevent
 import pytest
-from sqlalchemy import update
+from sqlalchemy import create_engine, update
 
 from runtime import Service
 from runtime.db.blocking import run_transaction
@@ -144,10 +144,12 @@ FAST = '''
 [pubsub]
 sweep_interval_secs = 0.1
 poll_interval_secs = 0.05
+[archive]
+flush_interval_secs = 0.1
 '''
 
 
-def test_dead_letters_of_the_sweeper_are_counted_on_metrics(server_factory) -> None:
+def test_dead_letters_of_the_sweeper_and_of_rest_pulls_are_counted_and_archived(server_factory) -> None:
     server = server_factory(extra_config=FAST)
     server.start()
 
@@ -156,18 +158,39 @@ def test_dead_letters_of_the_sweeper_are_counted_on_metrics(server_factory) -> N
         assert r.status_code == expected, r.text
         return r.json()
 
+    def pull() -> list[Any]:
+        got = server.request('POST', '/pubsub/messages/get', auth=('c', 'dl-secret-pw'), json={})
+        assert got.status_code == 200, got.text
+        return got.json()['messages']
+
     call('POST', '/admin/topics', 201, json={'name': 'dl.t'})
     call('POST', '/admin/security', 201, json={'name': 'c', 'username': 'c', 'password': 'dl-secret-pw'})
     call('PUT', '/admin/security/c/permissions', json={'sub': ['dl.**']})
-    pull = call('POST', '/admin/subscriptions', 201, json={'topic': 'dl.t', 'kind': 'pull',
-                                                          'security': 'c'})['subscription']
-    call('POST', '/admin/publish', json={'topic': 'dl.t', 'data': {'n': 1}, 'expiration': 0.2})
+    sub_id = str(call('POST', '/admin/subscriptions', 201, json={'topic': 'dl.t', 'kind': 'pull',
+                                                                'security': 'c'})['subscription']['id'])
+    expired = call('POST', '/admin/publish', json={'topic': 'dl.t', 'data': {'n': 1}, 'expiration': 0.2})['msg_id']
     time.sleep(0.3)
-    # A REST client's pull leaves what expired to the sweeper.
-    got = server.request('POST', '/pubsub/messages/get', auth=('c', 'dl-secret-pw'), json={})
-    assert got.status_code == 200 and got.json()['messages'] == [], got.text
-    poll(lambda: call('GET', f'/admin/queues/{pull["id"]}')['queue']['dead_letters'] == 1, TIMEOUT,
+    assert pull() == []  # a REST client's pull leaves what expired to the sweeper
+    poll(lambda: call('GET', f'/admin/queues/{sub_id}')['queue']['dead_letters'] == 1, TIMEOUT,
          message='the sweeper dead-lettered the expired message')
+
+    bad = call('POST', '/admin/publish', json={'topic': 'dl.t', 'data': {'n': 2}})['msg_id']
+    engine = create_engine(server.db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(update(Message).where(Message.msg_id == bad).values(data='{"n": NaN'))
+    finally:
+        engine.dispose()
+    assert pull() == []
+
     samples = _samples(server)
-    assert _value(samples, 'conduit_pubsub_dead_lettered_total', subscription=str(pull['id']),
-                  reason='expired') == 1
+    for reason in ('expired', 'unrenderable'):
+        assert _value(samples, 'conduit_pubsub_dead_lettered_total', subscription=sub_id, reason=reason) == 1
+    archive = server.base / 'var' / 'archive'
+
+    def archived() -> list[tuple[str, str]]:
+        return sorted((r['msg_id'], r['reason']) for path in archive.rglob('*.jsonl')
+                      for r in map(json.loads, path.read_text(encoding='utf-8').splitlines())
+                      if r['outcome'] == 'dead_letter')
+    poll(lambda: len(archived()) == 2, TIMEOUT, message='both dead letters archived')
+    assert archived() == sorted([(expired, 'expired'), (bad, 'unrenderable')])
