@@ -14,20 +14,19 @@ from sqlalchemy import Connection, Engine
 from runtime.db.blocking import run_transaction
 from runtime.pubsub import store
 from runtime.pubsub.dead_letters import DeadLetterer, Moves
-from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.store import Delivery, Settlement
 
 T = TypeVar('T')
 
 
-def apply_settlement(conn: Connection, settlement: Settlement, moves: Moves, sub: SubInfo | None = None) -> None:
+def apply_settlement(conn: Connection, settlement: Settlement, moves: Moves) -> None:
     """Store a batch's outcomes: ack, reschedule, dead-letter, and take back attempts never made."""
     if settlement.acked:
         store.ack(conn, settlement.acked)
     for d, at, error in settlement.retries:
         store.schedule_retry(conn, d.entry_id, at, error, d.last_traceback)
     for d, reason, error in settlement.dead:
-        moves.add(conn, d, reason, error, sub)
+        moves.add(conn, d, reason, error)
     if settlement.uncount:
         store.uncount_attempt(conn, settlement.uncount)
 
