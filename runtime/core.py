@@ -133,9 +133,9 @@ class Runtime:
         self.synchronizer.register(SECURITY_KEY, self.reload_security)
         self.broker = Broker(self)
         self.synchronizer.register(PUBSUB_KEY, self.broker.reload)
-        #: Prometheus metrics of this worker: fed by the broker's hooks, the invoker and the HTTP middleware.
+        #: Prometheus metrics of this worker: fed by the broker's observers, the invoker and the HTTP middleware.
         self.metrics = Metrics(self)
-        self.broker.hooks.add(self.metrics.pubsub)
+        self.broker.observers.add(self.metrics.pubsub)
         self.invoker.observe = self.metrics.invoke.observe
         #: Pub/sub permissions of REST clients; the broker asks them about every REST subscriber.
         self.permissions = Permissions(self.engine)
@@ -146,7 +146,7 @@ class Runtime:
         self.archive: MessageArchive | None = None
         if settings.archive.enabled:
             self.archive = MessageArchive(settings.archive, settings.path(settings.archive.dir), self.spawner.spawn)
-            self.broker.hooks.add(self.archive)
+            self.broker.observers.add(self.archive)
         self.spark = SparkManager(self)
         self.synchronizer.register(SCHEDULER_KEY, self.scheduler.wake)
         self.started = False

@@ -4,7 +4,7 @@ What is counted, and where:
 
 - pub/sub: ``conduit_pubsub_published_total{topic}``, ``..._delivered_total``, ``..._failed_total``
   (failed attempts) and ``..._dead_lettered_total`` per topic and subscription, by a
-  ``DeliveryHook`` on the broker;
+  ``PubSubObserver`` on the broker;
 - queue depths, read from the database at scrape time: ``conduit_pubsub_queue_depth`` and
   ``conduit_pubsub_dead_letters`` per subscription, ``conduit_pubsub_topic_depth`` per topic;
 - HTTP: ``conduit_http_requests_total{method, route, status}`` and
@@ -46,7 +46,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from runtime.db.blocking import run_transaction
 from runtime.pubsub import admin_ops
-from runtime.pubsub.hooks import DeliveryHook
+from runtime.pubsub.observers import PubSubObserver
 
 if TYPE_CHECKING:
     import falcon
@@ -122,7 +122,7 @@ def _subscriber(sub: SubInfo) -> str:
     return sub.service or sub.security or sub.kind
 
 
-class PubSubMetrics(DeliveryHook):
+class PubSubMetrics(PubSubObserver):
     """Counts publications, deliveries, failures and dead letters; remembers recent publications."""
 
     def __init__(self) -> None:

@@ -1,6 +1,6 @@
 """The message archive: what the broker delivered, as files that Spark pipelines read.
 
-A ``DeliveryHook`` that records, per subscription, every delivery attempt of a GD message
+A ``PubSubObserver`` that records, per subscription, every delivery attempt of a GD message
 (outcome ``delivered`` or ``failed``, with the attempt number and the error) and every message
 moved to a dead-letter queue (outcome ``dead_letter``, GD or not). Records are JSON Lines in
 partitions by topic and UTC day of the event::
@@ -46,7 +46,8 @@ import gevent
 from gevent.lock import Semaphore
 
 from runtime.datafiles import open_private_append, private_dir
-from runtime.pubsub.hooks import DeliveryHook
+from runtime.pubsub.observers import PubSubObserver
+from runtime.pubsub.retry import REASON_UNRENDERABLE
 
 if TYPE_CHECKING:
     from runtime.config import ArchiveSection
@@ -133,7 +134,7 @@ def _subscriber(sub: SubInfo) -> str:
     return sub.service or sub.security or sub.push_url or f'sub#{sub.id}'
 
 
-class MessageArchive(DeliveryHook):
+class MessageArchive(PubSubObserver):
     """Buffers delivery records and appends them to partitioned JSON Lines files."""
 
     def __init__(self, settings: ArchiveSection, directory: Path,
@@ -156,7 +157,7 @@ class MessageArchive(DeliveryHook):
     def __repr__(self) -> str:
         return f'MessageArchive({str(self.directory)!r})'
 
-    # Hook methods (run in delivering greenlets: append and return)
+    # Observer methods (run in delivering greenlets: append and return)
 
     def on_start(self) -> None:
         """Start the periodic flusher."""
@@ -177,14 +178,20 @@ class MessageArchive(DeliveryHook):
 
     def after_dead_letter(self, sub: SubInfo, delivery: Delivery, reason: str, error: str) -> None:
         """Record a message moved to the dead-letter queue (GD or not)."""
-        self._add(OUTCOME_DEAD_LETTER, sub, delivery, None, (error or '')[:MAX_ERROR_CHARS], reason)
+        # Unrenderable JSON data is not JSON: it is archived as the string it is stored as, so that
+        # the line stays valid JSON.
+        self._add(OUTCOME_DEAD_LETTER, sub, delivery, None, (error or '')[:MAX_ERROR_CHARS], reason,
+                  as_text=reason == REASON_UNRENDERABLE)
 
     def _add(self, outcome: str, sub: SubInfo, d: Delivery, duration_secs: float | None, error: str | None,
-             reason: str | None) -> None:
+             reason: str | None, as_text: bool = False) -> None:
         mime = d.mime_type[:-len(_BASE64_SUFFIX)] if d.mime_type.endswith(_BASE64_SUFFIX) else d.mime_type
+        data = None
+        if self.include_data:
+            data = json.dumps(d.data, ensure_ascii=False) if as_text and mime == 'application/json' else d.data
         self._buffer.append((outcome, sub.id, sub.kind, _subscriber(sub), d.msg_id, d.topic_name, d.delivery_count,
                              d.pub_time, d.priority, d.size, d.publisher, d.correl_id, mime,
-                             d.data if self.include_data else None, time.time(), duration_secs, error, reason))
+                             data, time.time(), duration_secs, error, reason))
         if len(self._buffer) >= self.max_buffer and (self._early_flush is None or self._early_flush.dead):
             self._early_flush = self._spawn(self.flush, name='archive-flush')
 

@@ -24,7 +24,7 @@ import math
 import os
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import gevent
 import psycopg
@@ -49,12 +49,14 @@ from runtime.errors import (
 )
 from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub import store
+from runtime.pubsub.dead_letters import DeadLetterer, Moves
 from runtime.pubsub.delivery import DeliveryLoop
 from runtime.pubsub.group_commit import GroupCommitter
-from runtime.pubsub.hooks import HookChain
 from runtime.pubsub.leases import LeaseManager
 from runtime.pubsub.limits import OverflowLog, QueueDepths
+from runtime.pubsub.observers import Observers
 from runtime.pubsub.push import PushDeliverer, check_push_url
+from runtime.pubsub.queue_backend import SqlQueueBackend
 from runtime.pubsub.registry import (
     KIND_PULL,
     KIND_REST_PUSH,
@@ -69,7 +71,7 @@ from runtime.pubsub.registry import (
     service_topic_name,
 )
 from runtime.pubsub.retry import REASON_UNRENDERABLE
-from runtime.pubsub.store import Delivery, Publication, SqlQueueBackend
+from runtime.pubsub.store import Delivery, Publication
 from runtime.pubsub.topics import validate_pattern, validate_topic_name
 from runtime.sync import bump
 
@@ -79,6 +81,8 @@ if TYPE_CHECKING:
     from runtime.core import Runtime
 
 _log = logging.getLogger(__name__)
+
+T = TypeVar('T')
 
 #: Every msg_id starts with it, as Zato 4.1's do (its clients and load scripts check the prefix).
 MSG_ID_PREFIX = 'zpsm'
@@ -203,7 +207,6 @@ class Broker:
         self.engine = runtime.engine
         self.registry = Registry()
         self.leases = LeaseManager(self.engine, self.settings.lease_ttl_secs, self.settings.lease_renew_secs)
-        self._backend = SqlQueueBackend(self.engine)
         self._loops: dict[int, tuple[DeliveryLoop, gevent.Greenlet]] = {}
         self._committer: GroupCommitter | None = None
         self._since_depth_check: dict[int, int] = {}
@@ -214,8 +217,11 @@ class Broker:
         #: Depths of subscription queues, for the topics' max depths (see runtime.pubsub.limits).
         self._queue_depths = QueueDepths(self._read_queue_depths)
         self._listening = False
-        #: Observers of publications and deliveries (metrics, archive): see runtime.pubsub.hooks.
-        self.hooks = HookChain()
+        #: Observers of publications and deliveries (metrics, archive): see runtime.pubsub.observers.
+        self.observers = Observers()
+        #: Every dead letter, whatever makes it, is written and announced to the observers through it.
+        self.dead_letterer = DeadLetterer(self.observers, lambda sub_id: self.registry.subs.get(sub_id))
+        self._backend = SqlQueueBackend(self.engine, self.dead_letterer)
         #: What JSON data may hold (nesting, integer digits), at publication and when rendered for subscribers.
         self.json_limits = JsonLimits.from_settings(runtime.settings.http)
         #: Entry ids of in-memory (non-GD) queue entries: negative, so they never clash with stored ones.
@@ -223,6 +229,11 @@ class Broker:
         #: Whether a subscription may receive a topic's messages (pub/sub permissions, set by the runtime);
         #: None lets every subscription have them.
         self.sub_allowed: Callable[[SubInfo, TopicInfo], bool] | None = None
+
+    @property
+    def hooks(self) -> Observers:
+        """The former name of ``observers``."""
+        return self.observers
 
     # Lifecycle
 
@@ -235,7 +246,7 @@ class Broker:
         self._committer = GroupCommitter(self.engine, self.settings.group_commit_max, spawn, self._committed,
                                          self._claim_loops)
         self._backend.writer = self._committer.run
-        self.hooks.emit('on_start')
+        self.observers.emit('on_start')
         if background:
             spawn(self.leases.run, self._wanted_leases, self._leases_changed, name='pubsub-leases')
             if self.engine.dialect.name == 'postgresql':
@@ -248,7 +259,7 @@ class Broker:
         for _loop, greenlet in list(self._loops.values()):
             greenlet.kill(block=False)
         self._loops.clear()
-        self.hooks.emit('on_stop')
+        self.observers.emit('on_stop')
         try:
             self.leases.release_all()
         except Exception as e:
@@ -395,7 +406,7 @@ class Broker:
                     raise TopicFull(topic.name, self._depths.get(topic.id, 0))
                 self._overflow(pub)
                 msg_id.overflowed = True
-                self.hooks.emit('after_publish', pub, True)
+                self.observers.emit('after_publish', pub, True)
                 return msg_id
         # Service queues are not limited: the runtime drains them itself, and a message published to a
         # service must survive until it is processed (an overflowed copy is never delivered).
@@ -404,7 +415,7 @@ class Broker:
             subs = self._within_queue_limits(topic, pub, subs, limited, gd)
             if not subs:  # every copy went to the overflow log
                 msg_id.overflowed, pub.sub_ids = True, []
-                self.hooks.emit('after_publish', pub, True)
+                self.observers.emit('after_publish', pub, True)
                 return msg_id
             msg_id.overflowed = len(subs) < len(pub.sub_ids)
             pub.sub_ids = [s.id for s in subs]
@@ -417,7 +428,7 @@ class Broker:
                 remote = self._hold_in_memory(pub, subs)
                 unstored = [i for i in reserved if i in remote]
                 if not remote:
-                    self.hooks.emit('after_publish', pub, msg_id.overflowed)
+                    self.observers.emit('after_publish', pub, msg_id.overflowed)
                     return msg_id
                 pub.sub_ids = remote
             assert self._committer is not None, 'broker not started'
@@ -426,7 +437,7 @@ class Broker:
         finally:
             if reserved:
                 self._queue_depths.release(reserved, failed=unstored)
-        self.hooks.emit('after_publish', pub, msg_id.overflowed)
+        self.observers.emit('after_publish', pub, msg_id.overflowed)
         if pub.in_topic:
             self._depths[topic.id] = self._depths.get(topic.id, 0) + 1
         return msg_id
@@ -593,28 +604,31 @@ class Broker:
         if sub is None or sub.kind != KIND_PULL:
             raise SubscriptionNotFound('pull subscription')
 
-        def work(conn: Connection) -> tuple[list[dict[str, Any]], list[tuple[Delivery, str]]]:
+        def work(conn: Connection, moves: Moves) -> list[tuple[Delivery, dict[str, Any]]]:
             batch = store.fetch_batch(conn, sub.id, max(1, min(max_messages, 1000)), due_before=time.time())
             now = time.time()
-            taken, unrenderable = [], []
+            taken = []
             for d in batch:
                 if d.expiration_time <= now:  # never handed over: dead-lettered, as the sweeper does
-                    store.dead_letter(conn, d, 'expired', d.last_error or 'the message expired unread')
+                    moves.add(conn, d, 'expired', d.last_error or 'the message expired unread', sub)
                     continue
                 d.delivery_count += 1
                 # Decoded before the ack: a message that cannot be must not cost the others theirs.
                 try:
                     taken.append((d, message_meta(d, sub, self.json_limits)))
                 except UnrenderableMessage as e:
-                    store.dead_letter(conn, d, REASON_UNRENDERABLE, str(e))
-                    unrenderable.append((d, str(e)))
+                    moves.add(conn, d, REASON_UNRENDERABLE, str(e), sub, log=True)
             store.ack(conn, [d.entry_id for d, _meta in taken])
-            return [meta for _d, meta in taken], unrenderable
-        messages, unrenderable = run_transaction(self.engine, work)
-        for d, error in unrenderable:
-            _log.warning('%s: message %s dead-lettered (%s): %s', sub.label, d.msg_id, REASON_UNRENDERABLE, error)
-            self.hooks.emit('after_dead_letter', sub, d, REASON_UNRENDERABLE, error)
-        return messages
+            return taken
+        taken = self.dead_letterer.run(self._transaction, work)
+        # Handed over and acked: delivered, as a REST client's pull is.
+        for d, _meta in taken:
+            self.observers.emit('after_deliver', sub, d, True, None, 0.0)
+        return [meta for _d, meta in taken]
+
+    def _transaction(self, work: Callable[[Connection], T]) -> T:
+        """Run work in a write transaction of its own."""
+        return run_transaction(self.engine, work)
 
     def queue_depth(self, sub_key: str) -> int:
         """How many messages wait in a subscription's queue."""
@@ -657,10 +671,10 @@ class Broker:
         if sub.kind == KIND_REST_PUSH:
             # One HTTP session per subscription, closed with its loop.
             pusher = PushDeliverer(self._prepare, self.json_limits)
-            loop = DeliveryLoop(sub, self._backend, None, owns, self.hooks, deliver_batch=pusher.deliver_batch)
+            loop = DeliveryLoop(sub, self._backend, None, owns, self.observers, deliver_batch=pusher.deliver_batch)
         else:
             pusher = None
-            loop = DeliveryLoop(sub, self._backend, self._deliver_to_service, owns, self.hooks)
+            loop = DeliveryLoop(sub, self._backend, self._deliver_to_service, owns, self.observers)
         greenlet = self._runtime.spawner.spawn(loop.run, name=f'delivery:{sub.label}')
         greenlet.link(lambda _g, sub_id=sub.id: self._loop_ended(sub_id, greenlet))
         if pusher is not None:
@@ -792,10 +806,10 @@ class Broker:
         registry = self.registry
         delivered = {s.id for s in registry.subs.values() if s.kind in DELIVERED_KINDS and s.is_active}
 
-        def work(conn: Connection) -> dict[str, int]:
+        def work(conn: Connection, moves: Moves) -> dict[str, int]:
             expired = store.expired_entries(conn, now, skip_sub_ids=delivered)
             for d in expired:
-                store.dead_letter(conn, d, 'expired', d.last_error or 'the message expired before delivery')
+                moves.add(conn, d, 'expired', d.last_error or 'the message expired before delivery')
             counts = {'expired_in_queues': len(expired)}
             retained = 0
             for topic in registry.topics.values():
@@ -803,7 +817,7 @@ class Broker:
             counts['over_retention'] = retained
             counts.update(store.sweep(conn, now))
             return counts
-        counts = run_transaction(self.engine, work)
+        counts = self.dead_letterer.run(self._transaction, work)
         if any(counts.values()):
             _log.info('pub/sub sweep: %s', counts)
         return counts

@@ -32,7 +32,9 @@ entry, and so with the dead letter. The log gets the traceback at the first fail
 INFO line each, so that a message retried 25 times does not write 25 tracebacks.
 
 The loop knows nothing of SQL or HTTP: storage is the ``QueueBackend`` it is given and the
-subscriber is the ``deliver`` (or ``deliver_batch``) callable, which raises on failure.
+subscriber is the ``deliver`` (or ``deliver_batch``) callable, which raises on failure. Dead
+letters are announced to the observers by the backend, once their settlement is committed
+(``runtime.pubsub.dead_letters``); the loop itself announces delivery attempts.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from gevent.event import AsyncResult, Event
 from gevent.pool import Pool
 
 from runtime.pubsub.failure import error_line, format_traceback
-from runtime.pubsub.hooks import HookChain
+from runtime.pubsub.observers import Observers
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.retry import RedeliveryDecision, decide
 from runtime.pubsub.store import Delivery, Settlement
@@ -69,7 +71,7 @@ CycleWork = Callable[[Any], tuple[list[Delivery], 'float | None']]
 
 
 class QueueBackend(Protocol):
-    """Storage as the delivery loop needs it."""
+    """Storage as the delivery loop needs it; it announces the dead letters it stores, once committed."""
 
     def cycle(self, sub_id: int, settlement: Settlement | None, limit: int,
               due_before: float | None) -> tuple[list[Delivery], float | None]: ...
@@ -98,12 +100,12 @@ class DeliveryLoop:
     """Delivers one subscription's queue for as long as this worker owns it."""
 
     def __init__(self, sub: SubInfo, backend: QueueBackend, deliver: Deliver | None,
-                 still_owner: Callable[[], bool], hooks: HookChain | None = None, *,
+                 still_owner: Callable[[], bool], observers: Observers | None = None, *,
                  deliver_batch: DeliverBatch | None = None) -> None:
         if (deliver is None) == (deliver_batch is None):
             raise TypeError('a DeliveryLoop needs either deliver or deliver_batch')
         self.sub = sub
-        self._hooks = hooks or HookChain()
+        self._observers = observers or Observers()
         self._backend = backend
         self._deliver = deliver
         self._deliver_batch = deliver_batch
@@ -276,10 +278,8 @@ class DeliveryLoop:
             acked, retries, uncount = self._settle_in_memory(acked, retries, dead, uncount)
         self._pending = self._pending_or_none(acked, retries, dead, uncount)
         if dead:
-            # Dead letters are announced once stored, like every other outcome of storage.
+            # Stored (and so announced to the observers, by the backend) at once, not with the next batch.
             self._flush()
-            for d, reason, error in dead:
-                self._hooks.emit('after_dead_letter', self.sub, d, reason, error)
         if retries and opts.err_should_block:
             return max(0.01, min(at for _, at, _ in retries) - time.time())
         return 0
@@ -347,7 +347,7 @@ class DeliveryLoop:
             outcomes = [Outcome(d, True) for d in batch]
         duration = time.perf_counter() - started
         for o in outcomes:
-            self._hooks.emit('after_deliver', self.sub, o.delivery, o.ok, o.error, duration)
+            self._observers.emit('after_deliver', self.sub, o.delivery, o.ok, o.error, duration)
         return outcomes
 
     def _deliver_one(self, d: Delivery) -> Outcome:
@@ -358,8 +358,8 @@ class DeliveryLoop:
         except gevent.GreenletExit:
             raise
         except Exception as e:
-            self._hooks.emit('after_deliver', self.sub, d, False, e, time.perf_counter() - started)
+            self._observers.emit('after_deliver', self.sub, d, False, e, time.perf_counter() - started)
             return Outcome(d, False, e)
-        self._hooks.emit('after_deliver', self.sub, d, True, None, time.perf_counter() - started)
+        self._observers.emit('after_deliver', self.sub, d, True, None, time.perf_counter() - started)
         # The subscriber (or a hook) may answer False: "drop it without delivering".
         return Outcome(d, True, drop=delivered is False)

@@ -52,6 +52,7 @@ from runtime.db.models import Message, QueueEntry
 from runtime.errors import StorageUnavailable, UnrenderableMessage
 from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub import store
+from runtime.pubsub.dead_letters import Moves
 from runtime.pubsub.retry import REASON_UNRENDERABLE
 from runtime.pubsub.store import Delivery
 
@@ -161,10 +162,10 @@ def take(broker: Broker, subs: list[SubInfo], max_messages: int, max_len: int, l
          may_read: Callable[[SubInfo, str], bool]) -> list[Pulled]:
     """Hand over the heads of subs' queues as one queue; lease_secs None acks them at once (auto)."""
     by_id = {s.id: s for s in subs}
-    dead: list[tuple[SubInfo, Delivery, str, str]] = []
     limits = broker.json_limits
 
-    def one_round(conn: Connection, now: float, room: int, budget: int) -> tuple[list[Pulled], int, bool]:
+    def one_round(conn: Connection, moves: Moves, now: float, room: int,
+                  budget: int) -> tuple[list[Pulled], int, bool]:
         """Up to room messages of up to budget characters; with their characters, and whether any was dead-lettered."""
         rows = [r for sub in subs for r in _candidates(conn, sub.id, room, now)]
         rows.sort(key=lambda r: (r.priority, r.message_id, r.id))
@@ -192,9 +193,7 @@ def take(broker: Broker, subs: list[SubInfo], max_messages: int, max_len: int, l
         ids = [r.id for r in chosen] + [t.id for ts in twins.values() for t in ts] + [r.id for r, _, _ in doomed]
         full = _deliveries(conn, ids)
         for row, reason, error in doomed:
-            d = full[row.id]
-            store.dead_letter(conn, d, reason, error)
-            dead.append((by_id[row.sub_id], d, reason, error))
+            moves.add(conn, full[row.id], reason, error, by_id[row.sub_id], log=True)
         pulled, chars, unrenderable = [], 0, False
         for row in chosen:
             entries = [row, *twins[row.message_id]]
@@ -207,8 +206,7 @@ def take(broker: Broker, subs: list[SubInfo], max_messages: int, max_len: int, l
                 d.delivery_count -= 1  # never handed over
                 unrenderable = True
                 for entry in entries:
-                    store.dead_letter(conn, full[entry.id], REASON_UNRENDERABLE, str(e))
-                    dead.append((by_id[entry.sub_id], full[entry.id], REASON_UNRENDERABLE, str(e)))
+                    moves.add(conn, full[entry.id], REASON_UNRENDERABLE, str(e), by_id[entry.sub_id], log=True)
                 continue
             if lease_secs is None:
                 store.ack(conn, [e.id for e in entries])
@@ -220,13 +218,12 @@ def take(broker: Broker, subs: list[SubInfo], max_messages: int, max_len: int, l
             chars += row.chars
         return pulled, chars, bool(doomed) or unrenderable
 
-    def work(conn: Connection) -> list[Pulled]:
-        dead.clear()  # of an earlier run of this work that was rolled back
+    def work(conn: Connection, moves: Moves) -> list[Pulled]:
         now = time.time()
         pulled: list[Pulled] = []
         budget = max_len
         for _round in range(1 + MAX_REFILLS):
-            got, chars, dropped = one_round(conn, now, max_messages - len(pulled), budget)
+            got, chars, dropped = one_round(conn, moves, now, max_messages - len(pulled), budget)
             pulled += got
             budget -= chars
             # What was dead-lettered on the way is gone from the queues: look again for what comes after it.
@@ -235,13 +232,10 @@ def take(broker: Broker, subs: list[SubInfo], max_messages: int, max_len: int, l
         return pulled
 
     with storage_errors():
-        pulled = run_transaction(broker.engine, work)
-    for sub, d, reason, error in dead:
-        _log.warning('%s: message %s dead-lettered (%s): %s', sub.label, d.msg_id, reason, error)
-        broker.hooks.emit('after_dead_letter', sub, d, reason, error)
+        pulled = broker.dead_letterer.run(lambda w: run_transaction(broker.engine, w), work)
     if lease_secs is None:
         for p in pulled:
-            broker.hooks.emit('after_deliver', p.sub, p.delivery, True, None, 0.0)
+            broker.observers.emit('after_deliver', p.sub, p.delivery, True, None, 0.0)
     return pulled
 
 
@@ -260,7 +254,7 @@ def ack(broker: Broker, subs: list[SubInfo], ack_ids: list[str]) -> set[str]:
     with storage_errors():
         acked = run_transaction(broker.engine, work)
     for _ack_id, d in acked:
-        broker.hooks.emit('after_deliver', by_id[d.sub_id], d, True, None, 0.0)
+        broker.observers.emit('after_deliver', by_id[d.sub_id], d, True, None, 0.0)
     return {ack_id for ack_id, _d in acked}
 
 

@@ -11,14 +11,12 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, bindparam, delete, exists, func, insert, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, exists, func, insert, select, update
 
 from runtime.config import PubSubSection
-from runtime.db.blocking import run_transaction
 from runtime.db.models import DeadLetter, Message, QueueEntry, Subscription, Topic
 from runtime.errors import ConfigError
 from runtime.pubsub import queue_sql
@@ -33,9 +31,6 @@ _MESSAGE_COLUMNS = (Message.id, Message.msg_id, Message.topic_name, Message.data
                     Message.topic_id, Message.ext_pub_time)
 
 _log = logging.getLogger(__name__)
-
-T = TypeVar('T')
-
 
 def new_sub_key() -> str:
     """A new secret subscription key: 160 bits of randomness."""
@@ -355,63 +350,3 @@ def retention_expired_in_topic(conn: Connection, topic_id: int, before: float) -
     """Delete messages that waited in a topic longer than its retention."""
     return conn.execute(delete(Message).where(Message.topic_id == topic_id, Message.in_topic.is_(True),
                                               Message.pub_time < before)).rowcount
-
-
-
-
-def apply_settlement(conn: Connection, settlement: Settlement) -> None:
-    """Store a batch's outcomes: ack, reschedule, dead-letter, and take back attempts never made."""
-    if settlement.acked:
-        ack(conn, settlement.acked)
-    for d, at, error in settlement.retries:
-        schedule_retry(conn, d.entry_id, at, error, d.last_traceback)
-    for d, reason, error in settlement.dead:
-        dead_letter(conn, d, reason, error)
-    if settlement.uncount:
-        uncount_attempt(conn, settlement.uncount)
-
-
-class SqlQueueBackend:
-    """The delivery loop's storage, over the functions above (off the hub for SQLite).
-
-    Its transactions go through ``writer`` when one is given — the broker's group committer, so
-    that a loop's cycle shares its commit with the publications and the other loops' cycles —
-    and through a transaction of their own otherwise.
-    """
-
-    def __init__(self, engine: Engine, writer: Callable[[Callable[[Connection], Any]], Any] | None = None) -> None:
-        self._engine = engine
-        self.writer = writer
-
-    def _write(self, work: Callable[[Connection], T]) -> T:
-        if self.writer is not None:
-            return self.writer(work)
-        return run_transaction(self._engine, work)
-
-    def cycle(self, sub_id: int, settlement: Settlement | None, limit: int,
-              due_before: float | None) -> tuple[list[Delivery], float | None]:
-        """Settle the last batch, take the next and count its attempts: one transaction.
-
-        Returns the batch (as it was before the count) and, when it is empty, when the queue's
-        earliest entry is due (None for an empty queue).
-        """
-        return self._write(self.cycle_work(sub_id, settlement, limit, due_before))
-
-    @staticmethod
-    def cycle_work(sub_id: int, settlement: Settlement | None, limit: int,
-                   due_before: float | None) -> Callable[[Connection], tuple[list[Delivery], float | None]]:
-        """What ``cycle`` does, as work to run in a transaction of the caller's."""
-        def work(conn: Connection) -> tuple[list[Delivery], float | None]:
-            if settlement is not None:
-                apply_settlement(conn, settlement)
-            batch = fetch_batch(conn, sub_id, limit, due_before)
-            if batch:
-                count_attempt(conn, [d.entry_id for d in batch])
-                return batch, None
-            # Taking the head regardless of due times, an empty batch means an empty queue.
-            return batch, (next_due(conn, sub_id) if due_before is not None else None)
-        return work
-
-    def settle(self, settlement: Settlement) -> None:
-        """Store a batch's outcomes on their own."""
-        self._write(lambda c: apply_settlement(c, settlement))

@@ -1,0 +1,89 @@
+"""The delivery loop's storage over SQL: settle a batch's outcomes and take the next batch.
+
+Dead letters of a settlement are written through ``DeadLetterer``, so that the observers hear of them
+once the transaction that stored them has committed, as they hear of every other dead letter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine
+
+from runtime.db.blocking import run_transaction
+from runtime.pubsub import store
+from runtime.pubsub.dead_letters import DeadLetterer, Moves
+from runtime.pubsub.store import Delivery, Settlement
+
+T = TypeVar('T')
+
+
+def apply_settlement(conn: Connection, settlement: Settlement, moves: Moves) -> None:
+    """Store a batch's outcomes: ack, reschedule, dead-letter, and take back attempts never made."""
+    if settlement.acked:
+        store.ack(conn, settlement.acked)
+    for d, at, error in settlement.retries:
+        store.schedule_retry(conn, d.entry_id, at, error, d.last_traceback)
+    for d, reason, error in settlement.dead:
+        moves.add(conn, d, reason, error)
+    if settlement.uncount:
+        store.uncount_attempt(conn, settlement.uncount)
+
+
+class SqlQueueBackend:
+    """The delivery loop's storage, over the functions of ``runtime.pubsub.store`` (off the hub for SQLite).
+
+    Its transactions go through ``writer`` when one is given — the broker's group committer, so
+    that a loop's cycle shares its commit with the publications and the other loops' cycles —
+    and through a transaction of their own otherwise.
+    """
+
+    def __init__(self, engine: Engine, dead_letterer: DeadLetterer,
+                 writer: Callable[[Callable[[Connection], Any]], Any] | None = None) -> None:
+        self._engine = engine
+        self._dead_letterer = dead_letterer
+        self.writer = writer
+
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        if self.writer is not None:
+            return self.writer(work)
+        return run_transaction(self._engine, work)
+
+    def cycle(self, sub_id: int, settlement: Settlement | None, limit: int,
+              due_before: float | None) -> tuple[list[Delivery], float | None]:
+        """Settle the last batch, take the next and count its attempts: one transaction.
+
+        Returns the batch (as it was before the count) and, when it is empty, when the queue's
+        earliest entry is due (None for an empty queue).
+        """
+        return self._dead_letterer.run(self._write, lambda conn, moves: _cycle(conn, moves, sub_id, settlement,
+                                                                              limit, due_before))
+
+    @staticmethod
+    def cycle_work(sub_id: int, settlement: Settlement | None, limit: int,
+                   due_before: float | None) -> Callable[[Connection], tuple[list[Delivery], float | None]]:
+        """What ``cycle`` does, as work to run in a transaction of the caller's.
+
+        The settlement may hold no dead letters: they are announced after a commit, and this
+        backend does not see the caller's (the delivery loop only hands over work without one).
+        """
+        if settlement is not None and settlement.dead:
+            raise ValueError('a cycle run in another transaction cannot dead-letter: settle first')
+        return lambda conn: _cycle(conn, Moves(), sub_id, settlement, limit, due_before)
+
+    def settle(self, settlement: Settlement) -> None:
+        """Store a batch's outcomes on their own."""
+        self._dead_letterer.run(self._write, lambda conn, moves: apply_settlement(conn, settlement, moves))
+
+
+def _cycle(conn: Connection, moves: Moves, sub_id: int, settlement: Settlement | None, limit: int,
+           due_before: float | None) -> tuple[list[Delivery], float | None]:
+    if settlement is not None:
+        apply_settlement(conn, settlement, moves)
+    batch = store.fetch_batch(conn, sub_id, limit, due_before)
+    if batch:
+        store.count_attempt(conn, [d.entry_id for d in batch])
+        return batch, None
+    # Taking the head regardless of due times, an empty batch means an empty queue.
+    return batch, (store.next_due(conn, sub_id) if due_before is not None else None)
