@@ -1,4 +1,4 @@
-"""The admin API of publish/subscribe: topics, subscriptions, queues, dead letters, publishing.
+"""The admin API of publish/subscribe: topics, subscriptions and publishing.
 
 - ``/admin/topics`` (GET, POST) and ``/admin/topics/{name}`` (GET with runtime details, PATCH,
   DELETE); a name may hold ``/``, e.g. ``/admin/topics//zato/s/to/crm_customer_new``.

@@ -23,8 +23,10 @@ if TYPE_CHECKING:
     from runtime.core import Runtime
     from runtime.pubsub.registry import SubInfo
 
+#: OpenAPI schema of a queue's oldest message (null for an empty queue).
 OLDEST = {'oneOf': [{'type': 'null'}, obj({'msg_id': STR, 'pub_time_iso': TIME, 'age_secs': {'type': 'number'}},
                                           additional=True)]}
+#: OpenAPI schema of a subscription as sub_view shows it.
 SUBSCRIPTION = obj({'id': INT, 'topic': STR, 'kind': {'enum': list(KINDS)}, 'service': STR, 'security': STR,
                     'push_url': STR, 'is_active': BOOL, 'options': obj(additional=True), 'origin': STR,
                     'created_at_iso': TIME, 'queue_depth': INT, 'oldest_message': OLDEST, 'dead_letters': INT},
