@@ -5,7 +5,7 @@ application of files), what (method, path, kind and name of the object, the acti
 holds the object as it was before and after the change. Secrets never reach it: any key that looks
 like a password, hash, sub_key, secret or token is masked at any depth, and JSON text columns
 (subscription options) are read and masked too. The table is written by one place only in the HTTP
-layer (``runtime.http.admin_audit``) and read through ``GET /admin/audit`` and ``conduit audit``.
+layer (``runtime.http.admin.audit``) and read through ``GET /admin/audit`` and ``conduit audit``.
 """
 
 from __future__ import annotations

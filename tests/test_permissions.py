@@ -23,7 +23,7 @@ from sqlalchemy import select
 from runtime.db.engine import make_engine
 from runtime.db.models import BasicAuthDef, Subscription
 from runtime.errors import ConfigError, InvalidPermission
-from runtime.http.admin_permissions import PermissionsResource
+from runtime.http.admin.permissions import PermissionsResource
 from runtime.http.app import make_app
 from runtime.pubsub import pull
 from runtime.pubsub.permissions import PUB, SUB, Grant, Permissions, Rules, parse_grant, parse_lines

@@ -9,8 +9,9 @@ from sqlalchemy import text
 
 from runtime.core import admin_password
 from runtime.errors import BadRequest
-from runtime.http import admin, auth, errors, pubsub_rest
-from runtime.http.admin_audit import AdminWrites
+from runtime.http import auth, errors, pubsub_rest
+from runtime.http.admin.audit import AdminWrites
+from runtime.http.admin.routes import add_routes as add_admin_routes
 from runtime.http.body import InputLimits
 from runtime.http.channel_sink import ChannelSink
 from runtime.http.openapi import BOOL, INT, STR, OpenApiResource, obj, operation
@@ -89,7 +90,7 @@ def make_app(runtime: Runtime, **kwargs: Any) -> falcon.App:
     # Topic, definition and channel names are in both documents: admin-only unless configured public.
     app.add_route('/metrics', MetricsResource(runtime, auth.PUBLIC if http.metrics_public else auth.ADMIN))
     app.add_route('/openapi.json', OpenApiResource(runtime, app, auth.PUBLIC if http.openapi_public else auth.ADMIN))
-    admin.add_routes(app, runtime)
+    add_admin_routes(app, runtime)
     for path, resource in pubsub_rest.routes(runtime).items():
         app.add_route(path, resource)
     app.add_sink(ChannelSink(runtime), prefix='/')

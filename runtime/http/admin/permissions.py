@@ -11,20 +11,17 @@ Changes take effect at once in this worker and within the sync interval in the o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import falcon
 from sqlalchemy import Connection
 
 from runtime.db.blocking import run_transaction
 from runtime.errors import BadRequest, ObjectNotFound
-from runtime.http.admin import AdminResource
+from runtime.http.admin.base import AdminResource
 from runtime.http.body import read_json
 from runtime.pubsub import permissions
 from runtime.pubsub.permissions import SYNC_KEY, Grant
-
-if TYPE_CHECKING:
-    from runtime.core import Runtime
 
 _NAME_PARAM = {'name': 'name', 'in': 'path', 'required': True, 'description': 'Name of a security definition',
                'schema': {'type': 'string'}}
@@ -118,8 +115,3 @@ class PermissionsResource(AdminResource):
             raise ObjectNotFound('pub/sub permissions of security definition', name)
         self._runtime.synchronizer.changed(SYNC_KEY)
         resp.media = {'is_ok': True, 'deleted': name}
-
-
-def routes(runtime: Runtime) -> dict[str, Any]:
-    """The permission routes, for runtime.http.admin.add_routes."""
-    return {'/admin/security/{name}/permissions': PermissionsResource(runtime)}

@@ -1,45 +1,18 @@
-"""The admin API under /admin: its own credentials, one resource class per kind of object."""
+"""The admin API of services: list, show, invoke, undeploy and hot-deploy them, and the worker's status."""
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import falcon
 
 from runtime.db.blocking import run_transaction
 from runtime.errors import BadRequest, ConduitError, DeploymentError, ObjectInUse
-from runtime.http.auth import ADMIN, AdminNotFound
+from runtime.http.admin.base import AdminResource
 from runtime.http.body import read_json
 from runtime.http.openapi import ANY, BOOL, INT, STR, TIME, arr, obj, operation, query, string
 from runtime.object_checks import service_users
-
-if TYPE_CHECKING:
-    from runtime.core import Runtime
-
-#: Every admin route lives under this prefix; the rest of it is served by AdminNotFound.
-ADMIN_PREFIX = '/admin'
-
-
-class AdminResource:
-    """Base of every admin resource: routed ones need the admin credentials (runtime.http.auth).
-
-    Writes pass through ``runtime.http.admin_audit.AdminWrites``, which reads ``managed``,
-    ``audit_action`` and ``audited`` (set for every resource in ``admin_audit.declare_writes``).
-    """
-
-    auth = ADMIN
-    #: The stored object this resource writes (an admin_audit.Managed), if any.
-    managed: Any = None
-    #: The audit log's name of what a write does, when it is not a create, update or delete.
-    audit_action = ''
-    #: False for a resource whose writes change nothing (they are not audited).
-    audited = True
-
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
-
-
 
 
 def _service_dict(info: Any) -> dict[str, Any]:
@@ -165,40 +138,6 @@ class StatusResource(AdminResource):
                       'demo': rt.demo}
 
 
-def add_routes(app: falcon.App, runtime: Runtime) -> None:
-    """Mount the admin resources, and AdminNotFound under every other admin path."""
-    routes = {
-        '/admin/status': StatusResource(runtime),
-        '/admin/services': ServicesResource(runtime),
-        '/admin/services/{name}': ServiceResource(runtime),
-        '/admin/services/{name}/invoke': InvokeResource(runtime),
-        '/admin/deploy': DeployResource(runtime),
-    }
-    # Imported here: admin_jobs subclasses AdminResource from this module.
-    from runtime.http.admin_jobs import routes as job_routes
-    routes.update(job_routes(runtime))
-    from runtime.http.admin_spark import routes as spark_routes
-    routes.update(spark_routes(runtime))
-    from runtime.http.admin_permissions import routes as permission_routes
-    routes.update(permission_routes(runtime))
-    from runtime.http.admin_pubsub import routes as pubsub_routes
-    routes.update(pubsub_routes(runtime))
-    from runtime.http.admin_objects import routes as object_routes
-    routes.update(object_routes(runtime))
-    from runtime.http.admin_audit import declare_writes
-    from runtime.http.admin_audit import routes as audit_routes
-    routes.update(audit_routes(runtime))
-    declare_writes()
-    for path, resource in routes.items():
-        if not path.startswith(ADMIN_PREFIX + '/') or not isinstance(resource, AdminResource):
-            raise ValueError(f'admin route {path} must be an AdminResource under {ADMIN_PREFIX}/')
-        app.add_route(path, resource)
-    # Unknown admin paths answer 404 only after the admin credentials, like known ones.
-    not_found = AdminNotFound()
-    app.add_route(ADMIN_PREFIX, not_found)
-    app.add_route(ADMIN_PREFIX + '/{rest:path}', not_found)
-
-
 # OpenAPI operations of the resources above (read by runtime.http.openapi).
 
 _SERVICE = obj({'name': STR, 'module': STR, 'source_file': STR, 'deployed_at': TIME, 'input': arr(STR),
@@ -231,4 +170,3 @@ DeployResource.openapi = {'post': operation(
     body={'oneOf': [_MODULE, obj({'modules': arr(_MODULE, minItems=1, maxItems=MAX_DEPLOY_MODULES)},
                                  required=['modules'])]},
     response={'services': arr(STR), 'reloaded': arr(STR)})}
-

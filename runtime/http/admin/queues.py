@@ -21,9 +21,9 @@ import falcon
 
 from runtime.db.blocking import run_transaction
 from runtime.errors import BadRequest, InvalidInput, MessageTooLarge, ObjectNotFound
-from runtime.http.admin import AdminResource
-from runtime.http.admin_input import PAGE_PARAMS, Body, check_data, check_numbers, has_bad_chars, page
-from runtime.http.admin_pubsub import SUBSCRIPTION, find_sub, sub_details, sub_rows, sub_view
+from runtime.http.admin.base import AdminResource
+from runtime.http.admin.input import PAGE_PARAMS, Body, check_data, check_numbers, has_bad_chars, page
+from runtime.http.admin.subscription_views import SUBSCRIPTION, find_sub, sub_details, sub_rows, sub_view
 from runtime.http.openapi import ANY, BOOL, INT, NULLABLE_STR, STR, TIME, arr, integer, obj, operation, string
 from runtime.pubsub import admin_ops
 from runtime.pubsub.broker import BASE64_SUFFIX, encode_data
@@ -275,17 +275,3 @@ class RedriveResource(AdminResource):
         if missing and not done:
             raise ObjectNotFound(f'dead letter of subscription #{sub.id}', missing[0])
         resp.media = {'is_ok': True, 'redriven': done, 'count': len(done), 'missing': missing}
-
-
-
-def routes(runtime: Runtime) -> dict[str, AdminResource]:
-    """The queue and dead-letter admin routes (runtime.http.admin_pubsub.routes adds them)."""
-    return {
-        '/admin/queues': QueuesResource(runtime),
-        '/admin/queues/{sub_id:int}': QueueResource(runtime),
-        '/admin/queues/{sub_id:int}/messages': QueueMessagesResource(runtime),
-        '/admin/queues/{sub_id:int}/messages/{msg_id}': QueueMessageResource(runtime),
-        '/admin/queues/{sub_id:int}/dead-letters': DeadLettersResource(runtime),
-        '/admin/queues/{sub_id:int}/dead-letters/{msg_id}': DeadLetterResource(runtime),
-        '/admin/queues/{sub_id:int}/redrive': RedriveResource(runtime),
-    }

@@ -4,24 +4,16 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import click
 
-from runtime.cli_output import echo_json, json_option, print_values
-from runtime.errors import ConduitError
-
-
-def _call(ctx: click.Context, method: str, path: str, body: Any = None, timeout: float = 30.0) -> dict[str, Any]:
-    from runtime.admin_client import for_cli
-    try:
-        return for_cli(ctx.obj, timeout=timeout).call(method, path, body)
-    except ConduitError as e:
-        raise click.ClickException(str(e)) from None
+from runtime.cli.client import call, quote_name
+from runtime.cli.output import echo_json, json_option, print_values
 
 
 def _path(job_id: str, suffix: str = '') -> str:
-    return f'/admin/spark/jobs/{quote(job_id, safe="")}{suffix}'
+    return f'/admin/spark/jobs/{quote_name(job_id)}{suffix}'
 
 
 def _secs(job: dict[str, Any]) -> str:
@@ -42,7 +34,7 @@ def spark() -> None:
 def list_jobs(ctx: click.Context, status: str | None, pipeline: str | None, limit: int, as_json: bool) -> None:
     """List jobs, newest first."""
     query = urlencode({k: v for k, v in (('status', status), ('pipeline', pipeline), ('limit', limit)) if v})
-    answer = _call(ctx, 'GET', f'/admin/spark/jobs?{query}')
+    answer = call(ctx, 'GET', f'/admin/spark/jobs?{query}')
     if as_json:
         echo_json(answer)
         return
@@ -58,7 +50,7 @@ def list_jobs(ctx: click.Context, status: str | None, pipeline: str | None, limi
 @click.pass_context
 def show(ctx: click.Context, job_id: str, lines: int) -> None:
     """Show a job: status, times, arguments, output location, error, and the end of its log."""
-    job = _call(ctx, 'GET', _path(job_id, f'?lines={lines}'))['job']
+    job = call(ctx, 'GET', _path(job_id, f'?lines={lines}'))['job']
     tail = job.pop('log_tail', [])
     click.echo(json.dumps(job, indent=2, default=str))
     if tail:
@@ -72,7 +64,7 @@ def show(ctx: click.Context, job_id: str, lines: int) -> None:
 @click.pass_context
 def log(ctx: click.Context, job_id: str, lines: int) -> None:
     """Print the end of a job's driver log."""
-    result = _call(ctx, 'GET', _path(job_id, f'/log?lines={lines}'))
+    result = call(ctx, 'GET', _path(job_id, f'/log?lines={lines}'))
     click.echo('\n'.join(result['lines']))
 
 
@@ -81,7 +73,7 @@ def log(ctx: click.Context, job_id: str, lines: int) -> None:
 @click.pass_context
 def kill(ctx: click.Context, job_id: str) -> None:
     """Kill a running job (it is recorded as killed)."""
-    job = _call(ctx, 'POST', _path(job_id, '/kill'))['job']
+    job = call(ctx, 'POST', _path(job_id, '/kill'))['job']
     if job['status'] in ('submitted', 'running'):
         click.echo(f'killing: {job_id} (was {job["status"]})')
     else:
@@ -110,10 +102,10 @@ def submit(ctx: click.Context, pipeline: str, args: tuple[str, ...], master: str
     body = {k: v for k, v in (('pipeline', pipeline), ('args', list(args)), ('master', master),
                               ('conf', settings or None), ('timeout', timeout), ('callback', callback))
             if v is not None}
-    job_id = _call(ctx, 'POST', '/admin/spark/jobs', body)['job_id']
+    job_id = call(ctx, 'POST', '/admin/spark/jobs', body)['job_id']
     click.echo(f'submitted: {job_id}')
     if wait:
-        job = _call(ctx, 'POST', _path(job_id, f'/wait?timeout={wait_timeout}'), timeout=wait_timeout + 30)['job']
+        job = call(ctx, 'POST', _path(job_id, f'/wait?timeout={wait_timeout}'), timeout=wait_timeout + 30)['job']
         click.echo(f'{job_id}: {job["status"]}' + (f': {job["error"]}' if job['error'] else '')
                    + (f'; output in {job["output_location"]}' if job['status'] == 'succeeded' else ''))
         if job['status'] != 'succeeded':
@@ -125,7 +117,7 @@ def submit(ctx: click.Context, pipeline: str, args: tuple[str, ...], master: str
 @click.pass_context
 def pipelines(ctx: click.Context, as_json: bool) -> None:
     """List the pipelines that can be submitted."""
-    result = _call(ctx, 'GET', '/admin/spark/pipelines')
+    result = call(ctx, 'GET', '/admin/spark/pipelines')
     if as_json:
         echo_json(result)
         return

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import falcon
 
 from runtime.errors import BadRequest
-from runtime.http.admin import AdminResource
+from runtime.http.admin.base import AdminResource
 from runtime.http.body import read_json
 from runtime.http.openapi import ANY, BOOL, INT, STR, arr, integer, obj, operation, query, string
 
@@ -97,18 +97,6 @@ class JobRunsResource(AdminResource):
         resp.media = {'is_ok': True, 'runs': self._runtime.scheduler.runs(name, limit)}
 
 
-def routes(runtime: Runtime) -> dict[str, AdminResource]:
-    """The scheduler's admin routes, for runtime.http.admin.add_routes."""
-    return {
-        '/admin/jobs': JobsResource(runtime),
-        '/admin/jobs/{name}': JobResource(runtime),
-        '/admin/jobs/{name}/pause': JobPauseResource(runtime),
-        '/admin/jobs/{name}/resume': JobResumeResource(runtime),
-        '/admin/jobs/{name}/run': JobRunResource(runtime),
-        '/admin/jobs/{name}/runs': JobRunsResource(runtime),
-    }
-
-
 # OpenAPI operations of the resources above (read by runtime.http.openapi).
 
 _NUM0 = {'type': 'number', 'minimum': 0}
@@ -151,4 +139,3 @@ JobRunResource.openapi = {'post': operation(
 JobRunsResource.openapi = {'get': operation(
     "A job's latest runs, newest first", tags=_J, errors=(404,),
     params=[query('limit', integer(1, 10000), 'How many (default 50)')], response={'runs': arr(_RUN)})}
-

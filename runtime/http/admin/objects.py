@@ -8,7 +8,7 @@
 
 Each change is one transaction that also bumps the ``security`` or ``channels`` sync key, so every
 worker reloads it within ``sync.interval_secs`` (this one at once). Objects an object file declared
-are refused here unless detached (``runtime.http.admin_audit``). A channel must name a deployed
+are refused here unless detached (``runtime.http.admin.audit``). A channel must name a deployed
 service, and no two channels may answer the same path and method (409 naming the other one).
 The few statements these need are here, beside the resources, rather than in a module of their own.
 """
@@ -34,8 +34,9 @@ from runtime.errors import (
     ObjectNotFound,
     RouteClash,
 )
-from runtime.http.admin import AdminResource
-from runtime.http.admin_input import Body
+from runtime.http.admin.base import AdminResource
+from runtime.http.admin.input import Body
+from runtime.http.admin.lookups import security_exists, service_known
 from runtime.http.openapi import BOOL, STR, arr, obj, operation, string
 from runtime.object_checks import channel_clash
 from runtime.objects import CHANNELS_KEY, SECURITY_KEY
@@ -43,7 +44,6 @@ from runtime.pubsub import permissions
 from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
 from runtime.security import hash_password
 from runtime.service import HTTP_VERBS
-from runtime.service_catalog import recorded_names
 from runtime.sync import bump
 
 if TYPE_CHECKING:
@@ -260,22 +260,6 @@ class SecurityPasswordResource(AdminResource):
 _CHANNEL_FIELDS = {'name', 'service', 'url_path', 'methods', 'data_format', 'security', 'is_active'}
 
 
-def security_exists(runtime: Runtime, name: str) -> bool:
-    """Whether a security definition exists, asking the database.
-
-    Not this worker's copy: the definition may have been made a moment ago through another worker.
-    """
-    if runtime.security.get(name) is not None:
-        return True
-    return run_transaction(runtime.engine, lambda c: c.execute(
-        select(BasicAuthDef.id).where(BasicAuthDef.name == name)).first(), write=False) is not None
-
-
-def service_known(runtime: Runtime, name: str) -> bool:
-    """Whether a service is deployed: in this worker, or recorded by another a moment ago."""
-    return runtime.store.has(name) or name in recorded_names(runtime.engine)
-
-
 def _channel_row(runtime: Runtime, name: str) -> Any:
     row = run_transaction(runtime.engine, lambda c: c.execute(select(RestChannel).where(RestChannel.name == name))
                           .first(), write=False)
@@ -389,14 +373,3 @@ class ChannelResource(AdminResource):
             return None
         _write(self._runtime, CHANNELS_KEY, work)
         resp.media = {'is_ok': True, 'deleted': name}
-
-
-def routes(runtime: Runtime) -> dict[str, AdminResource]:
-    """The admin routes of security definitions and channels, for runtime.http.admin.add_routes."""
-    return {
-        '/admin/security': SecurityDefsResource(runtime),
-        '/admin/security/{name}': SecurityDefResource(runtime),
-        '/admin/security/{name}/password': SecurityPasswordResource(runtime),
-        '/admin/channels': ChannelsResource(runtime),
-        '/admin/channels/{name}': ChannelResource(runtime),
-    }

@@ -1,18 +1,19 @@
-"""The admin API of publish/subscribe: topics, subscriptions, queues, dead letters, publishing.
+"""The admin API of publish/subscribe: topics, subscriptions and publishing.
 
 - ``/admin/topics`` (GET, POST) and ``/admin/topics/{name}`` (GET with runtime details, PATCH,
   DELETE); a name may hold ``/``, e.g. ``/admin/topics//zato/s/to/crm_customer_new``.
 - ``/admin/subscriptions`` (GET, POST) and ``/admin/subscriptions/{id}`` (GET, PATCH, DELETE),
   ``.../pause``, ``.../resume``. Subscriptions are named by their numeric id: the sub_key is a
   secret and is only returned once, when the subscription is created.
-- ``/admin/queues/...``: queues and dead letters, in ``runtime.http.admin_queues`` (mounted with these).
+- ``/admin/queues/...``: queues and dead letters are in ``runtime.http.admin.queues``.
 - ``POST /admin/publish``: publish on behalf of a service or a security definition.
 
 Every change is written to the database with the ``pubsub`` sync key bumped in the same
 transaction, so every worker of every server reloads it within ``sync.interval_secs``; this
 worker reloads at once. The SQL lives in ``runtime.pubsub.admin_ops``, input checks in
-``runtime.http.admin_input``. A little over 500 lines: topics, subscriptions and publishing share
-the views and schemas above them, and queues use the subscription helpers.
+``runtime.http.admin.input``, and how a subscription is found and shown (queues use it too) in
+``runtime.http.admin.subscription_views``. Topics, subscriptions and publishing share the schemas
+below.
 """
 
 from __future__ import annotations
@@ -20,24 +21,24 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import falcon
 from sqlalchemy import select
 
 from runtime.db.blocking import run_transaction
-from runtime.db.models import Subscription, Topic
+from runtime.db.models import Topic
 from runtime.errors import (
     BadRequest,
     ConfigError,
     InvalidInput,
     ObjectExists,
-    SubscriptionNotFound,
     TopicNotFound,
 )
-from runtime.http.admin import AdminResource
-from runtime.http.admin_input import MAX_DB_INT, Body, check_data, check_numbers, has_bad_chars
-from runtime.http.admin_objects import security_exists
+from runtime.http.admin.base import AdminResource
+from runtime.http.admin.input import MAX_DB_INT, Body, check_data, check_numbers, has_bad_chars
+from runtime.http.admin.lookups import security_exists
+from runtime.http.admin.subscription_views import SUBSCRIPTION, find_sub, sub_details, sub_rows, sub_view
 from runtime.http.openapi import (
     ANY,
     BOOL,
@@ -60,7 +61,6 @@ from runtime.pubsub.registry import (
     KIND_SERVICE,
     KINDS,
     DeliveryOptions,
-    SubInfo,
     TopicInfo,
     check_topic_attributes,
     parse_options,
@@ -76,15 +76,6 @@ DEFAULT_LAST = 10
 MAX_LAST = 100
 
 
-def _safe_url(url: str) -> str:
-    """A push URL fit to show: a password in it replaced by ***."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition('@')[2]
-    return urlunsplit(parts._replace(netloc=f'{parts.username}:***@{host}'))
-
-
 # Views
 
 
@@ -93,16 +84,6 @@ def _topic_view(topic: TopicInfo, row: Any) -> dict[str, Any]:
     view['origin'] = row.origin if row else 'api'
     view['created_at_iso'] = admin_ops.iso(row.created_at) if row else None
     return view
-
-
-def sub_view(sub: SubInfo, stats: dict[str, Any] | None, row: Any) -> dict[str, Any]:
-    """A subscription with its queue statistics, as the admin API shows it (never the sub_key)."""
-    stats = stats or {'depth': 0, 'oldest_message': None, 'dead_letters': 0}
-    return {'id': sub.id, 'topic': sub.pattern, 'kind': sub.kind, 'service': sub.service, 'security': sub.security,
-            'push_url': _safe_url(sub.push_url), 'is_active': sub.is_active, 'options': asdict(sub.options),
-            'origin': row.origin if row else 'api', 'created_at_iso': admin_ops.iso(row.created_at) if row else None,
-            'queue_depth': stats['depth'], 'oldest_message': stats['oldest_message'],
-            'dead_letters': stats['dead_letters']}
 
 
 # OpenAPI schemas
@@ -126,12 +107,6 @@ TOPIC_NAME = string(200, 1, pattern=_NAME_PATTERN,
                     description='A topic name: ASCII, no # or wildcards, no whitespace at either end')
 TOPIC = obj({'id': INT, 'name': STR, 'is_service_topic': BOOL, 'origin': STR, 'created_at_iso': TIME,
              **{k: ANY for k in _TOPIC_ATTR_SCHEMAS}}, required=['id', 'name'], additional=True)
-OLDEST = {'oneOf': [{'type': 'null'}, obj({'msg_id': STR, 'pub_time_iso': TIME, 'age_secs': {'type': 'number'}},
-                                          additional=True)]}
-SUBSCRIPTION = obj({'id': INT, 'topic': STR, 'kind': {'enum': list(KINDS)}, 'service': STR, 'security': STR,
-                    'push_url': STR, 'is_active': BOOL, 'options': obj(additional=True), 'origin': STR,
-                    'created_at_iso': TIME, 'queue_depth': INT, 'oldest_message': OLDEST, 'dead_letters': INT},
-                   required=['id', 'topic', 'kind', 'is_active'], additional=True)
 _OPTION_SCHEMAS = {f.name: (BOOL if isinstance(f.default, bool) else
                             {'type': 'number', 'minimum': 0} if isinstance(f.default, (int, float)) else string(1000))
                    for f in fields(DeliveryOptions)}
@@ -289,35 +264,6 @@ def _merge_recent(stored: list[dict[str, Any]], runtime: Runtime, topic_id: int,
 
 
 # Subscriptions
-
-
-def sub_rows(conn: Any, ids: list[int] | None = None) -> dict[int, Any]:
-    """Stored columns the registry does not hold (origin, creation time, options as given), by id."""
-    query_ = select(Subscription.id, Subscription.origin, Subscription.created_at, Subscription.options)
-    if ids is not None:
-        if not ids:
-            return {}
-        query_ = query_.where(Subscription.id.in_(ids))
-    return {r.id: r for r in conn.execute(query_).all()}
-
-
-def find_sub(runtime: Runtime, sub_id: int) -> SubInfo:
-    """A subscription by id, or SubscriptionNotFound naming the id."""
-    broker = runtime.broker
-    sub = broker.registry.subs.get(sub_id)
-    if sub is None:
-        broker.reload()  # made by another worker since the last sync
-        sub = broker.registry.subs.get(sub_id)
-    if sub is None:
-        raise SubscriptionNotFound(f'subscription #{sub_id}')
-    return sub
-
-
-def sub_details(runtime: Runtime, sub: SubInfo) -> dict[str, Any]:
-    """A subscription's view with its queue statistics read now."""
-    stats, rows = run_transaction(runtime.engine, lambda c: (admin_ops.queue_stats(c, [sub.id]),
-                                                             sub_rows(c, [sub.id])), write=False)
-    return sub_view(sub, stats.get(sub.id), rows.get(sub.id))
 
 
 def _options(body: Body, runtime: Runtime, base: dict[str, Any], where: str) -> dict[str, Any]:
@@ -533,19 +479,3 @@ class PublishResource(AdminResource):
         topic = runtime.broker.resolve(target)
         resp.media = {'is_ok': True, 'cid': req.context.cid, 'msg_id': str(msg_id), 'topic_name': topic.name,
                       'overflowed': bool(getattr(msg_id, 'overflowed', False))}
-
-
-def routes(runtime: Runtime) -> dict[str, AdminResource]:
-    """The pub/sub admin routes (queues and dead letters included), for runtime.http.admin.add_routes."""
-    own: dict[str, AdminResource] = {
-        '/admin/topics': TopicsResource(runtime),
-        '/admin/topics/{name:path}': TopicResource(runtime),
-        '/admin/subscriptions': SubscriptionsResource(runtime),
-        '/admin/subscriptions/{sub_id:int}': SubscriptionResource(runtime),
-        '/admin/subscriptions/{sub_id:int}/pause': PauseResource(runtime),
-        '/admin/subscriptions/{sub_id:int}/resume': ResumeResource(runtime),
-        '/admin/publish': PublishResource(runtime),
-    }
-    # Imported here: admin_queues uses this module's subscription helpers.
-    from runtime.http.admin_queues import routes as queue_routes
-    return {**own, **queue_routes(runtime)}

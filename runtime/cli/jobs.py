@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
 
 import click
 
-from runtime.cli_output import echo_json, json_option, print_values
-from runtime.errors import ConduitError
+from runtime.cli.client import call, quote_name
+from runtime.cli.output import echo_json, json_option, print_values
 
 #: Options shared by add and edit: (option, attribute, click type, help).
 _ATTRIBUTES: list[tuple[str, str, Any, str]] = [
@@ -39,20 +38,8 @@ _FLAGS = [
 ]
 
 
-def _client(ctx: click.Context) -> Any:
-    from runtime.admin_client import for_cli
-    return for_cli(ctx.obj)
-
-
-def _call(ctx: click.Context, method: str, path: str, body: Any = None) -> dict[str, Any]:
-    try:
-        return _client(ctx).call(method, path, body)
-    except ConduitError as e:
-        raise click.ClickException(str(e)) from None
-
-
 def _path(name: str, suffix: str = '') -> str:
-    return f'/admin/jobs/{quote(name, safe="")}{suffix}'
+    return f'/admin/jobs/{quote_name(name)}{suffix}'
 
 
 def _attribute_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,7 +86,7 @@ def job() -> None:
 @click.pass_context
 def list_jobs(ctx: click.Context, as_json: bool) -> None:
     """List jobs with their schedule, next run and last outcome."""
-    answer = _call(ctx, 'GET', '/admin/jobs')
+    answer = call(ctx, 'GET', '/admin/jobs')
     if as_json:
         echo_json(answer)
         return
@@ -117,7 +104,7 @@ def list_jobs(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def add(ctx: click.Context, name: str, as_json: bool, **values: Any) -> None:
     """Create a job, e.g. add nightly --service payroll.reconcile --type cron_style --cron "0 2 * * *"."""
-    _print_job('created', _call(ctx, 'POST', '/admin/jobs', {'name': name, **_definition(values)})['job'], as_json)
+    _print_job('created', call(ctx, 'POST', '/admin/jobs', {'name': name, **_definition(values)})['job'], as_json)
 
 
 @job.command()
@@ -133,7 +120,7 @@ def edit(ctx: click.Context, name: str, new_name: str | None, as_json: bool, **v
         body['name'] = new_name
     if not body:
         raise click.UsageError('nothing to change: give at least one option')
-    _print_job('changed', _call(ctx, 'PATCH', _path(name), body)['job'], as_json)
+    _print_job('changed', call(ctx, 'PATCH', _path(name), body)['job'], as_json)
 
 
 @job.command()
@@ -141,7 +128,7 @@ def edit(ctx: click.Context, name: str, new_name: str | None, as_json: bool, **v
 @click.pass_context
 def pause(ctx: click.Context, name: str) -> None:
     """Stop firing a job."""
-    _call(ctx, 'POST', _path(name, '/pause'))
+    call(ctx, 'POST', _path(name, '/pause'))
     click.echo(f'paused: {name}')
 
 
@@ -150,7 +137,7 @@ def pause(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def resume(ctx: click.Context, name: str) -> None:
     """Fire a paused job again, from its next firing on."""
-    result = _call(ctx, 'POST', _path(name, '/resume'))['job']
+    result = call(ctx, 'POST', _path(name, '/resume'))['job']
     click.echo(f'resumed: {name}, next run {result["next_run_time"] or "none"}')
 
 
@@ -162,7 +149,7 @@ def resume(ctx: click.Context, name: str) -> None:
 def run(ctx: click.Context, name: str, wait: bool, timeout: float) -> None:
     """Run a job now, outside its schedule."""
     suffix = f'/run?wait=true&timeout={timeout}' if wait else '/run'
-    result = _call(ctx, 'POST', _path(name, suffix))['run']
+    result = call(ctx, 'POST', _path(name, suffix))['run']
     click.echo(f'run {result["id"]}: {result["outcome"]}' + (f': {result["error"]}' if result['error'] else ''))
     if result['outcome'] in ('error', 'timeout'):
         ctx.exit(1)
@@ -173,7 +160,7 @@ def run(ctx: click.Context, name: str, wait: bool, timeout: float) -> None:
 @click.pass_context
 def delete(ctx: click.Context, name: str) -> None:
     """Delete a job and its run history."""
-    _call(ctx, 'DELETE', _path(name))
+    call(ctx, 'DELETE', _path(name))
     click.echo(f'deleted: {name}')
 
 
@@ -184,7 +171,7 @@ def delete(ctx: click.Context, name: str) -> None:
 @click.pass_context
 def runs(ctx: click.Context, name: str, limit: int, as_json: bool) -> None:
     """Show a job's latest runs: when, how long, outcome and error."""
-    answer = _call(ctx, 'GET', _path(name, f'/runs?limit={limit}'))
+    answer = call(ctx, 'GET', _path(name, f'/runs?limit={limit}'))
     if as_json:
         echo_json(answer)
         return

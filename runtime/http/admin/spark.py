@@ -12,17 +12,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import falcon
 
 from runtime.errors import BadRequest
-from runtime.http.admin import AdminResource
+from runtime.http.admin.base import AdminResource
 from runtime.http.body import read_json
 from runtime.http.openapi import STR, arr, integer, obj, operation, query, string
-
-if TYPE_CHECKING:
-    from runtime.core import Runtime
 
 #: Most log lines one request returns.
 MAX_LOG_LINES = 100_000
@@ -100,18 +95,6 @@ class SparkPipelinesResource(AdminResource):
                       'directory': str(spark.pipelines_dir)}
 
 
-def routes(runtime: Runtime) -> dict[str, Any]:
-    """The Spark admin routes, for runtime.http.admin.add_routes."""
-    return {
-        '/admin/spark/jobs': SparkJobsResource(runtime),
-        '/admin/spark/jobs/{job_id}': SparkJobResource(runtime),
-        '/admin/spark/jobs/{job_id}/log': SparkJobLogResource(runtime),
-        '/admin/spark/jobs/{job_id}/kill': SparkJobKillResource(runtime),
-        '/admin/spark/jobs/{job_id}/wait': SparkJobWaitResource(runtime),
-        '/admin/spark/pipelines': SparkPipelinesResource(runtime),
-    }
-
-
 # OpenAPI operations of the resources above (read by runtime.http.openapi).
 
 _SPARK_JOB = obj({'job_id': STR, 'pipeline': STR, 'status': STR}, required=['job_id', 'pipeline', 'status'],
@@ -142,4 +125,3 @@ SparkJobWaitResource.openapi = {'post': operation(
     params=[query('timeout', _WAIT, 'Seconds (default 60)')], response={'job': _SPARK_JOB})}
 SparkPipelinesResource.openapi = {'get': operation('The pipelines that can be submitted', tags=_S, errors=(),
                                                    response={'pipelines': arr(STR), 'master': STR, 'directory': STR})}
-

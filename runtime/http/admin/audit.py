@@ -12,8 +12,9 @@ admin resource, after the admin credentials were checked:
   after, secrets masked.
 
 Resources declare what they write (``managed``) and, for an action that is not a create, update or
-delete, its name (``audit_action``: pause, run, redrive, ...); none of them writes audit entries
-itself. A resource whose POST changes nothing (waiting for a Spark job) says ``audited = False``.
+delete, its name (``audit_action``: pause, run, redrive, ...), in one table in
+``runtime.http.admin.routes``; none of them writes audit entries itself. A resource whose POST
+changes nothing (waiting for a Spark job) says ``audited = False``.
 ``GET /admin/audit`` reads the log, newest first, with paging and filters.
 """
 
@@ -33,8 +34,8 @@ from sqlalchemy import select, update
 from runtime import audit
 from runtime.db.blocking import run_transaction
 from runtime.errors import InvalidInput, ObjectNotFound, ObjectOwnedByFile
-from runtime.http.admin import AdminResource
-from runtime.http.admin_input import MAX_DB_INT, Body, has_bad_chars
+from runtime.http.admin.base import AdminResource
+from runtime.http.admin.input import MAX_DB_INT, Body, has_bad_chars
 from runtime.http.openapi import ANY, BOOL, INT, STR, TIME, arr, integer, obj, operation, query, string
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ class AuditResource(AdminResource):
         resp.media = {'is_ok': True, 'total': total, 'limit': limit, 'offset': offset, 'entries': entries}
 
 
-#: Kinds of objects a file may declare, as DetachResource names them (filled by declare_writes).
+#: Kinds of objects a file may declare, as DetachResource names them (filled by routes.declare_writes).
 DETACHABLE: dict[str, Managed] = {}
 
 
@@ -234,11 +235,6 @@ class DetachResource(AdminResource):
         resp.media = {'is_ok': True, 'detached': True, 'kind': kind, 'name': name, 'file': owner}
 
 
-def routes(runtime: Runtime) -> dict[str, AdminResource]:
-    """The audit log's and detach's routes, for runtime.http.admin.add_routes."""
-    return {'/admin/audit': AuditResource(runtime), '/admin/detach': DetachResource(runtime)}
-
-
 _ENTRY = obj({'id': INT, 'at': TIME, 'actor': STR, 'client': STR, 'method': STR, 'path': STR, 'kind': STR,
               'name': STR, 'action': STR, 'status': INT, 'before': ANY, 'after': ANY},
              required=['id', 'at', 'actor', 'method', 'path', 'action'])
@@ -255,72 +251,6 @@ AuditResource.openapi = {'get': operation(
     response={'total': INT, 'limit': INT, 'offset': INT, 'entries': arr(_ENTRY)})}
 
 
-def _sub_id(value: Any) -> int:
-    number = int(value)
-    if not 0 < number <= MAX_DB_INT:
-        raise ValueError(value)
-    return number
-
-
-def declare_writes() -> None:
-    """What each admin resource writes: the objects the guard and the audit log read, and action names.
-
-    Kept here, in one table, so that a reader sees every admin write at once.
-    """
-    from runtime.db.models import BasicAuthDef, Job, PubSubPermission, RestChannel, Subscription, Topic
-    from runtime.http import (
-        admin,
-        admin_jobs,
-        admin_objects,
-        admin_permissions,
-        admin_pubsub,
-        admin_queues,
-        admin_spark,
-    )
-    from runtime.pubsub.topics import normalize
-
-    security = Managed('security', BasicAuthDef, 'name', answer='security')
-    channel = Managed('channel', RestChannel, 'name', answer='channel')
-    topic = Managed('topic', Topic, 'name_key', to_key=normalize)
-    subscription = Managed('subscription', Subscription, 'id', param='sub_id', answer='subscription')
-    job = Managed('job', Job, 'name', answer='job')
-    managed = {
-        admin_objects.SecurityDefsResource: Managed('security', BasicAuthDef, 'name', param=None, answer='security'),
-        admin_objects.SecurityDefResource: security,
-        admin_objects.SecurityPasswordResource: security,
-        admin_permissions.PermissionsResource: Managed('permission', PubSubPermission, 'security'),
-        admin_objects.ChannelsResource: Managed('channel', RestChannel, 'name', param=None, answer='channel'),
-        admin_objects.ChannelResource: channel,
-        admin_pubsub.TopicsResource: Managed('topic', Topic, 'name_key', param=None, answer='topic', to_key=normalize,
-                                             answer_field='name'),
-        admin_pubsub.TopicResource: topic,
-        admin_pubsub.SubscriptionsResource: Managed('subscription', Subscription, 'id', param=None,
-                                                    answer='subscription'),
-        admin_pubsub.SubscriptionResource: subscription,
-        admin_pubsub.PauseResource: subscription,
-        admin_pubsub.ResumeResource: subscription,
-        admin_jobs.JobsResource: Managed('job', Job, 'name', param=None, answer='job'),
-        admin_jobs.JobResource: job,
-        admin_jobs.JobPauseResource: job,
-        admin_jobs.JobResumeResource: job,
-        admin_jobs.JobRunResource: Managed('job', Job, 'name', changes_object=False),
-    }
-    for cls, what in managed.items():
-        cls.managed = what
-    DETACHABLE.update({'security': security, 'channel': channel, 'topic': topic,
-                       'subscription': Managed('subscription', Subscription, 'id', param='sub_id', to_key=_sub_id),
-                       'permission': Managed('permission', PubSubPermission, 'security'), 'job': job})
-    actions = {
-        admin_objects.SecurityPasswordResource: 'password', admin_pubsub.PauseResource: 'pause',
-        admin_pubsub.ResumeResource: 'resume', admin_jobs.JobPauseResource: 'pause',
-        admin_jobs.JobResumeResource: 'resume', admin_jobs.JobRunResource: 'run',
-        admin.ServiceResource: 'undeploy', admin.InvokeResource: 'invoke', admin.DeployResource: 'deploy',
-        admin_pubsub.PublishResource: 'publish', admin_queues.RedriveResource: 'redrive',
-        admin_spark.SparkJobsResource: 'submit', admin_spark.SparkJobKillResource: 'kill',
-    }
-    for cls, action in actions.items():
-        cls.audit_action = action
-    admin_spark.SparkJobWaitResource.audited = False
 DetachResource.openapi = {'post': operation(
     'Detach an object from the object file that declared it: the admin API and the CLI may then change it, '
     'and the file no longer does', tags=['admin: audit'], errors=(400, 404),

@@ -22,20 +22,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from runtime.cli.output import print_table
 from runtime.errors import ConduitError
-
-#: Width of tables written to a pipe or file: wide enough that scripts never see a cut name.
-PIPED_TABLE_WIDTH = 10_000
-
-_console = Console()
-
-
-def _print(table: Table) -> None:
-    console = _console if _console.is_terminal else Console(width=PIPED_TABLE_WIDTH)
-    console.print(table)
 
 
 def _call(ctx: click.Context, method: str, path: str, body: Any = None) -> dict[str, Any]:
@@ -92,7 +82,7 @@ def objects_apply(ctx: click.Context, files: tuple[Path, ...], dry_run: bool, de
     table.columns[2].no_wrap = True
     for c in changes:
         table.add_row(c.action, c.kind, c.name, c.file, c.detail)
-    _print(table)
+    print_table(table)
     counts = {a: sum(1 for c in changes if c.action == a) for a in ('create', 'update', 'delete', 'skip')}
     summary = ', '.join(f'{n} to {a}' if dry_run else f'{n} {a}' for a, n in counts.items() if n)
     click.echo(('dry run, nothing changed: ' if dry_run else 'applied: ') + summary)
@@ -167,7 +157,7 @@ def audit(ctx: click.Context, kind: str | None, name: str | None, actor: str | N
     table = Table('time', 'actor', 'action', 'kind', 'name', 'changed')
     for e in answer['entries']:
         table.add_row(_short(e['at']), e['actor'], e['action'], e['kind'], e['name'], _changed(e))
-    _print(table)
+    print_table(table)
     shown = len(answer['entries'])
     click.echo(f"{shown} of {answer['total']} entries" + (f' (from {offset + 1})' if offset else ''))
 

@@ -1,0 +1,15 @@
+"""The admin API under /admin: its own credentials, one resource class per kind of object.
+
+- ``base``: ``AdminResource``, the base of every admin resource, and the admin prefix;
+- ``input``: reading request bodies field by field, and paging; ``lookups``: whether a named
+  security definition or service exists; ``subscription_views``: how a subscription and its queue
+  are found and shown (subscriptions, queues and a topic's details use them);
+- one module per family of resources: ``services`` (services, invoke, deploy, status), ``objects``
+  (security definitions and channels), ``permissions``, ``pubsub`` (topics, subscriptions,
+  publishing), ``queues`` (queues and dead letters), ``jobs``, ``spark``, ``audit`` (the audit log,
+  detach, and the middleware every admin write passes);
+- ``routes``: the one list of every admin route, and what each resource writes.
+
+Dependencies go one way: ``routes`` imports the families, the families import the shared modules,
+and no family imports another.
+"""

@@ -1,0 +1,157 @@
+"""The admin API and CLI packages import one way: no cycle, and no family of commands or resources imports another.
+
+Imports are read from the source with ``ast``, every one of them: at module level, under
+``if TYPE_CHECKING:`` and inside functions. A function-local import still ties two modules
+together; moving an import into a function must not be a way to hide a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RUNTIME = REPO / 'runtime'
+
+#: Packages that must be free of import cycles among their own modules.
+ACYCLIC_PACKAGES = ('runtime.http.admin', 'runtime.cli')
+
+
+def module_files(root: Path = RUNTIME) -> dict[str, Path]:
+    """Every module under root by dotted name (a package by its own name, for its __init__.py)."""
+    modules = {}
+    for path in sorted(root.rglob('*.py')):
+        parts = list(path.relative_to(root.parent).with_suffix('').parts)
+        if parts[-1] == '__init__':
+            parts.pop()
+        modules['.'.join(parts)] = path
+    return modules
+
+
+def _target(name: str, known: dict[str, Path]) -> str | None:
+    """The known module a dotted name refers to: itself, or the nearest enclosing module."""
+    while name and name not in known:
+        name = name.rpartition('.')[0]
+    return name or None
+
+
+def imports_of(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The known modules a module imports anywhere in its source (module level, TYPE_CHECKING, functions)."""
+    package = module if path.name == '__init__.py' else module.rpartition('.')[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                anchor = package.split('.')[:len(package.split('.')) - node.level + 1]
+                base = '.'.join(anchor + ([base] if base else []))
+            # ``from package import name``: name may be a submodule, or an attribute of the package.
+            names = [f'{base}.{alias.name}' if f'{base}.{alias.name}' in known else base for alias in node.names]
+        else:
+            continue
+        for name in names:
+            target = _target(name, known)
+            if target is not None and target != module:
+                found.add(target)
+    return found
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the known modules it imports."""
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]], scope: Iterable[str] | None = None) -> list[list[str]]:
+    """The import cycles among the modules in scope (all of graph by default): each a sorted strongly connected set."""
+    nodes = set(graph if scope is None else scope)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        # Tarjan's algorithm; the graphs are a few hundred modules, well within the recursion limit.
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ()) & nodes):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(nodes):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def _in_package(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + '.')
+
+
+def test_the_admin_api_and_cli_packages_have_no_import_cycle() -> None:
+    modules = module_files()
+    graph = import_graph(modules)
+    for package in ACYCLIC_PACKAGES:
+        members = [m for m in modules if _in_package(m, package)]
+        assert len(members) > 3, f'{package} is not a package of modules any more'
+        assert cycles(graph, members) == [], f'import cycles in {package}'
+
+
+def test_the_cycle_finder_sees_function_local_and_type_checking_imports(tmp_path: Path) -> None:
+    package = tmp_path / 'runtime'
+    package.mkdir()
+    (package / '__init__.py').write_text('')
+    (package / 'a.py').write_text('from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from runtime.b import B\n')
+    (package / 'b.py').write_text('def f():\n    from runtime import c\n')
+    (package / 'c.py').write_text('from . import a\n')
+    (package / 'd.py').write_text('import runtime.a\n')
+    modules = module_files(package)
+    graph = import_graph(modules)
+    assert graph['runtime.a'] == {'runtime.b'} and graph['runtime.b'] == {'runtime.c'}
+    assert cycles(graph) == [['runtime.a', 'runtime.b', 'runtime.c']]
+
+
+def test_only_the_route_list_knows_the_admin_resource_families() -> None:
+    """runtime.http.admin.routes imports every family; no other admin module imports one."""
+    modules = module_files()
+    graph = import_graph(modules)
+    families = {m for m in graph['runtime.http.admin.routes'] if _in_package(m, 'runtime.http.admin')
+                and m not in ('runtime.http.admin.base', 'runtime.http.admin.input')}
+    assert {'runtime.http.admin.services', 'runtime.http.admin.pubsub', 'runtime.http.admin.queues'} <= families
+    for module, imported in graph.items():
+        if _in_package(module, 'runtime.http.admin') and module != 'runtime.http.admin.routes':
+            assert not imported & families, f'{module} imports a family of resources: {sorted(imported & families)}'
+
+
+def test_only_the_cli_package_knows_every_command_group() -> None:
+    """runtime.cli (its __init__) adds every command module's commands; no command module imports another."""
+    modules = module_files()
+    graph = import_graph(modules)
+    commands = {m for m in graph['runtime.cli'] if _in_package(m, 'runtime.cli') and m != 'runtime.cli.root'}
+    assert {'runtime.cli.server', 'runtime.cli.topics', 'runtime.cli.queues'} <= commands
+    for module, imported in graph.items():
+        if _in_package(module, 'runtime.cli') and module not in ('runtime.cli', 'runtime.cli.__main__'):
+            assert not imported & commands, f'{module} imports a command module: {sorted(imported & commands)}'
+
+
+if __name__ == '__main__':
+    # The cycles left in the rest of runtime/, for whoever removes them.
+    for cycle in cycles(import_graph(module_files())):
+        print(' <-> '.join(cycle))
