@@ -202,6 +202,11 @@ def test_the_cli_finds_the_server_from_any_directory(live: LiveServer, tmp_path:
     assert done.returncode == 0, done.stderr
     assert f'running: master pid {live.proc.pid}' in done.stdout
     assert 'is not an http:// or https:// URL' in status('--url', 'localhost:1', cwd=elsewhere).stderr
+    # The objects and audit commands follow --url too (they used to read only the configuration).
+    audit = subprocess.run([sys.executable, '-m', 'runtime.cli', '--url', live.url, 'audit', '--json'], cwd=elsewhere,
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert audit.returncode == 0, audit.stderr
+    assert isinstance(json.loads(audit.stdout), (dict, list))
 
 
 def test_look_alike_environment_variables_are_warned_about(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

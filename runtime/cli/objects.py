@@ -24,16 +24,9 @@ from urllib.parse import urlencode
 import click
 from rich.table import Table
 
+from runtime.cli.client import call
 from runtime.cli.output import print_table
 from runtime.errors import ConduitError
-
-
-def _call(ctx: click.Context, method: str, path: str, body: Any = None) -> dict[str, Any]:
-    from runtime.admin_client import AdminClient
-    try:
-        return AdminClient(ctx.obj['settings']).call(method, path, body)
-    except ConduitError as e:
-        raise click.ClickException(str(e)) from None
 
 
 @click.group()
@@ -94,7 +87,7 @@ def objects_apply(ctx: click.Context, files: tuple[Path, ...], dry_run: bool, de
 @click.pass_context
 def objects_detach(ctx: click.Context, kind: str, name: str) -> None:
     """Detach an object from the file that declared it: the CLI and admin API may then change it."""
-    answer = _call(ctx, 'POST', '/admin/detach', {'kind': kind, 'name': name})
+    answer = call(ctx, 'POST', '/admin/detach', {'kind': kind, 'name': name})
     if answer.get('detached'):
         click.echo(f"detached: {kind} {name!r} is no longer managed by {answer['file']}")
     else:
@@ -127,7 +120,7 @@ def _detaching(callback: Callable[..., Any], kind: str, argument: str) -> Callab
     def run(*args: Any, detach: bool = False, **kwargs: Any) -> Any:
         if detach:
             ctx = click.get_current_context()
-            answer = _call(ctx, 'POST', '/admin/detach', {'kind': kind, 'name': str(kwargs[argument])})
+            answer = call(ctx, 'POST', '/admin/detach', {'kind': kind, 'name': str(kwargs[argument])})
             if answer.get('detached'):
                 click.echo(f"detached from {answer['file']}", err=True)
         return callback(*args, **kwargs)
@@ -150,7 +143,7 @@ def audit(ctx: click.Context, kind: str | None, name: str | None, actor: str | N
     """The audit log of admin changes, newest first."""
     query = {k: v for k, v in (('kind', kind), ('name', name), ('actor', actor), ('action', action),
                                 ('limit', limit), ('offset', offset)) if v is not None}
-    answer = _call(ctx, 'GET', '/admin/audit?' + urlencode(query))
+    answer = call(ctx, 'GET', '/admin/audit?' + urlencode(query))
     if as_json:
         click.echo(json.dumps(answer, indent=2))
         return
