@@ -342,7 +342,7 @@ pubsub_subscription:
 
 @pytest.mark.parametrize('db_backend', ['sqlite'])  # one Spark run is enough; tracking runs on both elsewhere
 def test_server_answers_while_a_job_runs_and_admin_api_and_cli_show_it(server_factory, db_backend):
-    server = server_factory(extra_config=f'''
+    server = server_factory(demo=True, extra_config=f'''
 [spark]
 master = "local[2]"
 pipelines_dir = "{REPO / 'spark_pipeline'}"
