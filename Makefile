@@ -36,7 +36,7 @@ $(BENCH_STAMP): $(STAMP) setup.cfg
 		|| { echo 'wrk is needed for the REST benchmark: apt-get install wrk' >&2; exit 1; }
 	touch $(BENCH_STAMP)
 
-# Every figure of DESIGN §12, side by side with Celery and Dramatiq; writes bench/RESULTS.md.
+# Every performance target with its figure, side by side with Celery and Dramatiq; writes bench/RESULTS.md.
 bench: $(BENCH_STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
 

@@ -1,4 +1,4 @@
-"""Spark pipelines for real (DESIGN §10): spark-submit from the installed pyspark package, no mocks.
+"""Spark pipelines for real: spark-submit from the installed pyspark package, no mocks.
 
 - Traffic through the broker is archived; a SparkService runs the analytics pipeline on
   local[2]; spark.job.completed reaches a subscriber service, whose figures match the counts the

@@ -1,4 +1,4 @@
-"""Spark job tracking without Spark (DESIGN §10): runtime.spark with the FakeSparkSubmitter twin.
+"""Spark job tracking without Spark: runtime.spark with the FakeSparkSubmitter twin.
 
 Submission returns a job id at once; the job goes submitted → running → succeeded, failed or
 killed (timeout, a kill request through any worker, its worker going silent); each ending is
