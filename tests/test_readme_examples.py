@@ -462,10 +462,15 @@ def load_yaml(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         context = [{'name': n, 'type': 'basic_auth', 'username': f'user-{n}', 'password': 'x'} for n in supplied]
         (objects / 'context.yaml').write_text(yaml.safe_dump({'security': context}), encoding='utf-8')
     settings = make_settings(tmp_path)
+    # The examples name the demo's services (crm.customer.get, payroll.reconcile): they exist.
+    settings.hot_deploy.services_dir = str(REPO / 'services')
     engine = make_engine(settings.database_url, pool_size=1)
     try:
         upgrade(engine)
-        applier = make_objects_applier(settings, engine, demo=False)
+        # A job's hook services (on_error: payroll.alert) are the reader's, as its security definitions are.
+        hooks = {item.get(key) for item in doc.get('scheduler') or [] if isinstance(item, dict)
+                 for key in ('on_error', 'on_success')}
+        applier = make_objects_applier(settings, engine, demo=True, loaded=hooks.__contains__)
         unknown = sorted(set(doc) - set(applier.handlers))
         assert not unknown, f'{block.where}: sections the server ignores: {", ".join(unknown)}'
         try:
