@@ -66,7 +66,7 @@ SPARK_EXTRA = 'conduit[spark]'
 
 #: Why a submission is refused when neither pyspark nor a configured spark-submit is there.
 NOT_INSTALLED = (f"Spark support is not installed: pip install '{SPARK_EXTRA}' "
-                 f"(or set [spark] spark_submit to the spark-submit of a Spark distribution)")
+                 "(or set [spark] spark_submit to the spark-submit of a Spark distribution)")
 
 
 def find_spark_submit(configured: str = '') -> str:
