@@ -11,7 +11,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,spark]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -31,12 +31,12 @@ lint: $(STAMP)
 # The peers (Celery, Dramatiq), profilers and the HTTP load generator (wrk, a Debian package) that
 # only the benchmarks need.
 $(BENCH_STAMP): $(STAMP) setup.cfg
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	$(PY) -m pip install --quiet -e '.[test,spark,bench]'
 	command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; } \
 		|| { echo 'wrk is needed for the REST benchmark: apt-get install wrk' >&2; exit 1; }
 	touch $(BENCH_STAMP)
 
-# Every figure of DESIGN §12, side by side with Celery and Dramatiq; writes bench/RESULTS.md.
+# Every performance target with its figure, side by side with Celery and Dramatiq; writes bench/RESULTS.md.
 bench: $(BENCH_STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
 

@@ -1,4 +1,4 @@
-"""A backlog of 1,000,000 GD messages: worker memory and drain rate against an empty queue (DESIGN §12).
+"""A backlog of 1,000,000 GD messages: worker memory and drain rate against an empty queue.
 
 One worker (an in-process ``Runtime``, gevent monkey-patched) on SQLite by default. A no-op
 service's subscription (publishing to the service name: its implicit topic) is paused, the backlog
@@ -187,7 +187,7 @@ def write(args: argparse.Namespace, fill_secs: float, rss_fill: float, rss_peak:
     cmd = common.command_line('backlog.py', [f'--backlog {args.backlog}', f'--window {args.window}',
                                              f'--windows {args.windows}', f'--empty {args.empty}',
                                              f'--backend {args.backend}'])
-    lines = [f'## Backlog of {args.backlog:,} GD messages (DESIGN §12 target: RSS ≤ 300 MB, drain within 20 % of '
+    lines = [f'## Backlog of {args.backlog:,} GD messages (target: RSS ≤ 300 MB, drain within 20 % of '
              'an empty queue)', '',
              '| figure | value | target |', '|---|---|---|',
              f'| drain rate at the head of the {args.backlog:,}-message queue, {args.windows} windows of '

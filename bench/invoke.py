@@ -1,6 +1,6 @@
 """Cost of ``self.invoke`` of a no-op service, as µs per call and as a ratio to a plain method call.
 
-DESIGN.md section 12 asks for at most 20 µs. The runtime is a real, started ``Runtime`` (from
+The target is at most 20 µs. The runtime is a real, started ``Runtime`` (from
 ``runtime.testing``) on a temporary SQLite database, under gevent monkey patching as gunicorn's
 gevent worker runs it. Each figure is timed like ``timeit``: several rounds of many calls, with
 min/median/max per call over the rounds (the minimum is the least disturbed by the machine).
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     ratio = imin / pmin
     command = common.command_line('invoke.py', [f'--rounds {args.rounds}', f'--number {args.number}'])
     section = '\n'.join([
-        '## `self.invoke` of a no-op service (DESIGN §12 target: ≤ 20 µs)', '',
+        '## `self.invoke` of a no-op service (target: ≤ 20 µs)', '',
         '| figure | min µs | median µs | max µs | ratio to a plain method call (min/min) | target |',
         '|---|---|---|---|---|---|',
         f'| `self.invoke` of a no-op service | {imin:.2f} | {imed:.2f} | {imax:.2f} | {ratio:.0f}× | ≤ 20 µs |',

@@ -1,4 +1,4 @@
-"""Publish→handler latency of durable service→service messages at fixed rates (DESIGN §12).
+"""Publish→handler latency of durable service→service messages at fixed rates.
 
 One worker (an in-process ``Runtime``, gevent monkey-patched as gunicorn's gevent worker runs it)
 on SQLite and on PostgreSQL. An open-loop generator starts publication k at t0 + k/rate, each in a
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
 def write(rows: list[dict], args: argparse.Namespace) -> None:
     """The results section and its raw figures."""
     lines = ['## Publish→handler latency at fixed rates '
-             '(DESIGN §12 target at 1,000 msg/s: p50 ≤ 2 ms, p99 ≤ 20 ms)', '',
+             '(target at 1,000 msg/s: p50 ≤ 2 ms, p99 ≤ 20 ms)', '',
              '| backend | rate (msg/s) | p50 ms | p90 ms | p99 ms | max ms | rate kept (msg/s) | messages counted '
              'per round |', '|---|---|---|---|---|---|---|---|']
     summary = []

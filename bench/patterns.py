@@ -1,4 +1,4 @@
-"""Publish cost with 100, 1,000 and 10,000 topics and as many pattern subscriptions (DESIGN §12).
+"""Publish cost with 100, 1,000 and 10,000 topics and as many pattern subscriptions.
 
 One worker (an in-process ``Runtime``, gevent monkey-patched) on SQLite. Topics are
 ``region{r}.dept{d}.event{e}`` (10 departments × 10 events per region, regions growing with the
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def write(rows: list[dict], args: argparse.Namespace) -> None:
     """The results section and its raw figures."""
-    lines = ['## 10,000 topics and 10,000 pattern subscriptions (DESIGN §12 target: publish cost grows '
+    lines = ['## 10,000 topics and 10,000 pattern subscriptions (target: publish cost grows '
              'sub-linearly)', '',
              '| topics = subscriptions | subscriptions matched per topic (mean) | resolving subscribers, µs '
              '(min / median / max) | GD publish, µs per message (min / median / max) |', '|---|---|---|---|']

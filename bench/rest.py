@@ -1,4 +1,4 @@
-"""A REST channel against a bare falcon app under the same gunicorn gevent worker (DESIGN §12).
+"""A REST channel against a bare falcon app under the same gunicorn gevent worker.
 
 Both servers run one gunicorn gevent worker on a loopback port: Conduit (SQLite, logging at
 WARNING) serving a channel with Basic Auth to a trivial JSON service (``bench/rest_fixture/``),
@@ -145,7 +145,7 @@ def write(results: dict[str, list[dict]], args: argparse.Namespace) -> None:
     """The results section and its raw figures."""
     med = {label: common.stats([r['rps'] for r in rs])[1] for label, rs in results.items()}
     ratio = med['conduit'] / med['falcon']
-    lines = ['## REST channel vs a bare falcon app (DESIGN §12 target: ≥ 70 % of falcon\'s requests/s)', '',
+    lines = ['## REST channel vs a bare falcon app (target: ≥ 70 % of falcon\'s requests/s)', '',
              '| server | requests/s min / median / max | p50 ms | p99 ms |', '|---|---|---|---|']
     for label, title in (('falcon', f'bare falcon {common.version("falcon")} app, JSON echo'),
                          ('conduit', 'Conduit REST channel, Basic Auth, JSON service')):

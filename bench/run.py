@@ -2,7 +2,7 @@
 
 Each benchmark runs in a process of its own, one after the other (never two at once: they would
 measure each other), and leaves its section in ``bench/results/``. The report is then put
-together: the machine, a headline table of every DESIGN §12 target with its figure, Conduit side
+together: the machine, a headline table of every performance target with its figure, Conduit side
 by side with Celery and Dramatiq, each benchmark's section with the command that reproduces it,
 and the hand-written notes of ``bench/notes/`` (profiles, bounds, the fault harness).
 
@@ -124,8 +124,8 @@ def comparison(throughput: dict[str, Any] | None, peers: dict[str, Any] | None) 
 
 
 def headline(summaries: list[dict]) -> str:
-    """Every DESIGN §12 target with its figure."""
-    lines = ['## DESIGN §12 targets', '', '| figure | target | measured | met |', '|---|---|---|---|']
+    """Every performance target with its figure."""
+    lines = ['## Performance targets', '', '| figure | target | measured | met |', '|---|---|---|---|']
     for s in summaries:
         met = {True: 'yes', False: '**no**', None: '—'}[s.get('met')]
         lines.append(f"| {s['figure']} | {s['target']} | {s['measured']} | {met} |")

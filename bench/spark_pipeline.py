@@ -1,4 +1,4 @@
-"""The traffic analytics pipeline over 1,000,000 archived messages on ``local[2]`` (DESIGN §12: ≤ 60 s).
+"""The traffic analytics pipeline over 1,000,000 archived messages on ``local[2]`` (target: ≤ 60 s).
 
 The archive is written by the runtime's own archive writer (``MessageArchive``) — the same
 records, partitions and files a server writes — for 10 topics × 3 subscribers over 3 days, with
@@ -111,7 +111,7 @@ def main() -> None:
         cmd = common.command_line('spark_pipeline.py', [f'--messages {opts.messages}', f"--master '{opts.master}'",
                                                         f'--rounds {opts.rounds}'])
         section = '\n'.join([
-            '## Spark analytics pipeline over 1,000,000 archived messages, `local[2]` (DESIGN §12 target: ≤ 60 s)',
+            '## Spark analytics pipeline over 1,000,000 archived messages, `local[2]` (target: ≤ 60 s)',
             '',
             '| figure | spark-submit wall time, JVM start-up included (min / median / max) | pipeline `main` alone '
             '| target |',

@@ -1,4 +1,4 @@
-"""Durable service→service messaging, end to end: publish, handler done, ack stored (DESIGN §12).
+"""Durable service→service messaging, end to end: publish, handler done, ack stored.
 
 One worker (an in-process ``Runtime``, gevent monkey-patched as gunicorn's gevent worker runs it)
 on SQLite or PostgreSQL. A ``bench.source`` service publishes to the service ``bench.sink`` (the
@@ -159,7 +159,7 @@ def _target(backend: str) -> tuple[str, float]:
 def write(rows: list[dict], args: argparse.Namespace) -> None:
     """The results section and its raw figures."""
     lines = ['## Conduit: durable service→service messaging, end to end '
-             '(DESIGN §12 target: ≥ 10,000 msg/s on SQLite, ≥ 5,000 msg/s on PostgreSQL)', '',
+             '(target: ≥ 10,000 msg/s on SQLite, ≥ 5,000 msg/s on PostgreSQL)', '',
              '| backend | publishers | msg/s min / median / max | messages per round | target |',
              '|---|---|---|---|---|']
     summary = []

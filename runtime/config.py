@@ -215,7 +215,7 @@ class SparkSection:
     jobs_dir: str = 'var/spark/jobs'
     #: Per job, <output_dir>/<pipeline>/<job_id>: where a pipeline writes its results.
     output_dir: str = 'var/spark/output'
-    #: The spark-submit to run; empty: the one inside the installed pyspark package.
+    #: The spark-submit to run; empty: the one inside the installed pyspark package (the spark extra).
     spark_submit: str = ''
     #: A job running longer is killed and recorded as killed (0: no limit); each submission may override it.
     default_timeout_secs: float = 3600.0

@@ -27,7 +27,7 @@ from runtime.db.migrate import upgrade
 from runtime.db.models import BasicAuthDef, RestChannel
 from runtime.errors import ConfigError
 from runtime.hot_deploy import SYNC_KEY as DEPLOYMENTS_KEY
-from runtime.hot_deploy import HotDeployer, services_directory
+from runtime.hot_deploy import HotDeployer, services_directories
 from runtime.invoke import Invoker
 from runtime.metrics import Metrics
 from runtime.objects import CHANNELS_KEY, SECURITY_KEY, ObjectsApplier
@@ -88,8 +88,7 @@ def make_objects_applier(settings: Settings, engine: Engine, demo: bool, files: 
     files: apply exactly these instead of the configured directories. loaded: services this process
     runs, beside those the service modules define and those recorded as deployed.
     """
-    hd = settings.hot_deploy
-    service_dirs = [settings.path(hd.services_dir), settings.path(hd.dir)]
+    service_dirs = [*services_directories(settings, demo), settings.path(settings.hot_deploy.dir)]
     applier = ObjectsApplier(engine, objects_dirs(settings, demo), files,
                              service_catalog=lambda: catalog(engine, service_dirs, loaded))
     for handler in pubsub_sections(settings.pubsub):
@@ -162,7 +161,7 @@ class Runtime:
         self.permissions.reload()  # before the broker: publications filter REST subscribers with them
         self.reload_channels()
         hd = self.settings.hot_deploy
-        self.hot_deployer.load_directory(services_directory(self.settings))
+        self.hot_deployer.load_directories(services_directories(self.settings, self.demo))
         self.hot_deployer.apply_recorded()
         pickup = self.settings.path(hd.dir)
         self.hot_deployer.deploy_directory_now(pickup)

@@ -62,6 +62,9 @@ SHIPPED_SERVICES = Path('share', 'conduit', 'services')
 #: services_dir when nobody configured it.
 DEFAULT_SERVICES_DIR = 'services'
 
+#: The demo's services, a directory inside the services directory: deployed only in demo mode.
+DEMO_SERVICES_DIR = 'demo'
+
 
 def services_directory(settings: Settings) -> Path:
     """The directory of services deployed at start.
@@ -78,6 +81,12 @@ def services_directory(settings: Settings) -> Path:
         if shipped.is_dir():
             return shipped
     return configured
+
+
+def services_directories(settings: Settings, demo: bool) -> list[Path]:
+    """The directories of services deployed at start: services/, and services/demo/ in demo mode."""
+    directory = services_directory(settings)
+    return [directory, directory / DEMO_SERVICES_DIR] if demo else [directory]
 
 
 @dataclass
@@ -270,11 +279,15 @@ class HotDeployer:
         source = path.read_text(encoding='utf-8')
         return self.load_source(path.stem, source, str(path))
 
-    def load_directory(self, directory: Path) -> None:
-        """Load every module of a directory in dependency order; a broken one is logged and skipped."""
-        new = {}
-        for path in sorted(directory.glob('*.py')):
+    def load_directories(self, directories: Iterable[Path]) -> None:
+        """Load every module of some directories in dependency order; a broken one is logged and skipped."""
+        new: dict[str, ModuleSource] = {}
+        for path in (p for d in directories for p in sorted(d.glob('*.py'))):
             if path.name.startswith('_'):
+                continue
+            if path.stem in new:
+                # Modules import each other by plain name: two files of one name cannot both be live.
+                _log.error('cannot deploy %s: module %r is deployed from %s', path, path.stem, new[path.stem].file_name)
                 continue
             try:
                 source = path.read_text(encoding='utf-8')

@@ -120,6 +120,9 @@ class FakeSparkSubmitter:
         self.outcomes = outcomes or {}
         self.submissions: list[Any] = []
 
+    def check(self) -> None:
+        """Always ready: no Spark is needed."""
+
     def run(self, sub: Any, on_started: Callable[[int | None], None],
             should_stop: Callable[[], str | None]) -> Any:
         """Pretend to run a submission; returns its JobOutcome."""

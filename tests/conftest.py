@@ -61,9 +61,9 @@ def server_factory(tmp_path: Path, db_url: str) -> Iterator[Callable[..., LiveSe
     made: list[LiveServer] = []
 
     def factory(workers: int = 1, extra_config: str = '', env: dict[str, str] | None = None,
-                name: str = '') -> LiveServer:
+                name: str = '', demo: bool = False) -> LiveServer:
         base = tmp_path / (name or f'server{len(made)}')
-        server = LiveServer(base, db_url, workers=workers, extra_config=extra_config, env=env)
+        server = LiveServer(base, db_url, workers=workers, extra_config=extra_config, env=env, demo=demo)
         made.append(server)
         return server
 

@@ -52,8 +52,10 @@ class LiveServer:
     """One server: its project directory, its URL, its log, and start/stop/kill."""
 
     def __init__(self, base: Path, db_url: str, workers: int = 1, extra_config: str = '',
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, demo: bool = False) -> None:
         self.base = base
+        #: Started with --demo: the demo services of services/demo/ are deployed too.
+        self.demo = demo
         self.db_url = db_url
         self.workers = workers
         self.port = free_port()
@@ -100,8 +102,9 @@ interval_secs = 0.2
                'CONDUIT_HTTP_AUTH_MAX_FAILURES': '0', **self.env}
         env.pop('CONDUIT_DATABASE_URL', None)
         log = open(self.log_path, 'ab')
-        self.proc = subprocess.Popen([sys.executable, '-m', 'runtime.cli', 'start'], cwd=self.base, env=env,
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        args = [sys.executable, '-m', 'runtime.cli', 'start', *(['--demo'] if self.demo else [])]
+        self.proc = subprocess.Popen(args, cwd=self.base, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -1,4 +1,4 @@
-"""The admin API against real servers (DESIGN §7): topics, subscriptions, queues, dead letters,
+"""The admin API against real servers: topics, subscriptions, queues, dead letters,
 publishing, security definitions and channels, each change live without a restart.
 """
 

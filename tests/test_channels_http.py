@@ -1,4 +1,4 @@
-"""REST channels and the admin API against a real server (DESIGN.md sections 7 and 8).
+"""REST channels, their security and the admin API against a real server.
 
 Every error code here is produced by sending the bad request itself, and every error body is
 checked for the documented shape ``{is_ok: false, cid, status, details}``.

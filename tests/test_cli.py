@@ -1,4 +1,4 @@
-"""The ``conduit`` command line against a live server (DESIGN.md section 11).
+"""The ``conduit`` command line against a live server.
 
 Every command runs as users run it, ``python -m runtime.cli`` in a subprocess, configured only
 through CONDUIT_CONFIG pointing at the server's server.toml.

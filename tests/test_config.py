@@ -1,4 +1,4 @@
-"""server.toml and CONDUIT_* environment overrides (DESIGN.md section 11); no server needed."""
+"""server.toml and CONDUIT_* environment overrides; no server needed."""
 
 from __future__ import annotations
 

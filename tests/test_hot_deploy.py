@@ -1,4 +1,4 @@
-"""Hot deployment against real servers (DESIGN.md section 5).
+"""Hot deployment against real servers.
 
 A module dropped into hot-deploy/ answers through a channel within about a second, on every
 worker of every server; a broken module never replaces a working one; deleting a file does

@@ -1,4 +1,4 @@
-"""``self.invoke`` and ``self.invoke_async`` (DESIGN.md section 4), run in-process.
+"""``self.invoke`` and ``self.invoke_async``, run in-process.
 
 Services record what happens to them in ``EVENTS``; background results are awaited with
 ``runtime.testing.wait_until``, never with timing assertions.

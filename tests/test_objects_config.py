@@ -1,9 +1,8 @@
 """Declarative objects (config/objects/*.yaml) applied at run time, and secrets kept out of sight.
 
-DESIGN.md sections 7, 8 and 11: channels and security definitions come from YAML files in
-the sections of Zato's enmasse files; a changed file takes effect without a restart, a broken
-one is rejected whole with the previous configuration left in force, and no password ever
-appears in a log line or an error body.
+Channels and security definitions come from YAML files in the sections of Zato's enmasse files;
+a changed file takes effect without a restart, a broken one is rejected whole with the previous
+configuration left in force, and no password ever appears in a log line or an error body.
 """
 
 from __future__ import annotations

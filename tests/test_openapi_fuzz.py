@@ -1,4 +1,4 @@
-"""/openapi.json describes every endpoint, and a fuzzer driven by it finds no server error (DESIGN §13).
+"""/openapi.json describes every endpoint, and a fuzzer driven by it finds no server error.
 
 schemathesis generates requests from the live server's own document: valid ones (positive) and
 ones that break the schema (negative), for every operation: the admin API with the admin

@@ -1,11 +1,12 @@
 """The package as a user installs it: a wheel, in a bare virtualenv, started in an empty directory.
 
 The wheel is built from a copy of the checkout (so that no build/ or egg-info lands in it), then
-installed with pip into a new virtualenv without the test extras, from pip's cache and configured
-index. ``conduit start`` runs in a directory with no config/ and no services/: it must work on
-defaults, migrate its database, serve /health, answer the built-in ``conduit.ping`` through the
-CLI and take a module deployed with ``conduit deploy``. About a minute, most of it installing the
-dependencies.
+installed with pip into a new virtualenv without any extra, from pip's cache and configured
+index: pyspark, which only the ``spark`` extra brings, must not be there. ``conduit start`` runs
+in a directory with no config/ and no services/: it must work on defaults, migrate its database,
+serve /health, answer the built-in ``conduit.ping`` through the CLI, take a module deployed with
+``conduit deploy``, and refuse a Spark job with an error naming the extra. About 30 seconds, most
+of it installing the dependencies.
 """
 
 from __future__ import annotations
@@ -43,10 +44,18 @@ class Hello(Service):
 '''
 
 
+#: What a Spark job submission answers when the spark extra is not installed.
+NO_SPARK = "Spark support is not installed: pip install 'conduit[spark]'"
+
+
 def _run(*args: str | Path, cwd: Path, env: dict[str, str], timeout: float = 300) -> str:
-    done = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    done = _call(*args, cwd=cwd, env=env, timeout=timeout)
     assert done.returncode == 0, f'{args} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}'
     return done.stdout
+
+
+def _call(*args: str | Path, cwd: Path, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _health(url: str) -> bool:
@@ -68,9 +77,13 @@ def test_the_wheel_installs_in_a_bare_venv_and_serves_from_an_empty_directory(tm
     wheel, = dist.glob('conduit-*.whl')
 
     venv = tmp_path / 'venv'
-    _run(sys.executable, '-m', 'venv', venv, cwd=tmp_path, env=env)
-    _run(venv / 'bin' / 'python', '-m', 'pip', 'install', '--quiet', wheel, cwd=tmp_path, env=env, timeout=900)
+    # Without pip of its own (ensurepip alone took 10 s on two busy cores): this pip installs into it.
+    _run(sys.executable, '-m', 'venv', '--without-pip', venv, cwd=tmp_path, env=env)
+    _run(sys.executable, '-m', 'pip', '--python', venv / 'bin' / 'python', 'install', '--quiet', wheel,
+         cwd=tmp_path, env=env, timeout=900)
     conduit = venv / 'bin' / 'conduit'
+    no_pyspark = _call(venv / 'bin' / 'python', '-c', 'import pyspark', cwd=tmp_path, env=env)
+    assert no_pyspark.returncode == 1 and "No module named 'pyspark'" in no_pyspark.stderr, no_pyspark
 
     empty = tmp_path / 'empty'
     empty.mkdir()
@@ -96,6 +109,13 @@ def test_the_wheel_installs_in_a_bare_venv_and_serves_from_an_empty_directory(tm
         assert 'wheel.hello' in _run(conduit, 'deploy', modules / 'hello.py', cwd=empty, env=env)
         answer = json.loads(_run(conduit, 'invoke', 'wheel.hello', '--data', '{"name": "Ada"}', cwd=empty, env=env))
         assert answer == {'greeting': 'hello, Ada'}
+
+        password = (empty / 'var' / 'admin.password').read_text().strip()
+        r = requests.post(url + '/admin/spark/jobs', json={'pipeline': 'traffic_analytics'}, auth=('admin', password),
+                          timeout=10)
+        assert r.status_code == 503 and NO_SPARK in r.json()['details'], r.text
+        refused = _call(conduit, 'spark', 'submit', 'traffic_analytics', cwd=empty, env=env)
+        assert refused.returncode == 1 and NO_SPARK in refused.stderr, refused
 
         _run(conduit, 'stop', cwd=empty, env=env)
         assert proc.wait(30) == 0

@@ -1,4 +1,4 @@
-"""``self.patterns`` (DESIGN.md section 4): fan-out/fan-in, parallel, invoke-retry and async, in-process.
+"""``self.patterns``: fan-out/fan-in, parallel, invoke-retry and async, in-process.
 
 ``pat.source`` runs whichever pattern its payload names, so every callback sees a real source
 service. Callbacks record what they received in ``EVENTS``; background results are awaited with

@@ -1,4 +1,4 @@
-"""Pub/sub permissions (DESIGN.md section 8): the pub=/sub= matrix, filtering of REST subscribers, the
+"""Pub/sub permissions: the pub=/sub= matrix, filtering of REST subscribers, the
 ``pubsub_permission`` object section, the admin API, and secrets kept out of logs and error bodies.
 
 Everything but the last test runs in-process (a runtime per test on the database under test, the

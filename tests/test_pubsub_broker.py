@@ -1,4 +1,4 @@
-"""The broker's semantics (DESIGN.md section 6), in-process, on SQLite and on PostgreSQL.
+"""The broker's semantics, in-process, on SQLite and on PostgreSQL.
 
 Services record what they receive in ``EVENTS`` (cleared before every test); background delivery
 is awaited with ``wait_until``, never with timing assertions. Retry waits are 0.05 s and leases

@@ -1,4 +1,4 @@
-"""REST push subscribers (DESIGN.md section 6): messages POSTed to a real HTTP receiver, on SQLite and PostgreSQL.
+"""REST push subscribers: messages POSTed to a real HTTP receiver, on SQLite and PostgreSQL.
 
 By default each message is one request with Zato 4.1's flat body; ``push_batch`` and
 ``push_format: envelope`` give batches of ``{data, meta}`` items.

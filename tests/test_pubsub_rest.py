@@ -1,4 +1,4 @@
-"""The REST pub/sub API (DESIGN.md section 6, "Pull over REST") against real servers.
+"""The REST pub/sub API (publish, subscribe, pull, acknowledge) against real servers.
 
 Clients here speak plain HTTP as a non-Python client would: JSON text in, JSON text out, Basic Auth.
 Credentials, topics and permissions come from object files written before the server starts.

@@ -1,4 +1,4 @@
-"""The redelivery policy (DESIGN.md section 6, Delivery): ``runtime.pubsub.retry``, pure functions.
+"""The redelivery policy: ``runtime.pubsub.retry``, pure functions.
 
 Socket-level errors wait ``wait_sock_err``, others ``wait_non_sock_err``; the wait doubles with
 each attempt, is capped by ``max_wait_secs`` and gets ±20 % jitter. After ``max_attempts``, or

@@ -431,7 +431,7 @@ def test_scheduler_section_errors_name_file_job_and_field(make_rt, tmp_path):
 
 def test_demo_payroll_job_is_declared_and_runs(make_rt, tmp_path):
     rt = make_rt()
-    rt.deploy(REPO / 'services' / 'demo_payroll.py')
+    rt.deploy(REPO / 'services' / 'demo' / 'demo_payroll.py')
     applier = ObjectsApplier(rt.engine, [REPO / 'config' / 'demo'])
     applier.add_handler(section_handler(SchedulerSection()))
     applier.apply()

@@ -1,4 +1,4 @@
-"""The ``Service`` class as DESIGN.md section 4 describes it, run in-process through the invoker.
+"""The ``Service`` class (input, response, hooks, configuration), run in-process through the invoker.
 
 Every test uses ``runtime_factory`` (a started runtime on a temporary SQLite database): the
 invoker, the store and the hooks are the real ones, only HTTP is left out. REST dispatch is

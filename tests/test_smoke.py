@@ -1,3 +1,22 @@
-def test_server_answers_health_and_demo_ping(server):
+def test_server_answers_health_and_ping(server):
     assert server.request('GET', '/health').json()['is_ok'] is True
     assert server.invoke('conduit.ping')['pong'] is True
+
+
+#: Services of the demo's modules (services/demo/), one per module.
+DEMO_SERVICES = {'crm.customer.create', 'payroll.reconcile', 'procurement.invoice.receive'}
+
+
+def _service_names(server) -> set[str]:
+    r = server.request('GET', '/admin/services', auth=server.admin)
+    assert r.status_code == 200, r.text
+    return {s['name'] for s in r.json()['services']}
+
+
+def test_demo_services_are_deployed_only_with_demo(server_factory):
+    plain = server_factory(name='plain').start()
+    names = _service_names(plain)
+    assert 'conduit.ping' in names and not names & DEMO_SERVICES, names
+    plain.stop()
+    demo = server_factory(name='demo', demo=True).start()
+    assert {'conduit.ping', *DEMO_SERVICES} <= _service_names(demo)

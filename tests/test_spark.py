@@ -1,4 +1,4 @@
-"""Spark pipelines for real (DESIGN §10): spark-submit from the installed pyspark package, no mocks.
+"""Spark pipelines for real: spark-submit from the installed pyspark package, no mocks.
 
 - Traffic through the broker is archived; a SparkService runs the analytics pipeline on
   local[2]; spark.job.completed reaches a subscriber service, whose figures match the counts the
@@ -342,7 +342,7 @@ pubsub_subscription:
 
 @pytest.mark.parametrize('db_backend', ['sqlite'])  # one Spark run is enough; tracking runs on both elsewhere
 def test_server_answers_while_a_job_runs_and_admin_api_and_cli_show_it(server_factory, db_backend):
-    server = server_factory(extra_config=f'''
+    server = server_factory(demo=True, extra_config=f'''
 [spark]
 master = "local[2]"
 pipelines_dir = "{REPO / 'spark_pipeline'}"

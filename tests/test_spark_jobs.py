@@ -1,4 +1,4 @@
-"""Spark job tracking without Spark (DESIGN §10): runtime.spark with the FakeSparkSubmitter twin.
+"""Spark job tracking without Spark: runtime.spark with the FakeSparkSubmitter twin.
 
 Submission returns a job id at once; the job goes submitted → running → succeeded, failed or
 killed (timeout, a kill request through any worker, its worker going silent); each ending is
@@ -9,6 +9,8 @@ Runs on both database backends; the real spark-submit is covered by tests/test_s
 from __future__ import annotations
 
 import base64
+import importlib.util
+import re
 import time
 from pathlib import Path
 
@@ -19,9 +21,9 @@ from sqlalchemy import select, update
 from runtime import Service
 from runtime.db.blocking import run_transaction
 from runtime.db.models import SparkJob
-from runtime.errors import InvalidService, InvalidSparkJob, PipelineNotFound, SparkJobNotFound
+from runtime.errors import InvalidService, InvalidSparkJob, PipelineNotFound, SparkJobNotFound, SparkUnavailable
 from runtime.http.app import make_app
-from runtime.spark import TOPIC_COMPLETED, TOPIC_FAILED, SparkService
+from runtime.spark import TOPIC_COMPLETED, TOPIC_FAILED, SparkService, SparkSubmitter
 from runtime.testing import FakeSparkSubmitter, make_settings, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -268,6 +270,25 @@ def test_admin_api(runtime_factory, tmp_path):
         assert r.status_code == status and text in r.json['details'], (body, r.text)
     assert client.simulate_get('/admin/spark/jobs/nope', headers=auth).status_code == 404
     assert client.simulate_get('/admin/spark/jobs').status_code == 401
+
+
+def test_without_pyspark_a_submission_is_refused_naming_the_extra(runtime_factory, tmp_path, monkeypatch):
+    rt = _runtime(runtime_factory, tmp_path, None)
+    rt.spark.submitter = SparkSubmitter()  # the real one, looking for the pyspark package
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, 'find_spec',
+                        lambda name, *args: None if name == 'pyspark' else find_spec(name, *args))
+    message = "Spark support is not installed: pip install 'conduit[spark]'"
+    with pytest.raises(SparkUnavailable, match=re.escape(message)):
+        rt.spark.submit('traffic_analytics')
+    with pytest.raises(SparkUnavailable, match=re.escape(message)):
+        rt.invoke('sj.report')
+    client = falcon.testing.TestClient(make_app(rt))
+    auth = {'Authorization': 'Basic ' + base64.b64encode(b'admin:test-admin-password').decode()}
+    r = client.simulate_post('/admin/spark/jobs', json={'pipeline': 'traffic_analytics'}, headers=auth)
+    assert r.status_code == 503 and message in r.json['details'], r.text
+    assert rt.spark.jobs() == []  # refused before anything was recorded
+    assert client.simulate_get('/admin/spark/pipelines', headers=auth).status_code == 200
 
 
 def test_history_keeps_the_newest_finished_jobs_and_removes_their_files(runtime_factory, tmp_path):

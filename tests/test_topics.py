@@ -1,4 +1,4 @@
-"""Topic names, patterns and the pattern index (DESIGN.md section 6, "Topics").
+"""Topic names, patterns and the pattern index.
 
 One table pins the matching semantics; it is checked against both ``matches()`` and
 ``PatternIndex``, and random cases check that the index agrees with ``matches()``.

@@ -28,7 +28,8 @@ def _settings(ctx: click.Context) -> Settings:
 @click.command()
 @click.option('--workers', type=click.IntRange(1, 64), help='Number of gunicorn workers.')
 @click.option('--bind', help='host:port to listen on.')
-@click.option('--demo', is_flag=True, help='Also apply the demo objects (config/demo) and print what to try.')
+@click.option('--demo', is_flag=True, help='Also deploy the demo services (services/demo) and apply the demo objects '
+                                           '(config/demo), and print what to try.')
 @click.pass_context
 def start(ctx: click.Context, workers: int | None, bind: str | None, demo: bool) -> None:
     """Run the server in the foreground."""

@@ -91,7 +91,7 @@ class SyncState(Base):
 
 
 class Topic(Base):
-    """A pub/sub topic and its attributes (DESIGN §6)."""
+    """A pub/sub topic and its attributes."""
 
     __tablename__ = 'conduit_topic'
 
@@ -223,7 +223,7 @@ class Lease(Base):
     expires_at: Mapped[float] = mapped_column(Float)
 
 
-# Scheduler (DESIGN §9). Times are UNIX epoch seconds, as in pub/sub.
+# Scheduler. Times are UNIX epoch seconds, as in pub/sub.
 
 
 class Job(Base):
@@ -310,7 +310,7 @@ class PubSubPermission(Base):
     owner: Mapped[str] = mapped_column(String(1000), default='', server_default='')
 
 
-# Spark pipelines (DESIGN §10). Times are UNIX epoch seconds, as in pub/sub.
+# Spark pipelines. Times are UNIX epoch seconds, as in pub/sub.
 
 
 class SparkJob(Base):

@@ -1,4 +1,4 @@
-"""Spark pipelines (DESIGN §10): submit PySpark jobs with spark-submit, track them, react to results.
+"""Spark pipelines: submit PySpark jobs with spark-submit, track them, react to results.
 
 - ``SparkService`` (``service.py``): the service class that submits a pipeline and gets its result.
 - ``SparkManager`` (``manager.py``): one worker's jobs — submit, track, kill, announce the end.

@@ -157,7 +157,11 @@ class SparkManager:
     def submit(self, pipeline: str, args: Any = None, *, master: str | None = None,
                conf: dict[str, Any] | None = None, timeout: float | None = None, callback: str = '',
                service: str = '', cid: str = '') -> str:
-        """Submit a pipeline with its arguments; returns the job id at once."""
+        """Submit a pipeline with its arguments; returns the job id at once.
+
+        SparkUnavailable (503) before anything is recorded when Spark is not installed.
+        """
+        self.submitter.check()
         pipeline = self.check_pipeline(pipeline)
         argv = to_argv(pipeline, args)
         master = self.settings.master if master is None else master

@@ -61,16 +61,27 @@ _ERROR_SCAN_LINES = 200
 _ERROR_LINE = re.compile(r'(Exception|Error)\b')
 
 
+#: The pip requirement that brings pyspark (and its spark-submit) along.
+SPARK_EXTRA = 'conduit[spark]'
+
+#: Why a submission is refused when neither pyspark nor a configured spark-submit is there.
+NOT_INSTALLED = (f"Spark support is not installed: pip install '{SPARK_EXTRA}' "
+                 "(or set [spark] spark_submit to the spark-submit of a Spark distribution)")
+
+
 def find_spark_submit(configured: str = '') -> str:
-    """The spark-submit to run: the configured one, else the one of the installed pyspark package."""
+    """The spark-submit to run: the configured one, else the one of the installed pyspark package.
+
+    pyspark is an optional extra: the server never imports it, it only looks for the package here,
+    when a job is about to be submitted.
+    """
     if configured:
         if not os.access(configured, os.X_OK):
             raise SparkUnavailable(f'spark.spark_submit {configured!r} is not an executable file')
         return configured
     spec = importlib.util.find_spec('pyspark')  # found without importing pyspark into the server
     if spec is None or not spec.origin:
-        raise SparkUnavailable('the pyspark package is not installed (pip install pyspark), and '
-                               'spark.spark_submit is not set')
+        raise SparkUnavailable(NOT_INSTALLED)
     path = Path(spec.origin).parent / 'bin' / 'spark-submit'
     if not path.exists():
         raise SparkUnavailable(f'{path} is missing from the installed pyspark package')
@@ -156,6 +167,10 @@ class SparkSubmitter:
     def __init__(self, spark_submit: str = '', kill_grace_secs: float = 5.0) -> None:
         self._configured = spark_submit
         self.kill_grace_secs = kill_grace_secs
+
+    def check(self) -> None:
+        """SparkUnavailable, naming what to install or configure, if no spark-submit can run."""
+        find_spark_submit(self._configured)
 
     def command(self, sub: Submission, py_files: Path) -> list[str]:
         """The spark-submit command line of a submission."""

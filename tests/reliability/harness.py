@@ -1,6 +1,6 @@
 """The fault harness: publish under load while something breaks, then check the invariants.
 
-Invariants (DESIGN §13): every acknowledged publication is delivered at least once; nothing is
+Invariants: every acknowledged publication is delivered at least once; nothing is
 delivered that was not published; duplicates stay bounded by the in-flight batches. Publications
 go through the admin API (``test.publish``), so an acknowledgement is an HTTP 200 that carries
 the msg_id; the handler (``test.record``) appends each number it sees to a file.
