@@ -280,6 +280,11 @@ def test_audit_and_detach_refuse_hostile_input(shop: LiveServer) -> None:
         assert r.status_code == 400, (body, r.status_code, r.text)
         assert 'Traceback' not in r.text
 
+    for method in ('DELETE', 'PATCH'):  # ids past the database's integer range (found by the fuzzer on PostgreSQL)
+        for path in ('/admin/subscriptions/11366621930', '/admin/subscriptions/-11366621930'):
+            r = admin(shop, method, path, json={'is_active': False})
+            assert r.status_code in (400, 404), (method, path, r.status_code, r.text)
+
     r = admin(shop, 'DELETE', '/admin/services/conduit.ping?force=maybe')
     assert r.status_code == 400 and 'force' in r.json()['details']
     r = admin(shop, 'PATCH', '/admin/channels/shop.ping?detach=maybe', json={'is_active': False})

@@ -76,6 +76,8 @@ class Managed:
 
     def load(self, conn: Any, key: Any) -> Any:
         """The stored row, or None."""
+        if isinstance(key, int) and not -MAX_DB_INT - 1 <= key <= MAX_DB_INT:
+            return None  # no row has it, and PostgreSQL refuses to compare an integer column with it
         return conn.execute(select(self.table).where(getattr(self.table, self.column) == key)).first()
 
 
