@@ -146,24 +146,27 @@ class SecurityRegistry:
         if creds is None:
             raise Unauthorized(realm, 'Authentication required')
         username, password = creds
+        # The caches of the definitions this check started with: a reload while the check runs in the
+        # thread pool swaps in fresh ones, which must not learn a verdict reached against the old ones.
+        ok_cache, failed_cache = self._ok_cache, self._failed_cache
         key = hmac.new(self._cache_key, f'{username}\0{password}'.encode(), hashlib.sha256).digest()
         definition = self._by_username.get(username)
         if definition is None or (required is not None and definition.name != required):
             failed_key = self._failed_key(required, username, password)
-            if not self._failed_recently(failed_key):
+            if not _failed_recently(failed_cache, failed_key):
                 # Spend the same time as a real check so usernames cannot be probed by timing.
                 _in_pool(verify_password, password, _DUMMY_HASH)
-                self._remember_failure(failed_key)
+                _remember_failure(failed_cache, failed_key)
             raise Unauthorized(realm)
-        if self._ok_cache.get(key) != definition.password_hash:
+        if ok_cache.get(key) != definition.password_hash:
             failed_key = self._failed_key(required, username, password)
-            if self._failed_recently(failed_key) or not _in_pool(verify_password, password,
-                                                                 definition.password_hash):
-                self._remember_failure(failed_key)
+            if _failed_recently(failed_cache, failed_key) or not _in_pool(verify_password, password,
+                                                                          definition.password_hash):
+                _remember_failure(failed_cache, failed_key)
                 raise Unauthorized(realm)
-            if len(self._ok_cache) >= MAX_CACHED_CHECKS:
-                self._ok_cache.clear()
-            self._ok_cache[key] = definition.password_hash
+            if len(ok_cache) >= MAX_CACHED_CHECKS:
+                ok_cache.clear()
+            ok_cache[key] = definition.password_hash
         # Checked after the password, so that only a caller who knows it learns the definition exists.
         if not definition.is_active:
             raise Unauthorized(realm, 'security definition is inactive')
@@ -174,14 +177,17 @@ class SecurityRegistry:
         # Per required definition: credentials refused by one channel may be right for another.
         return hmac.new(self._cache_key, f'{required}\0{username}\0{password}'.encode(), hashlib.sha256).digest()
 
-    def _failed_recently(self, key: bytes) -> bool:
-        until = self._failed_cache.get(key)
-        return until is not None and until > time.monotonic()
 
-    def _remember_failure(self, key: bytes) -> None:
-        if len(self._failed_cache) >= MAX_CACHED_CHECKS:
-            self._failed_cache.clear()
-        self._failed_cache[key] = time.monotonic() + FAILED_CHECK_TTL_SECS
+
+def _failed_recently(cache: dict[bytes, float], key: bytes) -> bool:
+    until = cache.get(key)
+    return until is not None and until > time.monotonic()
+
+
+def _remember_failure(cache: dict[bytes, float], key: bytes) -> None:
+    if len(cache) >= MAX_CACHED_CHECKS:
+        cache.clear()
+    cache[key] = time.monotonic() + FAILED_CHECK_TTL_SECS
 
 
 _DUMMY_HASH = hash_password(os.urandom(8).hex())

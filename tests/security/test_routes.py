@@ -219,6 +219,27 @@ def test_failed_check_is_remembered_not_recomputed(monkeypatch: pytest.MonkeyPat
     assert len(calls) == 1  # one scrypt for five tries of the same wrong password
 
 
+def test_a_check_in_flight_during_a_reload_leaves_no_stale_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The new password arrives while the old definition is still loaded; the definitions are reloaded
+    # while its (failing) check runs. That failure must not be remembered against the new definitions.
+    import runtime.security as security
+    registry = SecurityRegistry()
+    registry.replace_all([BasicAuth('d', 'user', hash_password('old-secret'))])
+    real = security.verify_password
+    new_defs = [BasicAuth('d', 'user', hash_password('new-secret'))]
+
+    def reload_midway(password, hashed):  # type: ignore[no-untyped-def]
+        ok = real(password, hashed)
+        registry.replace_all(new_defs)
+        return ok
+
+    monkeypatch.setattr(security, 'verify_password', reload_midway)
+    with pytest.raises(Unauthorized):
+        registry.authenticate(_basic('user', 'new-secret'))
+    monkeypatch.setattr(security, 'verify_password', real)
+    assert registry.authenticate(_basic('user', 'new-secret')).name == 'd'
+
+
 @pytest.mark.parametrize('head', [
     b'POST /api/sec/open HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: garbage\r\n\r\n',
     b'POST /api/sec/open HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n',
