@@ -172,7 +172,6 @@ class SecurityRegistry:
             raise Unauthorized(realm, 'security definition is inactive')
         return definition
 
-
     def _failed_key(self, required: str | None, username: str, password: str) -> bytes:
         # Per required definition: credentials refused by one channel may be right for another.
         return hmac.new(self._cache_key, f'{required}\0{username}\0{password}'.encode(), hashlib.sha256).digest()
