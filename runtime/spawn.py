@@ -43,6 +43,23 @@ class Spawner:
         self._group.kill(timeout=timeout, block=True)
 
 
+def killed(error: BaseException) -> bool:
+    """Whether an error was raised because its greenlet was being killed.
+
+    A kill raises GreenletExit wherever the greenlet waits; a library cleaning up on the way out
+    (SQLAlchemy returning a connection mid-query) may raise its own error in its place, with the
+    GreenletExit as its cause or context. A loop that logs its errors should stop quietly then.
+    """
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        if isinstance(e, gevent.GreenletExit):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def _log_failure(g: gevent.Greenlet) -> None:
-    if not isinstance(g.exception, gevent.GreenletExit):
+    if not killed(g.exception):
         _log.error('greenlet %s failed: %r', g.name, g.exception, exc_info=g.exc_info)

@@ -305,3 +305,28 @@ def test_history_keeps_the_newest_finished_jobs_and_removes_their_files(runtime_
     jobs_dir = Path(rt.spark.get(jobs[3], log_lines=0)['log_path']).parent.parent
     assert sorted(p.name for p in jobs_dir.iterdir()) == sorted(jobs[2:])
     assert rt.spark.get(jobs[3], log_lines=1)['log_tail'] == ['driver output']
+
+
+def test_a_sweeper_killed_inside_a_database_call_stops_quietly(runtime_factory, tmp_path, caplog, monkeypatch):
+    # A kill lands in the sweep's database call, and the library's cleanup raises its own error in
+    # place of the GreenletExit (as SQLAlchemy does on PostgreSQL): the sweeper must end, not log a
+    # traceback and carry on.
+    import gevent
+
+    rt = _runtime(runtime_factory, tmp_path, None)
+    entered = []
+
+    def sweep_in_a_database_call(now=None):  # type: ignore[no-untyped-def]
+        entered.append(1)
+        try:
+            gevent.sleep(30)
+        except gevent.GreenletExit as e:
+            raise RuntimeError("can't change 'autocommit' now: connection in transaction status ACTIVE") from e
+        return []
+
+    monkeypatch.setattr(rt.spark, 'sweep', sweep_in_a_database_call)
+    sweeper = gevent.spawn(rt.spark._sweep_forever)
+    wait_until(lambda: entered, message='sweep entered')
+    sweeper.kill(timeout=5)
+    assert sweeper.dead
+    assert not [r for r in caplog.records if r.levelno >= 30], [r.getMessage() for r in caplog.records]

@@ -73,6 +73,7 @@ from runtime.pubsub.registry import (
 from runtime.pubsub.retry import REASON_UNRENDERABLE
 from runtime.pubsub.store import Delivery, Publication
 from runtime.pubsub.topics import validate_pattern, validate_topic_name
+from runtime.spawn import killed
 from runtime.sync import bump
 
 if TYPE_CHECKING:
@@ -798,6 +799,8 @@ class Broker:
             except gevent.GreenletExit:
                 raise
             except Exception as e:
+                if killed(e):
+                    return  # stopping: the kill landed in a database call
                 _log.warning('sweep failed: %s: %s', type(e).__name__, e)
 
     def sweep(self) -> dict[str, int]:

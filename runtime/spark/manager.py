@@ -43,6 +43,7 @@ from runtime.spark.submit import (
     parse_conf,
     tail_lines,
 )
+from runtime.spawn import killed
 
 if TYPE_CHECKING:
     from runtime.core import Runtime
@@ -302,7 +303,9 @@ class SparkManager:
         while True:
             try:
                 self.sweep()
-            except Exception:
+            except Exception as e:
+                if killed(e):
+                    return  # stopping: the kill landed in a database call
                 _log.exception('Spark jobs: sweep failed')
             gevent.sleep(interval)
 
