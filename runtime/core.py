@@ -1,9 +1,12 @@
 """One runtime instance: what a gunicorn worker (a "server" in Zato's terms) runs.
 
-The runtime owns the service store, the invoker, the database engine, the in-memory copies of
-channels and security definitions, and the background greenlets that keep them current
-(hot-deploy watcher, object-file watcher, sync poller). It knows nothing of HTTP: the falcon
-app in ``runtime.http`` is built on top of it.
+``Runtime`` is the composition root: it builds every part (service store, invoker, hot deployer,
+broker, metrics, scheduler, Spark jobs, ...) with the collaborators that part needs, passed to its
+constructor, and owns the in-memory copies of channels and security definitions and the background
+greenlets that keep them current (hot-deploy watcher, object-file watcher, sync poller). No part
+receives the runtime, and nothing but the server, the CLI and the test kit imports this module.
+Where two parts need each other, the root passes a small callable rather than the part. The falcon
+app (``runtime.http``) is built over the parts by ``Runtime.make_app``.
 
 Lifecycle (as Nameko's extensions): ``start()`` once, ``stop()`` once; ``stop`` never raises.
 """
@@ -11,17 +14,15 @@ Lifecycle (as Nameko's extensions): ``start()`` once, ``stop()`` once; ``stop`` 
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from sqlalchemy import Engine, select
 
 from runtime.channels import Channel, ChannelRouter, parse_methods
 from runtime.config import Settings
-from runtime.datafiles import create_private_file, private_dir
 from runtime.db.engine import make_engine, make_psycopg_cooperative
 from runtime.db.migrate import upgrade
 from runtime.db.models import BasicAuthDef, RestChannel
@@ -49,26 +50,13 @@ from runtime.spawn import Spawner
 from runtime.store import ServiceStore
 from runtime.sync import Synchronizer
 
+if TYPE_CHECKING:
+    import falcon
+
 _log = logging.getLogger(__name__)
 
 #: Where the demo's extra objects live, relative to the project directory.
 DEMO_OBJECTS_DIR = 'config/demo'
-
-
-def admin_password(settings: Settings, create: bool = False) -> str:
-    """The admin API password: configured, else read from (or, with create, written to) its file."""
-    if settings.admin.password:
-        return settings.admin.password
-    path = settings.path(settings.admin.password_file)
-    if path.exists():
-        return path.read_text(encoding='utf-8').strip()
-    if not create:
-        raise ConfigError('admin.password', f'not set, and {path} does not exist yet (start the server once)')
-    private_dir(path.parent)
-    password = secrets.token_urlsafe(18)
-    create_private_file(path)  # 0600 before the password is in it, whatever the umask
-    path.write_text(password + '\n', encoding='utf-8')
-    return password
 
 
 def prepare_database(settings: Settings, demo: bool = False) -> None:
@@ -107,22 +95,26 @@ def objects_dirs(settings: Settings, demo: bool) -> list[Path]:
 
 
 class Runtime:
-    """Everything one worker runs, HTTP aside."""
+    """Everything one worker runs, HTTP aside: the composition root of its parts."""
 
     def __init__(self, settings: Settings, demo: bool = False, engine: Engine | None = None) -> None:
         self.settings = settings
         self.demo = demo
-        #: Per service name, its configuration ([services."name"] in server.toml).
-        self.user_config: dict[str, dict[str, Any]] = settings.services
         db = settings.database
         make_psycopg_cooperative()
         self.engine = engine or make_engine(settings.database_url, pool_size=db.pool_size,
                                             sqlite_synchronous=db.sqlite_synchronous,
                                             sqlite_busy_timeout_ms=db.sqlite_busy_timeout_ms)
         self.spawner = Spawner()
+        spawn = self.spawner.spawn
         self.store = ServiceStore()
-        self.invoker = Invoker(self)
-        self.hot_deployer = HotDeployer(self)
+        #: Prometheus metrics of this worker: fed by the broker's observers, the invoker and the HTTP middleware.
+        #: The broker is built later (it runs services): metrics read its registry when asked.
+        self.metrics = Metrics(self.engine, lambda: self.broker.registry)
+        # Services reach the pub/sub API and the Spark jobs built after the invoker through these getters.
+        self.invoker = Invoker(self.store, spawn, pubsub=self.pubsub_api, config=settings.services,
+                               observe=self.metrics.invoke.observe, spark=lambda: self.spark)
+        self.hot_deployer = HotDeployer(self.store, self.engine)
         self.security = SecurityRegistry()
         self.router = ChannelRouter()
         self.objects = make_objects_applier(settings, self.engine, demo, loaded=self.store.has)
@@ -132,21 +124,19 @@ class Runtime:
         self.synchronizer.register(SECURITY_KEY, self.reload_security)
         self.broker = Broker(self)
         self.synchronizer.register(PUBSUB_KEY, self.broker.reload)
-        #: Prometheus metrics of this worker: fed by the broker's observers, the invoker and the HTTP middleware.
-        self.metrics = Metrics(self)
         self.broker.observers.add(self.metrics.pubsub)
-        self.invoker.observe = self.metrics.invoke.observe
         #: Pub/sub permissions of REST clients; the broker asks them about every REST subscriber.
         self.permissions = Permissions(self.engine)
         self.synchronizer.register(PERMISSIONS_KEY, self.permissions.reload)
         self.broker.sub_allowed = self.permissions.sub_allowed
-        self.scheduler = Scheduler(self)
+        self.scheduler = Scheduler(self.engine, settings.scheduler, spawn, self.store, self.invoker)
         #: Delivered GD messages and dead letters, written for Spark pipelines (None when [archive] is off).
         self.archive: MessageArchive | None = None
         if settings.archive.enabled:
             self.archive = MessageArchive(settings.archive, settings.path(settings.archive.dir), self.spawner.spawn)
             self.broker.observers.add(self.archive)
-        self.spark = SparkManager(self)
+        self.spark = SparkManager(settings, self.engine, spawn, has_service=self.store.has, broker=self.broker,
+                                  archive=self.archive)
         self.synchronizer.register(SCHEDULER_KEY, self.scheduler.wake)
         self.started = False
 
@@ -236,6 +226,15 @@ class Runtime:
             rows = conn.execute(select(BasicAuthDef)).all()
         self.security.replace_all([BasicAuth(r.name, r.username, r.password_hash, r.realm, r.is_active)
                                    for r in rows])
+
+    # HTTP
+
+    def make_app(self, **kwargs: Any) -> falcon.App:
+        """The falcon WSGI app over this runtime's parts (kwargs go to falcon.App)."""
+        from runtime.http.app import AppParts, make_app
+        parts = AppParts(settings=self.settings, engine=self.engine, store=self.store, invoker=self.invoker,
+                         security=self.security, router=lambda: self.router, metrics=self.metrics)
+        return make_app(parts, self, **kwargs)
 
     # Pub/sub
 

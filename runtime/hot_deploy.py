@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 import gevent
 import gevent.lock
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, Engine, select
 
 from runtime.db.engine import transaction
 from runtime.db.models import Deployment
@@ -46,7 +46,7 @@ from runtime.sync import bump
 
 if TYPE_CHECKING:
     from runtime.config import Settings
-    from runtime.core import Runtime
+    from runtime.store import ServiceStore
 
 _log = logging.getLogger(__name__)
 
@@ -138,8 +138,9 @@ class HotDeployer:
     event: it never brings back an undeployed service.
     """
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
+    def __init__(self, store: ServiceStore, engine: Engine) -> None:
+        self._store = store
+        self._engine = engine
         self._files: dict[Path, _FileState] = {}
         self._finder = install()
         #: module name -> the source this worker runs.
@@ -186,7 +187,7 @@ class HotDeployer:
             for name in dependency_order(batch):
                 try:
                     module = sys.modules.get(name) or importlib.import_module(name)
-                    result.modules[name] = self._runtime.store.prepare_module(module, name)
+                    result.modules[name] = self._store.prepare_module(module, name)
                 except BaseException as e:
                     if isinstance(e, (KeyboardInterrupt, gevent.GreenletExit)):
                         raise
@@ -239,7 +240,7 @@ class HotDeployer:
 
     def _register_owned(self, names: Iterable[str]) -> None:
         """Bring the store in line with the owners of these service names."""
-        store = self._runtime.store
+        store = self._store
         for name in names:
             if name not in self._owner:
                 continue
@@ -323,14 +324,14 @@ class HotDeployer:
     def undeploy(self, service_name: str) -> None:
         """Remove a service here and record that every other worker removes it too."""
         with self._lock:
-            module_name = self._runtime.store.info(service_name).module_name
-            self._runtime.store.unregister(service_name)
+            module_name = self._store.info(service_name).module_name
+            self._store.unregister(service_name)
             self._owner[service_name] = None
         self._record([('undeploy', module_name, '', '', [service_name])])
         _log.info('undeployed %s', service_name)
 
     def _record(self, rows: list[tuple[str, str, str, str, list[str]]]) -> None:
-        with transaction(self._runtime.engine, write=True) as conn:
+        with transaction(self._engine, write=True) as conn:
             # First, so that the row lock serialises workers recording at the same moment.
             bump(conn, SYNC_KEY)
             for kind, module_name, file_name, source, names in rows:
@@ -349,7 +350,7 @@ class HotDeployer:
             self._apply_recorded()
 
     def _apply_recorded(self) -> None:
-        with self._runtime.engine.connect() as conn:
+        with self._engine.connect() as conn:
             rows = conn.execute(select(Deployment).where(Deployment.id > self._last_row_id)
                                 .order_by(Deployment.id)).all()
         if not rows:

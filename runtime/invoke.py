@@ -11,8 +11,7 @@ Async invocations live only in this worker's memory: a restart loses them, by de
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -28,9 +27,15 @@ from runtime.errors import (
     SelfInvocation,
 )
 from runtime.service import Bunch, HttpInfo, Request, Response, Service
+from runtime.service_context import CHANNEL_CALLBACK as CHANNEL_CALLBACK
+from runtime.service_context import CHANNEL_INVOKE as CHANNEL_INVOKE
+from runtime.service_context import CHANNEL_INVOKE_ASYNC as CHANNEL_INVOKE_ASYNC
+from runtime.service_context import CHANNEL_REST as CHANNEL_REST
+from runtime.service_context import ServiceContext
+from runtime.service_context import new_cid as new_cid
 
 if TYPE_CHECKING:
-    from runtime.core import Runtime
+    from runtime.store import ServiceStore
 
 _log = logging.getLogger(__name__)
 
@@ -39,18 +44,6 @@ ASYNC_CALLBACK_SUFFIX = '-async-callback'
 
 #: How long a timed-out callee may take to unwind (its finally blocks, finalize_handle) once killed.
 KILL_WAIT_SECS = 1.0
-
-#: Channel names a service can see in self.channel.
-CHANNEL_INVOKE = 'invoke'
-CHANNEL_INVOKE_ASYNC = 'invoke-async'
-CHANNEL_CALLBACK = 'invoke-async-callback'
-CHANNEL_REST = 'rest'
-
-
-def new_cid() -> str:
-    """A new correlation id: 24 hex characters of randomness."""
-    return os.urandom(12).hex()
-
 
 def _build_input(cls: type[Service], payload: Any) -> Bunch:
     required, optional = cls._required_input, cls._optional_input
@@ -87,11 +80,18 @@ def _ignore_timing(service: str, secs: float) -> None:
 class Invoker:
     """Makes service instances and runs them, in the caller's greenlet or in a new one."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        self._store = runtime.store
-        #: Called with (service name, seconds) after every run, failed ones too; runtime.metrics sets it.
-        self.observe: Callable[[str, float], None] = _ignore_timing
+    def __init__(self, store: ServiceStore, spawn: Callable[..., gevent.Greenlet], *,
+                 pubsub: Callable[[Service], Any], config: Mapping[str, Mapping[str, Any]],
+                 observe: Callable[[str, float], None] | None = None,
+                 spark: Callable[[], Any] | None = None) -> None:
+        #: The services this invoker runs.
+        self.store = store
+        self._spawn = spawn
+        #: Called with (service name, seconds) after every run, failed ones too (the runtime's metrics).
+        self.observe: Callable[[str, float], None] = observe or _ignore_timing
+        #: What every service this invoker runs may use of the runtime (svc._context). spark is a getter:
+        #: the Spark jobs are built after the invoker, as they run services.
+        self.context = ServiceContext(self, spawn, pubsub, config, spark)
 
     def run(self, cls: type[Service], payload: Any = None, *, channel: str = CHANNEL_INVOKE,
             cid: str | None = None, raw_request: Any = None, http: HttpInfo | None = None) -> Service:
@@ -101,7 +101,7 @@ class Invoker:
         svc.cid = cid or new_cid()
         svc.channel = channel
         svc.invocation_time = datetime.now(UTC)
-        svc._runtime = self.runtime
+        svc._context = self.context
         request = svc.request = Request(payload, raw_request, http)
         svc.response = Response()
         try:
@@ -163,7 +163,7 @@ class Invoker:
         The callee's exception propagates unchanged. With a timeout, the callee runs in its own
         greenlet, which is killed when the time is up, and InvocationTimeout is raised.
         """
-        cls = self._store.get(name_or_class)
+        cls = self.store.get(name_or_class)
         if caller is not None and cls.name == caller.name:
             raise SelfInvocation(cls.name)
         if timeout is None:
@@ -172,8 +172,7 @@ class Invoker:
 
     def _invoke_with_timeout(self, cls: type[Service], payload: Any, timeout: float, channel: str,
                              cid: str | None) -> Any:
-        g = self.runtime.spawner.spawn(self._run_capturing, cls, payload, channel, cid,
-                                       name=f'invoke:{cls.name}')
+        g = self._spawn(self._run_capturing, cls, payload, channel, cid, name=f'invoke:{cls.name}')
         try:
             g.join(timeout)
             timed_out = not g.ready()
@@ -208,14 +207,13 @@ class Invoker:
         ``target``, ``ok``, ``response`` and ``exception`` (the error text or None). Callbacks are
         looked up here, so an unknown one raises ServiceNotFound before anything runs.
         """
-        cls = self._store.get(name_or_class)
+        cls = self.store.get(name_or_class)
         if caller is not None and cls.name == caller.name:
             raise SelfInvocation(cls.name)
         targets = self.callback_targets(cls.name, callback)  # an unknown callback fails here, in the caller
         cid = cid or new_cid()
         source = caller.name if caller is not None else None
-        self.runtime.spawner.spawn(self._run_async, cls, payload, cid, source, targets,
-                                   name=f'invoke-async:{cls.name}')
+        self._spawn(self._run_async, cls, payload, cid, source, targets, name=f'invoke-async:{cls.name}')
         return cid
 
     def _run_async(self, cls: type[Service], payload: Any, cid: str, source: str | None,
@@ -235,7 +233,7 @@ class Invoker:
         for target in targets:
             try:
                 # A copy each, so that a callback changing its payload cannot change the next one's.
-                self.run(self._store.get(target), dict(result), channel=CHANNEL_CALLBACK)
+                self.run(self.store.get(target), dict(result), channel=CHANNEL_CALLBACK)
             except Exception:
                 _log.exception('callback %s of async invocation %s failed', target, cid)
 
@@ -243,11 +241,11 @@ class Invoker:
         """The callback services to call: explicit ones, else the by-convention one if deployed."""
         if callback is None:
             conventional = name + ASYNC_CALLBACK_SUFFIX
-            return [conventional] if self._store.has(conventional) else []
+            return [conventional] if self.store.has(conventional) else []
         if isinstance(callback, (str, type)):
             callback = [callback]
         targets = list(callback) if isinstance(callback, Iterable) else [callback]
         for target in targets:
-            self._store.get(target)  # fail early, in the caller, on an unknown callback
+            self.store.get(target)  # fail early, in the caller, on an unknown callback
         return targets
 

@@ -35,7 +35,7 @@ import logging
 import os
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -50,9 +50,9 @@ from runtime.pubsub.observers import PubSubObserver
 
 if TYPE_CHECKING:
     import falcon
+    from sqlalchemy import Engine
 
-    from runtime.core import Runtime
-    from runtime.pubsub.registry import SubInfo
+    from runtime.pubsub.registry import Registry, SubInfo
     from runtime.pubsub.store import Delivery, Publication
 
 _log = logging.getLogger(__name__)
@@ -200,8 +200,10 @@ def _status_label(resp: falcon.Response) -> str:
 class Metrics:
     """The metrics of one runtime: counters fed by the broker, the invoker and the HTTP layer."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
+    def __init__(self, engine: Engine, registry: Callable[[], Registry]) -> None:
+        """engine: the database whose queue depths are read; registry: the broker's topics and subscriptions now."""
+        self._engine = engine
+        self._registry = registry
         self.pubsub = PubSubMetrics()
         self.invoke = Histogram()
         self.http_requests: dict[tuple[str, str, str], int] = {}
@@ -239,11 +241,10 @@ class Metrics:
 
     def _depths(self) -> tuple[list[tuple[list[str], int, int]] | None, list[tuple[str, int, int]] | None]:
         """Per subscription (labels, depth, dead letters) and per topic (name, GD, non-GD); None if unread."""
-        broker = self._runtime.broker
-        registry = broker.registry
+        registry = self._registry()
         try:
-            stats, topic_depths = run_transaction(broker.engine, lambda c: (admin_ops.queue_stats(c),
-                                                                            admin_ops.topic_depths(c)), write=False)
+            stats, topic_depths = run_transaction(self._engine, lambda c: (admin_ops.queue_stats(c),
+                                                                          admin_ops.topic_depths(c)), write=False)
         except Exception as e:
             _log.warning('metrics: queue depths not read (%s: %s)', type(e).__name__, e)
             return None, None
@@ -331,8 +332,8 @@ class MetricsResource:
         'responses': {'200': {'description': 'Prometheus text exposition',
                               'content': {'text/plain': {'schema': {'type': 'string'}}}}}}}
 
-    def __init__(self, runtime: Runtime, auth: str) -> None:
-        self._metrics = runtime.metrics
+    def __init__(self, metrics: Metrics, auth: str) -> None:
+        self._metrics = metrics
         #: Who may read it (runtime.http.auth): the admin unless http.metrics_public, since it names
         #: every topic, security definition and subscriber.
         self.auth = auth

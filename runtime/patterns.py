@@ -8,17 +8,17 @@ the README ("Invocation patterns").
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import gevent
 
 from runtime.errors import SelfInvocation
-from runtime.invoke import CHANNEL_CALLBACK, Invoker, new_cid
+from runtime.service_context import CHANNEL_CALLBACK, new_cid
 
 if TYPE_CHECKING:
-    from runtime.service import Service
+    from runtime.service_context import Invoker
 
 _log = logging.getLogger(__name__)
 
@@ -47,27 +47,27 @@ def _fresh_copy(data: dict[str, Any]) -> dict[str, Any]:
 class _ParallelBase:
     """Runs several targets in parallel greenlets and reports each result to callbacks."""
 
-    def __init__(self, invoker: Invoker, source: Service) -> None:
+    def __init__(self, invoker: Invoker, spawn: Callable[..., gevent.Greenlet], source: Any) -> None:
         self._invoker = invoker
+        self._spawn = spawn
         self._source = source
 
     def _start(self, targets: dict[str, Any], on_final: Any, on_target: Any, cid: str | None) -> str:
         if not isinstance(targets, dict) or not targets:
             raise ValueError('targets must be a non-empty dict of {service name: payload}')
-        store = self._invoker.runtime.store
+        store = self._invoker.store
         classes = {name: store.get(name) for name in targets}  # unknown target -> ServiceNotFound now
         final, per_target = _as_list(on_final), _as_list(on_target)
         for cb in final + per_target:
             store.get(cb)
         cid = cid or new_cid()
-        self._invoker.runtime.spawner.spawn(self._run, classes, targets, final, per_target, cid,
-                                             name=f'patterns:{cid}')
+        self._spawn(self._run, classes, targets, final, per_target, cid, name=f'patterns:{cid}')
         return cid
 
     def _run(self, classes: dict[str, Any], targets: dict[str, Any], final: list[Any], per_target: list[Any],
              cid: str) -> None:
         req_ts = _now_iso()
-        spawn = self._invoker.runtime.spawner.spawn
+        spawn = self._spawn
         jobs = [spawn(self._one, name, classes[name], payload, per_target, cid, name=f'patterns:{cid}:{name}')
                 for name, payload in targets.items()]
         gevent.joinall(jobs)
@@ -95,7 +95,7 @@ class _ParallelBase:
         return result
 
     def _callbacks(self, callbacks: list[Any], data: dict[str, Any]) -> None:
-        store = self._invoker.runtime.store
+        store = self._invoker.store
         for cb in callbacks:
             try:
                 self._invoker.run(store.get(cb), _fresh_copy(data), channel=CHANNEL_CALLBACK)
@@ -126,8 +126,9 @@ class Parallel(_ParallelBase):
 class InvokeRetry:
     """Invoke a service, retrying on error, in place or handed over to the background."""
 
-    def __init__(self, invoker: Invoker, source: Service) -> None:
+    def __init__(self, invoker: Invoker, spawn: Callable[..., gevent.Greenlet], source: Any) -> None:
         self._invoker = invoker
+        self._spawn = spawn
         self._source = source
 
     def invoke(self, target: str, payload: Any = None, repeats: int = 3, seconds: float | None = None,
@@ -147,13 +148,13 @@ class InvokeRetry:
         wait = seconds if seconds is not None else (minutes * 60 if minutes is not None else 1.0)
         if wait < 0:
             raise ValueError('the wait between attempts must not be negative')
-        cls = self._invoker.runtime.store.get(target)
+        cls = self._invoker.store.get(target)
         if cls.name == self._source.name:
             # Checked before the first attempt: retrying cannot fix it, nor may the background hide it.
             raise SelfInvocation(cls.name)
         callbacks = _as_list(callback)
         for cb in callbacks:
-            self._invoker.runtime.store.get(cb)
+            self._invoker.store.get(cb)
         if async_fallback and not callbacks:
             raise ValueError('async_fallback needs a callback to report the outcome to')
 
@@ -168,8 +169,8 @@ class InvokeRetry:
         if not async_fallback:
             return self._retry_in_place(cls, payload, repeats, wait)
         cid = new_cid()
-        self._invoker.runtime.spawner.spawn(self._retry_in_background, cls, payload, repeats, wait, callbacks,
-                                             context, cid, first_error, name=f'invoke-retry:{cid}')
+        self._spawn(self._retry_in_background, cls, payload, repeats, wait, callbacks, context, cid, first_error,
+                    name=f'invoke-retry:{cid}')
         return None
 
     def _retry_in_place(self, cls: Any, payload: Any, repeats: int, wait: float) -> Any:
@@ -203,20 +204,24 @@ class InvokeRetry:
         for cb in callbacks:
             try:
                 # A copy each, so that a callback changing its payload cannot change the next one's.
-                self._invoker.run(self._invoker.runtime.store.get(cb), dict(result), channel=CHANNEL_CALLBACK)
+                self._invoker.run(self._invoker.store.get(cb), dict(result), channel=CHANNEL_CALLBACK)
             except Exception:
                 _log.exception('callback %s of invoke_retry %s failed', cb, cid)
 
 
 class Patterns:
-    """The patterns of one service instance: ``self.patterns``."""
+    """The patterns of one service instance: ``self.patterns``.
 
-    def __init__(self, invoker: Invoker, source: Service) -> None:
+    source is the calling service (a ``runtime.service.Service``, not imported here: it imports this
+    module); spawn starts the greenlets, the runtime's ``Spawner.spawn``.
+    """
+
+    def __init__(self, invoker: Invoker, spawn: Callable[..., gevent.Greenlet], source: Any) -> None:
         self._invoker = invoker
         self._source = source
-        self.fanout = FanOut(invoker, source)
-        self.parallel = Parallel(invoker, source)
-        self.invoke_retry = InvokeRetry(invoker, source)
+        self.fanout = FanOut(invoker, spawn, source)
+        self.parallel = Parallel(invoker, spawn, source)
+        self.invoke_retry = InvokeRetry(invoker, spawn, source)
 
     def invoke_async(self, target: str, payload: Any = None, callback: Any = None) -> str:
         """Async invocation with a callback: the same as self.invoke_async."""

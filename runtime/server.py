@@ -18,8 +18,9 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger
 
+from runtime.admin_credentials import admin_password
 from runtime.config import Settings
-from runtime.core import Runtime, admin_password, prepare_database
+from runtime.core import Runtime, prepare_database
 from runtime.single_instance import claim, release_in_worker
 
 _log = logging.getLogger(__name__)
@@ -96,11 +97,10 @@ class ConduitApplication(BaseApplication):
 
     def load(self) -> Any:
         global _worker_runtime
-        from runtime.http import make_app
         runtime = Runtime(self.settings, demo=self.demo)
         runtime.start(migrate=False)
         _worker_runtime = runtime
-        return make_app(runtime)
+        return runtime.make_app()
 
 
 def run(settings: Settings, demo: bool = False) -> None:

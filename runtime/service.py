@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runtime.errors import InvalidService
 
 if TYPE_CHECKING:
-    from runtime.core import Runtime
     from runtime.patterns import Patterns
+    from runtime.service_context import ServiceContext
 
 #: HTTP verbs a service may implement as handle_<VERB>.
 HTTP_VERBS = ('GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS')
@@ -126,7 +126,8 @@ class Service:
     response: Response
     channel: str
     invocation_time: datetime
-    _runtime: Runtime
+    #: What this service may use of the runtime that runs it.
+    _context: ServiceContext
 
     logger: logging.Logger
 
@@ -158,27 +159,27 @@ class Service:
     @property
     def config(self) -> Mapping[str, Any]:
         """This service's configuration: its ``[services."<name>"]`` table of server.toml (read-only)."""
-        return MappingProxyType(self._runtime.user_config.get(self.name, {}))
+        return MappingProxyType(self._context.config.get(self.name, {}))
 
     def invoke(self, name_or_class: str | type[Service], payload: Any = None, timeout: float | None = None,
                **kwargs: Any) -> Any:
         """Invoke another service synchronously and return its response payload."""
-        return self._runtime.invoker.invoke(name_or_class, payload, timeout=timeout, caller=self, **kwargs)
+        return self._context.invoker.invoke(name_or_class, payload, timeout=timeout, caller=self, **kwargs)
 
     def invoke_async(self, name: str | type[Service], payload: Any = None, callback: Any = None) -> str:
         """Invoke a service in the background (RAM only) and return the invocation's cid."""
-        return self._runtime.invoker.invoke_async(name, payload, callback=callback, caller=self)
+        return self._context.invoker.invoke_async(name, payload, callback=callback, caller=self)
 
     @property
     def patterns(self) -> Patterns:
         """Invocation patterns: fanout, parallel, invoke_retry, invoke_async."""
         from runtime.patterns import Patterns
-        return Patterns(self._runtime.invoker, self)
+        return Patterns(self._context.invoker, self._context.spawn, self)
 
     @property
     def pubsub(self) -> Any:
         """The publish/subscribe API of this runtime."""
-        return self._runtime.pubsub_api(self)
+        return self._context.pubsub(self)
 
     def publish(self, topic_or_service: str, data: Any = None, **kwargs: Any) -> str:
         """Shortcut for self.pubsub.publish."""

@@ -24,7 +24,6 @@ from runtime.db.engine import make_engine
 from runtime.db.models import BasicAuthDef, Subscription
 from runtime.errors import ConfigError, InvalidPermission
 from runtime.http.admin.permissions import PermissionsResource
-from runtime.http.app import make_app
 from runtime.pubsub import pull
 from runtime.pubsub.permissions import PUB, SUB, Grant, Permissions, Rules, parse_grant, parse_lines
 from runtime.pubsub.registry import KIND_PULL, SubInfo, TopicInfo
@@ -249,7 +248,7 @@ ADMIN = {'Authorization': 'Basic ' + base64.b64encode(b'admin:test-admin-passwor
 
 def test_admin_api_reads_replaces_and_removes_permissions(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt(OBJECTS)
-    client = falcon.testing.TestClient(make_app(rt))
+    client = falcon.testing.TestClient(rt.make_app())
     path = '/admin/security/erp.client/permissions'
 
     got = client.simulate_get(path, headers=ADMIN)

@@ -22,7 +22,6 @@ from runtime import Service
 from runtime.db.blocking import run_transaction
 from runtime.db.models import SparkJob
 from runtime.errors import InvalidService, InvalidSparkJob, PipelineNotFound, SparkJobNotFound, SparkUnavailable
-from runtime.http.app import make_app
 from runtime.spark import TOPIC_COMPLETED, TOPIC_FAILED, SparkService, SparkSubmitter
 from runtime.testing import FakeSparkSubmitter, make_settings, wait_until
 
@@ -233,7 +232,7 @@ def test_bad_submissions_name_the_pipeline_and_the_field(runtime_factory, tmp_pa
 
 def test_admin_api(runtime_factory, tmp_path):
     rt = _runtime(runtime_factory, tmp_path, None, duration_secs=30)
-    client = falcon.testing.TestClient(make_app(rt))
+    client = falcon.testing.TestClient(rt.make_app())
     auth = {'Authorization': 'Basic ' + base64.b64encode(b'admin:test-admin-password').decode()}
     conf = {'spark.sql.shuffle.partitions': 2, 'spark.hadoop.fs.s3a.secret.key': 's3-secret-7'}
     r = client.simulate_post('/admin/spark/jobs', json={'pipeline': 'traffic_analytics', 'args': ['--topic', 'x'],
@@ -283,7 +282,7 @@ def test_without_pyspark_a_submission_is_refused_naming_the_extra(runtime_factor
         rt.spark.submit('traffic_analytics')
     with pytest.raises(SparkUnavailable, match=re.escape(message)):
         rt.invoke('sj.report')
-    client = falcon.testing.TestClient(make_app(rt))
+    client = falcon.testing.TestClient(rt.make_app())
     auth = {'Authorization': 'Basic ' + base64.b64encode(b'admin:test-admin-password').decode()}
     r = client.simulate_post('/admin/spark/jobs', json={'pipeline': 'traffic_analytics'}, headers=auth)
     assert r.status_code == 503 and message in r.json['details'], r.text

@@ -26,7 +26,6 @@ from runtime import zato_keys
 from runtime.config import Settings, load_settings
 from runtime.db.models import RestChannel
 from runtime.errors import ConfigError
-from runtime.http.app import make_app
 from runtime.pubsub.registry import TOPIC_ATTRIBUTES, DeliveryOptions
 from runtime.scheduler.jobs import JobDefinition
 from runtime.service import Service
@@ -227,7 +226,7 @@ def test_a_channel_zato_protects_by_groups_alone_is_loaded_closed(
     with rt.engine.connect() as conn:
         assert conn.execute(select(RestChannel.is_active, RestChannel.security)).all() == [(False, '')]
     assert any("[channel_rest] 'crm.api': loaded inactive" in w for w in _warnings(caplog))
-    client = falcon.testing.TestClient(make_app(rt))
+    client = falcon.testing.TestClient(rt.make_app())
     assert client.simulate_post('/api/crm', json={}).status_code != 200
 
 
@@ -380,7 +379,7 @@ def test_zato_41_service_topic_names_are_an_alias_of_the_service_topic(
         tmp_path: Path, db_url: str, runtime_factory: Callable[..., TestRuntime]) -> None:
     Echo.received.clear()
     rt = runtime_factory(Echo, settings=_settings(tmp_path, db_url, ALIAS_OBJECTS))
-    client = falcon.testing.TestClient(make_app(rt))
+    client = falcon.testing.TestClient(rt.make_app())
 
     def publish(topic: str, data: Any, user: str, password: str) -> falcon.testing.Result:
         token = base64.b64encode(f'{user}:{password}'.encode()).decode()

@@ -1,13 +1,19 @@
-"""The falcon app of one worker: health, admin API and channels over a runtime."""
+"""The falcon app of one worker: health, admin API and channels over a runtime.
+
+``make_app`` is given the parts it serves (``AppParts``) by the composition root
+(``runtime.core.Runtime.make_app``); it does not know the runtime itself.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import falcon
 from sqlalchemy import text
 
-from runtime.core import admin_password
+from runtime.admin_credentials import admin_password
 from runtime.errors import BadRequest
 from runtime.http import auth, errors, pubsub_rest
 from runtime.http.admin.audit import AdminWrites
@@ -21,13 +27,34 @@ from runtime.metrics import MetricsResource
 from runtime.security import BasicAuth, SecurityRegistry, hash_password
 
 if TYPE_CHECKING:
-    from runtime.core import Runtime
+    from sqlalchemy import Engine
+
+    from runtime.channels import ChannelRouter
+    from runtime.config import Settings
+    from runtime.invoke import Invoker
+    from runtime.metrics import Metrics
+    from runtime.store import ServiceStore
 
 #: Response header carrying the request's correlation id.
 CID_HEADER = 'X-Conduit-CID'
 
 #: Name of the admin credentials' definition (never shown: admin failures name no definition).
 ADMIN_DEFINITION = 'conduit.admin'
+
+
+@dataclass(frozen=True, slots=True)
+class AppParts:
+    """The parts of a runtime the falcon app serves (besides the admin and pub/sub REST resources)."""
+
+    settings: Settings
+    engine: Engine
+    store: ServiceStore
+    invoker: Invoker
+    #: The Basic Auth definitions of channels and pub/sub clients (reloaded in place).
+    security: SecurityRegistry
+    #: The channel router now: it is replaced whole when channels change.
+    router: Callable[[], ChannelRouter]
+    metrics: Metrics
 
 
 class _CidMiddleware:
@@ -60,47 +87,48 @@ class HealthResource:
     openapi['get']['responses']['503'] = {'description': 'Database unavailable',
                                           'content': {'application/json': {'schema': _HEALTH}}}
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
+    def __init__(self, engine: Engine, store: ServiceStore) -> None:
+        self._engine = engine
+        self._store = store
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         try:
-            with self._runtime.engine.connect() as conn:
+            with self._engine.connect() as conn:
                 conn.execute(text('SELECT 1'))
             db_ok = True
         except Exception:
             db_ok = False
         resp.status = falcon.HTTP_200 if db_ok else falcon.HTTP_503
         resp.media = {'is_ok': db_ok, 'status': 'ok' if db_ok else 'database unavailable',
-                      'services': len(self._runtime.store.names())}
+                      'services': len(self._store.names())}
 
 
-def make_app(runtime: Runtime, **kwargs: Any) -> falcon.App:
-    """Build the WSGI app of a started runtime."""
-    http = runtime.settings.http
+def make_app(parts: AppParts, runtime: Any, **kwargs: Any) -> falcon.App:
+    """Build the WSGI app of a started runtime: parts it serves; runtime for the admin and pub/sub REST resources."""
+    http = parts.settings.http
     throttle = auth.SignInThrottle(http.auth_max_failures, http.auth_failure_window_secs)
-    failures_log = FailedSignInLog(runtime.settings.logging.auth_failures_per_minute)
-    route_auth = auth.RouteAuth(_admin_credentials(runtime), runtime.security, throttle, failures_log)
+    failures_log = FailedSignInLog(parts.settings.logging.auth_failures_per_minute)
+    route_auth = auth.RouteAuth(_admin_credentials(parts.settings), parts.security, throttle, failures_log)
     # Metrics first: its process_response times every request, those the others refuse too.
-    app = falcon.App(middleware=[runtime.metrics.http_middleware(), _CidMiddleware(), _NulGuard(),
+    app = falcon.App(middleware=[parts.metrics.http_middleware(), _CidMiddleware(), _NulGuard(),
                                  InputLimits.from_settings(http), route_auth, AdminWrites(runtime)], **kwargs)
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)
-    app.add_route('/health', HealthResource(runtime))
+    app.add_route('/health', HealthResource(parts.engine, parts.store))
     # Topic, definition and channel names are in both documents: admin-only unless configured public.
-    app.add_route('/metrics', MetricsResource(runtime, auth.PUBLIC if http.metrics_public else auth.ADMIN))
-    app.add_route('/openapi.json', OpenApiResource(runtime, app, auth.PUBLIC if http.openapi_public else auth.ADMIN))
+    app.add_route('/metrics', MetricsResource(parts.metrics, auth.PUBLIC if http.metrics_public else auth.ADMIN))
+    app.add_route('/openapi.json', OpenApiResource(app, parts.router,
+                                                   auth.PUBLIC if http.openapi_public else auth.ADMIN))
     add_admin_routes(app, runtime)
     for path, resource in pubsub_rest.routes(runtime).items():
         app.add_route(path, resource)
-    app.add_sink(ChannelSink(runtime), prefix='/')
+    app.add_sink(ChannelSink(parts.router, parts.security, parts.store, parts.invoker), prefix='/')
     auth.check_routes(app)
     return app
 
 
-def _admin_credentials(runtime: Runtime) -> SecurityRegistry:
+def _admin_credentials(settings: Settings) -> SecurityRegistry:
     """The admin credentials as a one-definition registry: hashed, cached and compared like any other."""
-    settings = runtime.settings
     registry = SecurityRegistry()
     password_hash = hash_password(admin_password(settings, create=True))
     registry.replace_all([BasicAuth(ADMIN_DEFINITION, settings.admin.username, password_hash, auth.ADMIN_REALM)])

@@ -2,40 +2,48 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import falcon
 
 from runtime.errors import ChannelNotFound, MethodNotAllowed, ServiceNotFound
 from runtime.http.body import limits_of, parse_body, read_body
-from runtime.invoke import CHANNEL_REST
 from runtime.service import HttpInfo
+from runtime.service_context import CHANNEL_REST
 
 if TYPE_CHECKING:
-    from runtime.core import Runtime
+    from runtime.channels import ChannelRouter
+    from runtime.invoke import Invoker
+    from runtime.security import SecurityRegistry
+    from runtime.store import ServiceStore
 
 
 class ChannelSink:
     """Finds the channel, checks its security, parses the body and runs the service."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
+    def __init__(self, router: Callable[[], ChannelRouter], security: SecurityRegistry, store: ServiceStore,
+                 invoker: Invoker) -> None:
+        """router: the channel router now (it is replaced whole when channels change)."""
+        self._router = router
+        self._security = security
+        self._store = store
+        self._invoker = invoker
 
     def __call__(self, req: falcon.Request, resp: falcon.Response, **_: Any) -> None:
-        runtime = self._runtime
-        channels, path_params = runtime.router.find(req.path)
+        channels, path_params = self._router().find(req.path)
         if not channels:
             raise ChannelNotFound(req.path)
         channel = next((c for c in channels if not c.methods or req.method in c.methods), None)
         if channel is None:
             raise MethodNotAllowed(req.method, sorted({m for c in channels for m in c.methods}))
         if channel.security:
-            runtime.security.authenticate(req.get_header('Authorization'), required=channel.security)
+            self._security.authenticate(req.get_header('Authorization'), required=channel.security)
         payload = parse_body(read_body(req), channel.data_format, limits_of(req).json)
-        cls = runtime.store.get(channel.service)
+        cls = self._store.get(channel.service)
         http = HttpInfo(req.method, req.path, dict(req.params), path_params, dict(req.headers))
         try:
-            svc = runtime.invoker.run(cls, payload, channel=CHANNEL_REST, cid=req.context.cid, http=http)
+            svc = self._invoker.run(cls, payload, channel=CHANNEL_REST, cid=req.context.cid, http=http)
         except ServiceNotFound as e:
             # A service the handler invoked is missing: the server's problem, not the client's.
             raise RuntimeError(f'service {channel.service!r} invoked a missing service: {e.name!r}') from e

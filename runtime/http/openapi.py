@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import falcon
@@ -27,7 +28,7 @@ import falcon
 from runtime.http.auth import ADMIN, CALLER, routed_resources
 
 if TYPE_CHECKING:
-    from runtime.core import Runtime
+    from runtime.channels import ChannelRouter
 
 #: Methods a channel with no methods of its own answers.
 CHANNEL_ANY_METHODS = ('get', 'post', 'put', 'patch', 'delete')
@@ -189,9 +190,9 @@ def _complete(op: dict[str, Any], path: str, method: str, path_params: list[dict
     return op
 
 
-def _channel_paths(runtime: Runtime) -> dict[str, dict[str, Any]]:
+def _channel_paths(router: ChannelRouter) -> dict[str, dict[str, Any]]:
     paths: dict[str, dict[str, Any]] = {}
-    for channel in sorted(runtime.router.channels.values(), key=lambda c: c.name):
+    for channel in sorted(router.channels.values(), key=lambda c: c.name):
         if not channel.is_active:
             continue
         _path, params = _path_fields(channel.url_path)
@@ -214,8 +215,8 @@ def _channel_paths(runtime: Runtime) -> dict[str, dict[str, Any]]:
     return paths
 
 
-def build_document(app: falcon.App, runtime: Runtime) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of an app: every routed resource, plus the runtime's REST channels."""
+def build_document(app: falcon.App, router: ChannelRouter) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of an app: every routed resource, plus the REST channels of router."""
     paths: dict[str, dict[str, Any]] = {}
     for uri_template, resource in routed_resources(app):
         if getattr(resource, 'openapi_hidden', False):
@@ -227,7 +228,7 @@ def build_document(app: falcon.App, runtime: Runtime) -> dict[str, Any]:
                 continue
             op = specs.get(method) or _fallback(resource, method)
             paths.setdefault(path, {})[method] = _complete(op, path, method, path_params, resource)
-    for path, ops in _channel_paths(runtime).items():
+    for path, ops in _channel_paths(router).items():
         paths.setdefault(path, ops)
     return {
         'openapi': '3.1.0',
@@ -263,11 +264,12 @@ class OpenApiResource:
                                                      'components': obj(additional=True)},
                                                     required=['openapi', 'paths'], additional=True))}
 
-    def __init__(self, runtime: Runtime, app: falcon.App, auth: str = ADMIN) -> None:
-        self._runtime = runtime
+    def __init__(self, app: falcon.App, router: Callable[[], ChannelRouter], auth: str = ADMIN) -> None:
+        """router: the channel router now (it is replaced whole when channels change)."""
         self._app = app
+        self._router = router
         #: ADMIN unless http.openapi_public: the document names every channel, topic path and parameter.
         self.auth = auth
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = build_document(self._app, self._runtime)
+        resp.media = build_document(self._app, self._router())

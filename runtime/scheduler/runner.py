@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import gevent
@@ -37,7 +38,11 @@ from runtime.scheduler.jobs import JobDefinition, iso, plan_firing
 from runtime.scheduler.store import ERROR, OK, TIMEOUT
 
 if TYPE_CHECKING:
-    from runtime.core import Runtime
+    from sqlalchemy import Engine
+
+    from runtime.config import SchedulerSection
+    from runtime.invoke import Invoker
+    from runtime.store import ServiceStore
 
 _log = logging.getLogger(__name__)
 
@@ -51,10 +56,13 @@ STOP_WAIT_SECS = 2.0
 class Scheduler:
     """Fires this worker's share of due jobs; also runs jobs on demand (run now)."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
-        self.engine = runtime.engine
-        self.settings = runtime.settings.scheduler
+    def __init__(self, engine: Engine, settings: SchedulerSection, spawn: Callable[..., gevent.Greenlet],
+                 store: ServiceStore, invoker: Invoker) -> None:
+        self.engine = engine
+        self.settings = settings
+        self._spawn_greenlet = spawn
+        self._store = store
+        self._invoker = invoker
         self.owner = new_owner_id()
         #: Runs in progress in this worker, by run id.
         self.running: dict[int, gevent.Greenlet] = {}
@@ -68,7 +76,7 @@ class Scheduler:
     def start(self) -> None:
         """Start the loop, unless this server is configured not to fire jobs."""
         if self.settings.enabled:
-            self._loop = self._runtime.spawner.spawn(self._run, name='scheduler')
+            self._loop = self._spawn_greenlet(self._run, name='scheduler')
 
     def stop(self, wait: float = STOP_WAIT_SECS) -> None:
         """Stop firing; let runs in progress finish for up to wait seconds, then interrupt them."""
@@ -149,10 +157,10 @@ class Scheduler:
 
     def _spawn(self, job: JobDefinition, run_id: int, fire_time: float, kind: str,
                delay: float) -> gevent.Greenlet:
-        g = self._runtime.spawner.spawn(self._execute, job, run_id, fire_time, kind, delay, name=f'job:{job.name}')
+        g = self._spawn_greenlet(self._execute, job, run_id, fire_time, kind, delay, name=f'job:{job.name}')
         self.running[run_id] = g
         if self._heartbeat is None or self._heartbeat.dead:
-            self._heartbeat = self._runtime.spawner.spawn(self._beat, name='scheduler-heartbeat')
+            self._heartbeat = self._spawn_greenlet(self._beat, name='scheduler-heartbeat')
         return g
 
     # Running
@@ -190,10 +198,10 @@ class Scheduler:
                'extra': job.extra}
         limit = gevent.Timeout(job.max_execution_time) if job.max_execution_time else None
         try:
-            cls = self._runtime.store.get(job.service)
+            cls = self._store.get(job.service)
             if limit is not None:
                 limit.start()
-            svc = self._runtime.invoker.run(cls, job.extra, channel=CHANNEL_SCHEDULER, cid=cid, raw_request=raw)
+            svc = self._invoker.run(cls, job.extra, channel=CHANNEL_SCHEDULER, cid=cid, raw_request=raw)
             return OK, '', svc.response.payload
         except gevent.Timeout as e:
             if e is not limit:
@@ -215,7 +223,7 @@ class Scheduler:
         if not target:
             return
         try:
-            self._runtime.invoker.invoke(target, result)
+            self._invoker.invoke(target, result)
         except Exception:
             _log.exception('job %s: %s service %s failed', job.name,
                            'on_success' if result['outcome'] == OK else 'on_error', target)
@@ -279,7 +287,7 @@ class Scheduler:
         # Services deploy to every worker, so this worker's store answers for all of them.
         for field in ('service', 'on_success', 'on_error'):
             name = getattr(job, field)
-            if name and not self._runtime.store.has(name):
+            if name and not self._store.has(name):
                 raise InvalidJob(job.name, field, f'names service {name!r}, which is not deployed')
 
     # Housekeeping

@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,11 @@ from runtime.spark.submit import (
 from runtime.spawn import killed
 
 if TYPE_CHECKING:
-    from runtime.core import Runtime
+    from sqlalchemy import Engine
+
+    from runtime.config import Settings
+    from runtime.pubsub.archive import MessageArchive
+    from runtime.pubsub.broker import Broker
 
 _log = logging.getLogger(__name__)
 
@@ -99,14 +104,20 @@ def to_argv(pipeline: str, args: Any) -> list[str]:
 class SparkManager:
     """Submits and tracks this worker's Spark jobs; reads and kills any job of the cluster."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
-        self.settings = runtime.settings.spark
-        self.engine = runtime.engine
+    def __init__(self, settings: Settings, engine: Engine, spawn: Callable[..., gevent.Greenlet], *,
+                 has_service: Callable[[str], bool], broker: Broker, archive: MessageArchive | None) -> None:
+        """settings: the server's (paths resolve against it); archive: flushed before each job, None when off."""
+        self._server_settings = settings
+        self.settings = settings.spark
+        self.engine = engine
+        self._spawn = spawn
+        self._has_service = has_service
+        self._broker = broker
+        self._archive = archive
         #: Runs one job to its end; tests replace it with runtime.testing.FakeSparkSubmitter.
         self.submitter: Any = SparkSubmitter(self.settings.spark_submit, self.settings.kill_grace_secs)
         self.owner = new_owner_id()
-        self.pipelines_dir = runtime.settings.path(self.settings.pipelines_dir)
+        self.pipelines_dir = settings.path(self.settings.pipelines_dir)
         try:
             self.default_conf = parse_conf(self.settings.conf)
         except ValueError as e:
@@ -121,7 +132,7 @@ class SparkManager:
     def start(self) -> None:
         """Make sure the event topics exist; start sweeping jobs of dead workers."""
         self.ensure_topics()
-        self._runtime.spawner.spawn(self._sweep_forever, name='spark-sweeper')
+        self._spawn(self._sweep_forever, name='spark-sweeper')
 
     def stop(self) -> None:
         """Kill this worker's running jobs (recorded as killed, announced); never raises."""
@@ -131,7 +142,7 @@ class SparkManager:
 
     def ensure_topics(self) -> None:
         """Create spark.job.completed and spark.job.failed unless they exist (e.g. from config)."""
-        broker = self._runtime.broker
+        broker = self._broker
         for name in (TOPIC_COMPLETED, TOPIC_FAILED):
             if broker.registry.topic(name) is None:
                 try:
@@ -173,10 +184,10 @@ class SparkManager:
             timeout = self.settings.default_timeout_secs
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
             raise InvalidSparkJob(pipeline, 'timeout', f'must be a number of seconds (0: no limit), not {timeout!r}')
-        if callback and (not isinstance(callback, str) or not self._runtime.store.has(callback)):
+        if callback and (not isinstance(callback, str) or not self._has_service(callback)):
             raise InvalidSparkJob(pipeline, 'callback', f'names no deployed service: {callback!r}')
         job_id = os.urandom(6).hex()
-        settings = self._runtime.settings
+        settings = self._server_settings
         sub = Submission(job_id=job_id, pipeline=pipeline, argv=argv, master=master,
                          conf={**self.default_conf, **job_conf}, pipelines_dir=self.pipelines_dir,
                          job_dir=settings.path(self.settings.jobs_dir) / job_id,
@@ -191,10 +202,9 @@ class SparkManager:
             conf=_json(store.masked_conf(job_conf)),  # a secret is passed to spark-submit, never stored
             submitted_at=now, heartbeat_at=now, timeout_secs=float(timeout), service=service, callback=callback,
             cid=cid, owner=self.owner, log_path=str(sub.log_path), output_location=sub.output_location))
-        self.running[job_id] = self._runtime.spawner.spawn(self._run, sub, float(timeout),
-                                                           name=f'spark-job:{job_id}')
+        self.running[job_id] = self._spawn(self._run, sub, float(timeout), name=f'spark-job:{job_id}')
         if self._heartbeat is None or self._heartbeat.dead:
-            self._heartbeat = self._runtime.spawner.spawn(self._beat, name='spark-heartbeat')
+            self._heartbeat = self._spawn(self._beat, name='spark-heartbeat')
         _log.info('Spark job %s submitted: pipeline %s, master %s, args %s', job_id, pipeline, master, argv)
         return job_id
 
@@ -232,9 +242,8 @@ class SparkManager:
                 _log.warning('Spark job %s ended before it started', job_id)
 
         try:
-            archive = getattr(self._runtime, 'archive', None)
-            if archive is not None:
-                archive.flush()  # the pipeline sees everything this worker delivered until now
+            if self._archive is not None:
+                self._archive.flush()  # the pipeline sees everything this worker delivered until now
             outcome = self.submitter.run(sub, on_started, should_stop)
         except ConduitError as e:
             outcome = JobOutcome(FAILED, None, str(e))
@@ -270,7 +279,7 @@ class SparkManager:
                                      'exit_code', 'service', 'cid')}
         event['outcome'] = job['status']
         topic = TOPIC_COMPLETED if job['status'] == SUCCEEDED else TOPIC_FAILED
-        broker = self._runtime.broker
+        broker = self._broker
         for target in (topic, job['callback']):
             if not target:
                 continue

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from runtime.errors import InvalidService
+from runtime.errors import ConfigError, InvalidService
 from runtime.service import Service
 from runtime.spark.manager import PIPELINE_NAME, PUBLISHER
 
@@ -64,7 +64,10 @@ class SparkService(Service):
     @property
     def spark(self) -> SparkManager:
         """The runtime's Spark jobs: get(job_id), jobs(), kill(job_id), wait(job_id)."""
-        return self._runtime.spark
+        spark = self._context.spark
+        if spark is None:
+            raise ConfigError('spark', f'service {self.name!r} runs where no Spark jobs are managed')
+        return spark()
 
     def submit(self, pipeline: str | None = None, args: Any = None, *, master: str | None = None,
                conf: dict[str, Any] | None = None, timeout: float | None = None,

@@ -19,7 +19,6 @@ import pytest
 
 from runtime.core import Runtime
 from runtime.errors import Unauthorized
-from runtime.http.app import make_app
 from runtime.http.auth import ADMIN, CALLER, PUBLIC, routed_resources
 from runtime.security import BasicAuth, SecurityRegistry, hash_password
 from runtime.testing import make_settings
@@ -56,7 +55,7 @@ def routes(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, object]]
     runtime = Runtime(make_settings(base))
     runtime.start()
     try:
-        return routed_resources(make_app(runtime))
+        return routed_resources(runtime.make_app())
     finally:
         runtime.stop()
 
@@ -141,7 +140,7 @@ def _app_client(tmp_path, **http: object) -> tuple[falcon.testing.TestClient, Ca
     settings.admin.password = 'pw-of-admin'
     runtime = Runtime(settings)
     runtime.start()
-    return falcon.testing.TestClient(make_app(runtime)), runtime.stop
+    return falcon.testing.TestClient(runtime.make_app()), runtime.stop
 
 
 def test_metrics_and_openapi_need_admin_unless_public(tmp_path) -> None:

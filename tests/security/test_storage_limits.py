@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import func, insert, select
 
 from runtime import secret_refs
-from runtime.core import admin_password
+from runtime.admin_credentials import admin_password
 from runtime.db.blocking import run_transaction
 from runtime.db.engine import make_engine
 from runtime.db.models import Message, Subscription

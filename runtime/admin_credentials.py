@@ -1,0 +1,29 @@
+"""The admin API's password: configured in ``[admin]``, or generated once into a private file.
+
+The server writes the file at its first start (0600, whatever the umask); the HTTP layer and the
+CLI read it. Nothing here needs the rest of the runtime.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from runtime.config import Settings
+from runtime.datafiles import create_private_file, private_dir
+from runtime.errors import ConfigError
+
+
+def admin_password(settings: Settings, create: bool = False) -> str:
+    """The admin API password: configured, else read from (or, with create, written to) its file."""
+    if settings.admin.password:
+        return settings.admin.password
+    path = settings.path(settings.admin.password_file)
+    if path.exists():
+        return path.read_text(encoding='utf-8').strip()
+    if not create:
+        raise ConfigError('admin.password', f'not set, and {path} does not exist yet (start the server once)')
+    private_dir(path.parent)
+    password = secrets.token_urlsafe(18)
+    create_private_file(path)  # 0600 before the password is in it, whatever the umask
+    path.write_text(password + '\n', encoding='utf-8')
+    return password
