@@ -1,4 +1,5 @@
-"""The admin API and CLI packages import one way: no cycle, and no family of commands or resources imports another.
+"""The runtime imports one way: no cycle anywhere in runtime/, and only the server, the CLI and the test kit
+import the composition root (runtime.core); no family of admin resources or CLI commands imports another.
 
 Imports are read from the source with ``ast``, every one of them: at module level, under
 ``if TYPE_CHECKING:`` and inside functions. A function-local import still ties two modules
@@ -11,11 +12,20 @@ import ast
 from collections.abc import Iterable
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 RUNTIME = REPO / 'runtime'
 
 #: Packages that must be free of import cycles among their own modules.
 ACYCLIC_PACKAGES = ('runtime.http.admin', 'runtime.cli')
+
+#: The composition root, and the modules that may import it: it builds every other part.
+ROOT = 'runtime.core'
+ROOT_USERS = ('runtime.server', 'runtime.cli', 'runtime.testing')
+
+#: Why the two tests below may still fail on this branch (the merge of the other branches removes the marks).
+_PENDING = 'runtime/pubsub, runtime/http/admin and runtime/http/pubsub_rest.py still receive the Runtime'
 
 
 def module_files(root: Path = RUNTIME) -> dict[str, Path]:
@@ -114,6 +124,23 @@ def test_the_admin_api_and_cli_packages_have_no_import_cycle() -> None:
         assert cycles(graph, members) == [], f'import cycles in {package}'
 
 
+@pytest.mark.xfail(strict=False, reason=_PENDING)
+def test_only_the_server_cli_and_test_kit_import_the_composition_root() -> None:
+    modules = module_files()
+    graph = import_graph(modules)
+    assert graph['runtime.server'] >= {ROOT}, 'the import graph does not see the server build the runtime'
+    importers = sorted(m for m, imported in graph.items()
+                       if ROOT in imported and not any(_in_package(m, user) for user in ROOT_USERS))
+    assert importers == [], f'modules importing {ROOT}: {importers}'
+
+
+@pytest.mark.xfail(strict=False, reason=_PENDING)
+def test_the_runtime_has_no_import_cycle() -> None:
+    graph = import_graph(module_files())
+    assert len(graph) > 50, 'the runtime package was not read'
+    assert cycles(graph) == [], 'import cycles in runtime/ (python tests/test_import_structure.py lists them)'
+
+
 def test_the_cycle_finder_sees_function_local_and_type_checking_imports(tmp_path: Path) -> None:
     package = tmp_path / 'runtime'
     package.mkdir()
@@ -152,6 +179,10 @@ def test_only_the_cli_package_knows_every_command_group() -> None:
 
 
 if __name__ == '__main__':
-    # The cycles left in the rest of runtime/, for whoever removes them.
-    for cycle in cycles(import_graph(module_files())):
-        print(' <-> '.join(cycle))
+    # What is left to fix, for whoever removes it: the cycles in runtime/, and the modules importing the root.
+    _graph = import_graph(module_files())
+    for cycle in cycles(_graph):
+        print('cycle:', ' <-> '.join(cycle))
+    for name in sorted(_graph):
+        if ROOT in _graph[name] and not any(_in_package(name, user) for user in ROOT_USERS):
+            print(f'imports {ROOT}:', name)
