@@ -10,6 +10,16 @@ Load it as a pytest plugin (``pytest_plugins = ['runtime.testing']``) and use th
 without the directory watchers, with the given service classes (or modules) deployed; every
 runtime it made is stopped when the test ends, as Nameko's ``container_factory`` does.
 ``wait_until`` polls a condition cooperatively, for anything that happens in the background.
+
+Without a database (``docs/testing.md`` has the details):
+
+- ``service_factory`` (``runtime.testing.services``) runs one service through the real invoker,
+  the services it calls answered from canned responses and what it publishes recorded;
+- ``MemoryQueueBackend`` (``runtime.testing.memory``) is the in-memory twin of the delivery
+  loop's SQL storage, with ``drain`` to run delivery loops until their queues are empty.
+
+``admin_client`` (``runtime.testing.client``) is falcon's ``TestClient`` over a runtime's real
+app, signed in as the admin: HTTP behaviour without gunicorn (on the runtime's database).
 """
 
 from __future__ import annotations
@@ -26,6 +36,20 @@ import pytest
 from runtime.config import Settings
 from runtime.core import Runtime
 from runtime.service import Service
+from runtime.testing.client import AppClient, admin_client
+from runtime.testing.memory import DeliveryFailed, MemoryQueueBackend
+from runtime.testing.services import Invocation, Publication, ServiceUnderTest, Subscription, service_factory
+
+__all__ = [
+    # Runtimes on a database
+    'TestRuntime', 'make_settings', 'runtime_factory', 'wait_until', 'FakeSparkSubmitter',
+    # HTTP without a server
+    'AppClient', 'admin_client',
+    # Services without a database
+    'Invocation', 'Publication', 'ServiceUnderTest', 'Subscription', 'service_factory',
+    # Delivery without a database
+    'DeliveryFailed', 'MemoryQueueBackend',
+]
 
 
 class TestRuntime(Runtime):
