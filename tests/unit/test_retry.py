@@ -12,8 +12,9 @@ import socket
 
 import pytest
 
+from runtime.errors import UnrenderableMessage
 from runtime.pubsub.registry import DeliveryOptions
-from runtime.pubsub.retry import JITTER, decide, is_socket_error
+from runtime.pubsub.retry import JITTER, REASON_UNRENDERABLE, RedeliveryDecision, decide, is_socket_error
 
 NOW = 1_000_000.0
 NEVER = NOW + 10 ** 9
@@ -117,3 +118,18 @@ def test_retry_past_expiration_dead_letters() -> None:
     decision = decide(OPTIONS, 1, ValueError('x'), NOW, NOW + 100.0)
     assert not decision.dead_letter
     assert NOW < decision.at < NOW + 100.0
+
+
+def test_an_unrenderable_message_is_dead_lettered_at_once() -> None:
+    decision = decide(OPTIONS, 1, UnrenderableMessage('zpsm1', 'not JSON'), NOW, NEVER)
+    assert decision == RedeliveryDecision(True, reason=REASON_UNRENDERABLE)
+
+
+def test_an_http_client_library_s_connection_error_is_a_socket_error() -> None:
+    # Matched by module and name, so that the retry policy imports no HTTP library.
+    connection_error = type('ConnectionError', (IOError,), {'__module__': 'requests.exceptions'})
+    read_timeout = type('ReadTimeout', (type('Timeout', (IOError,), {'__module__': 'requests.exceptions'}),),
+                        {'__module__': 'requests.exceptions'})
+    assert is_socket_error(connection_error('refused'))
+    assert is_socket_error(read_timeout('no answer'))
+    assert not is_socket_error(type('HTTPError', (IOError,), {'__module__': 'requests.exceptions'})('500'))
