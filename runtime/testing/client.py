@@ -1,7 +1,7 @@
 """``admin_client``: falcon's ``TestClient`` over a runtime's real app, signed in as the admin.
 
 HTTP behaviour (channels, security, the admin API, pub/sub over REST) without gunicorn: the app
-is ``runtime.http.app.make_app`` of a started runtime (``runtime_factory``), so requests go
+is ``Runtime.make_app`` of a started runtime (``runtime_factory``), so requests go
 through the same middleware, authentication and error mapping as a server's, on the runtime's
 database.
 
@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any
 import falcon
 import falcon.testing
 
-from runtime.core import admin_password
-from runtime.http.app import make_app
+from runtime.admin_credentials import admin_password
 
 if TYPE_CHECKING:
     from runtime.core import Runtime
@@ -56,4 +55,4 @@ class AppClient(falcon.testing.TestClient):
 def admin_client(runtime: Runtime, **app_options: Any) -> AppClient:
     """A TestClient of the runtime's falcon app with the admin credentials set by default."""
     settings = runtime.settings
-    return AppClient(make_app(runtime, **app_options), settings.admin.username, admin_password(settings, create=True))
+    return AppClient(runtime.make_app(**app_options), settings.admin.username, admin_password(settings, create=True))
