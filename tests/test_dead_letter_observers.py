@@ -2,7 +2,8 @@
 
 A message is dead-lettered by the delivery loop, by the sweeper (it expired in a queue nobody
 delivers now: a paused subscription, a pull queue nobody pulls), by a service's own pull and by a
-REST client's pull (both dead-letter what expired, and what cannot be rendered). Each of them is counted on /metrics, archived and announced to observers, once.
+REST client's pull (both dead-letter what expired, and what cannot be rendered). Each of them is
+counted on /metrics, archived and announced to observers, once.
 """
 
 from __future__ import annotations
