@@ -7,7 +7,7 @@
 - ``POST /pubsub/unsubscribe/topic/{topic}``: ``{sub_key?}``, else every subscription of the caller
   to that topic, with their queues.
 - ``POST /pubsub/messages/get``: ``{sub_key?, max_messages?, max_len?, ack?, ack_deadline?}``; without
-  sub_key, all of the caller's pull subscriptions as one queue (runtime.pubsub.pull).
+  sub_key, all of the caller's pull subscriptions as one queue (runtime.pubsub.subscribers.pull).
 - ``POST /pubsub/messages/ack``: ``{sub_key?, ack_ids}`` for messages taken with ``ack: "manual"``.
 
 The caller is any active Basic Auth definition (runtime.security); its name is the subscriber's
