@@ -104,7 +104,7 @@ def fill(rt: TestRuntime, count: int) -> float:
     """Pause the subscription and queue count messages for it; returns the seconds taken."""
     sub = rt.broker.registry.service_subscription('bench.sink')
     assert sub is not None
-    rt.broker.set_active(sub.sub_key, False)
+    rt.catalog.set_active(sub.sub_key, False)
     topic = rt.broker.registry.topic(sub.pattern)
     assert topic is not None
     started = time.perf_counter()
@@ -128,7 +128,7 @@ def drain(rt: TestRuntime, marks: list[int], rss: list[float]) -> dict[int, floa
     sub = rt.broker.registry.service_subscription('bench.sink')
     assert sub is not None
     try:
-        rt.broker.set_active(sub.sub_key, True)
+        rt.catalog.set_active(sub.sub_key, True)
         for m in marks:
             if not MARKS.watch[m].wait(600):
                 raise RuntimeError(f'only {MARKS.seen} of {m} messages handled within 600 s')
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
             fill(rt, args.empty)
             times = drain(rt, [1, args.empty], [])
             empty.append((args.empty - 1) / (times[args.empty] - times[1]))
-            wait_until(lambda: rt.broker.queue_depth(rt.broker.registry.service_subscription('bench.sink').sub_key)
+            wait_until(lambda: rt.catalog.queue_depth(rt.broker.registry.service_subscription('bench.sink').sub_key)
                        == 0, 30, message='queue drained')
     print(f'empty-queue drain: {common.fmt_stats(empty)} msg/s', flush=True)
     if not args.no_write:

@@ -30,16 +30,18 @@ from runtime.errors import ConfigError
 from runtime.hot_deploy import SYNC_KEY as DEPLOYMENTS_KEY
 from runtime.hot_deploy import HotDeployer, services_directories
 from runtime.invoke import Invoker
+from runtime.json_limits import JsonLimits
 from runtime.metrics import Metrics
 from runtime.objects import CHANNELS_KEY, SECURITY_KEY, ObjectsApplier
 from runtime.pubsub.api import PubSubAPI
 from runtime.pubsub.archive import MessageArchive
-from runtime.pubsub.broker import SYNC_KEY as PUBSUB_KEY
 from runtime.pubsub.broker import Broker
+from runtime.pubsub.catalog import SYNC_KEY as PUBSUB_KEY
 from runtime.pubsub.objects import section_handlers as pubsub_sections
 from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
 from runtime.pubsub.permissions import Permissions
 from runtime.pubsub.permissions import section_handler as permissions_section
+from runtime.pubsub.subscribers import standard_subscribers
 from runtime.scheduler import SYNC_KEY as SCHEDULER_KEY
 from runtime.scheduler import Scheduler
 from runtime.scheduler.objects import section_handler as scheduler_section
@@ -122,13 +124,18 @@ class Runtime:
         self.synchronizer.register(DEPLOYMENTS_KEY, self.hot_deployer.apply_recorded)
         self.synchronizer.register(CHANNELS_KEY, self.reload_channels)
         self.synchronizer.register(SECURITY_KEY, self.reload_security)
-        self.broker = Broker(self)
-        self.synchronizer.register(PUBSUB_KEY, self.broker.reload)
-        self.broker.observers.add(self.metrics.pubsub)
         #: Pub/sub permissions of REST clients; the broker asks them about every REST subscriber.
         self.permissions = Permissions(self.engine)
+        self.broker = Broker(self.engine, settings.pubsub, subscribers=standard_subscribers(self._run_service),
+                             spawn=self.spawner.spawn, has_service=self.store.has,
+                             overflow_dir=settings.path(settings.pubsub.overflow_dir),
+                             json_limits=JsonLimits.from_settings(settings.http),
+                             sub_allowed=self.permissions.sub_allowed)
+        #: Topic and subscription administration.
+        self.catalog = self.broker.catalog
+        self.synchronizer.register(PUBSUB_KEY, self.broker.reload)
+        self.broker.observers.add(self.metrics.pubsub)
         self.synchronizer.register(PERMISSIONS_KEY, self.permissions.reload)
-        self.broker.sub_allowed = self.permissions.sub_allowed
         self.scheduler = Scheduler(self.engine, settings.scheduler, spawn, self.store, self.invoker)
         #: Delivered GD messages and dead letters, written for Spark pipelines (None when [archive] is off).
         self.archive: MessageArchive | None = None
@@ -240,4 +247,8 @@ class Runtime:
 
     def pubsub_api(self, service: Any) -> PubSubAPI:
         """The pub/sub API bound to a service."""
-        return PubSubAPI(self.broker, service)
+        return PubSubAPI(self.broker, self.catalog, service, self.store.get)
+
+    def _run_service(self, name: str, data: Any, channel: str, raw_request: dict[str, Any] | None) -> Any:
+        """Run a deployed service for pub/sub (a subscriber, a hook); returns its response payload."""
+        return self.invoker.run(self.store.get(name), data, channel=channel, raw_request=raw_request).response.payload

@@ -51,15 +51,15 @@ def test_deliveries_failures_and_dead_letters_are_archived_by_topic_and_day(runt
     settings.archive.flush_interval_secs = 60  # only explicit flushes in this test
     rt = runtime_factory(Booker, Rejecter, settings=settings)
     assert rt.archive is not None
-    rt.broker.create_topic('orders/created')
-    rt.broker.create_topic('orders.fast', has_gd=False)
-    booker = rt.broker.subscribe('orders/created', service='archive.booker')
-    rejecter = rt.broker.subscribe('orders/created', service='archive.rejecter')
-    fast = rt.broker.subscribe('orders.fast', service='archive.booker')
+    rt.catalog.create_topic('orders/created')
+    rt.catalog.create_topic('orders.fast', has_gd=False)
+    booker = rt.catalog.subscribe('orders/created', service='archive.booker')
+    rejecter = rt.catalog.subscribe('orders/created', service='archive.rejecter')
+    fast = rt.catalog.subscribe('orders.fast', service='archive.booker')
     sent = {rt.broker.publish('orders/created', {'n': n, 'name': 'Zoë'}, correl_id=f'c{n}'): n for n in range(6)}
     rt.broker.publish('orders.fast', {'n': 99})
-    wait_until(lambda: len(rt.broker.dead_letters(rejecter.sub_key)) == 3, TIMEOUT, message='three dead letters')
-    wait_until(lambda: rt.broker.queue_depth(booker.sub_key) == 0 and rt.broker.queue_depth(fast.sub_key) == 0,
+    wait_until(lambda: len(rt.catalog.dead_letters(rejecter.sub_key)) == 3, TIMEOUT, message='three dead letters')
+    wait_until(lambda: rt.catalog.queue_depth(booker.sub_key) == 0 and rt.catalog.queue_depth(fast.sub_key) == 0,
                TIMEOUT, message='queues drained')
     rt.archive.flush()
 
@@ -100,15 +100,15 @@ def test_records_are_flushed_periodically_and_when_the_broker_stops(runtime_fact
     settings.archive.flush_interval_secs = 0.05
     settings.archive.include_data = False
     rt = runtime_factory(Booker, settings=settings)
-    rt.broker.create_topic('crm.sync')
-    sub = rt.broker.subscribe('crm.sync', service='archive.booker')
+    rt.catalog.create_topic('crm.sync')
+    sub = rt.catalog.subscribe('crm.sync', service='archive.booker')
     for n in range(3):
         rt.broker.publish('crm.sync', f'text message {n}', mime_type='text/plain')
     archive = tmp_path / 'rt' / 'var' / 'archive'
     wait_until(lambda: len(_records(archive)) == 3, TIMEOUT, message='three records flushed by the timer')
     assert all('data' not in r and r['mime_type'] == 'text/plain' for r in _records(archive))
     rt.archive._flusher.kill()  # from here on, only the stop writes
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT)
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT)
     rt.broker.publish('crm.sync', 'last one', mime_type='text/plain')
     wait_until(lambda: rt.archive._buffer, TIMEOUT, message='the last record buffered')
     rt.stop()

@@ -1,8 +1,9 @@
 """Every dead letter reaches the observers (metrics, archive, users' observers), whatever made it.
 
 A message is dead-lettered by the delivery loop, by the sweeper (it expired in a queue nobody
-delivers now: a paused subscription, a pull queue), by a service's own pull and by a REST
-client's pull. Each of them is counted on /metrics, archived and announced to observers, once.
+delivers now: a paused subscription, a pull queue nobody pulls), by a service's own pull and by a
+REST client's pull (both dead-letter what expired, and what cannot be rendered). Each of them is
+counted on /metrics, archived and announced to observers, once.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from runtime.db.blocking import run_transaction
 from runtime.db.models import Message
 from runtime.pubsub import store
 from runtime.pubsub.observers import PubSubObserver
+from runtime.pubsub.subscribers.pull import get_messages
 from runtime.testing import make_settings
 from tests.live_server import poll
 from tests.test_metrics import _samples, _value
@@ -87,32 +89,32 @@ def _seen_everywhere(rt: Any, observer: DeadLetterRecorder, sub: Any, msg_id: st
 
 def test_the_sweeper_announces_what_expired_in_a_paused_queue(runtime_factory, tmp_path, db_url) -> None:
     rt, observer = _runtime(runtime_factory, tmp_path, db_url)
-    rt.broker.create_topic('dl.sweep')
-    sub = rt.broker.subscribe('dl.sweep', service='dl.idle')
-    rt.broker.set_active(sub.sub_key, False)
+    rt.catalog.create_topic('dl.sweep')
+    sub = rt.catalog.subscribe('dl.sweep', service='dl.idle')
+    rt.catalog.set_active(sub.sub_key, False)
     msg_id = rt.broker.publish('dl.sweep', {'n': 1}, expiration=0.2)
     gevent.sleep(0.3)
-    assert rt.broker.sweep()['expired_in_queues'] == 1
-    assert [d['msg_id'] for d in rt.broker.dead_letters(sub.sub_key)] == [msg_id]
+    assert rt.broker.sweeper.sweep()['expired_in_queues'] == 1
+    assert [d['msg_id'] for d in rt.catalog.dead_letters(sub.sub_key)] == [msg_id]
     _seen_everywhere(rt, observer, sub, msg_id, 'expired')
 
 
 def test_a_services_pull_announces_expired_messages(runtime_factory, tmp_path, db_url) -> None:
     rt, observer = _runtime(runtime_factory, tmp_path, db_url)
-    rt.broker.create_topic('dl.pull')
-    sub_key = rt.broker.subscribe('dl.pull', 'pull', service='dl.puller').sub_key
+    rt.catalog.create_topic('dl.pull')
+    sub_key = rt.catalog.subscribe('dl.pull', 'pull', service='dl.puller').sub_key
     sub = rt.broker.registry.subs_by_key[sub_key]
     msg_id = rt.broker.publish('dl.pull', {'n': 1}, expiration=0.2)
     gevent.sleep(0.3)
     assert rt.invoke('dl.puller', {'sub_key': sub_key}) == []
-    assert [d['msg_id'] for d in rt.broker.dead_letters(sub_key)] == [msg_id]
+    assert [d['msg_id'] for d in rt.catalog.dead_letters(sub_key)] == [msg_id]
     _seen_everywhere(rt, observer, sub, msg_id, 'expired')
 
 
 def test_a_services_pull_announces_unrenderable_messages(runtime_factory, tmp_path, db_url) -> None:
     rt, observer = _runtime(runtime_factory, tmp_path, db_url)
-    rt.broker.create_topic('dl.bad')
-    sub_key = rt.broker.subscribe('dl.bad', 'pull', service='dl.puller').sub_key
+    rt.catalog.create_topic('dl.bad')
+    sub_key = rt.catalog.subscribe('dl.bad', 'pull', service='dl.puller').sub_key
     sub = rt.broker.registry.subs_by_key[sub_key]
     msg_id = rt.broker.publish('dl.bad', {'n': 1})
     run_transaction(rt.engine, lambda c: c.execute(update(Message).where(Message.msg_id == msg_id)
@@ -123,8 +125,8 @@ def test_a_services_pull_announces_unrenderable_messages(runtime_factory, tmp_pa
 
 def test_a_dead_letter_rolled_back_is_never_announced(runtime_factory, tmp_path, db_url, monkeypatch) -> None:
     rt, observer = _runtime(runtime_factory, tmp_path, db_url)
-    rt.broker.create_topic('dl.rollback')
-    sub_key = rt.broker.subscribe('dl.rollback', 'pull', service='dl.puller').sub_key
+    rt.catalog.create_topic('dl.rollback')
+    sub_key = rt.catalog.subscribe('dl.rollback', 'pull', service='dl.puller').sub_key
     msg_id = rt.broker.publish('dl.rollback', {'n': 1}, expiration=0.2)
     gevent.sleep(0.3)
 
@@ -134,9 +136,9 @@ def test_a_dead_letter_rolled_back_is_never_announced(runtime_factory, tmp_path,
     with monkeypatch.context() as patched:
         patched.setattr(store, 'ack', failing_ack)
         with pytest.raises(RuntimeError):
-            rt.broker.get_messages(sub_key)
-    assert rt.broker.dead_letters(sub_key) == [] and observer.seen == [] and not rt.metrics.pubsub.dead_lettered
-    assert rt.broker.get_messages(sub_key) == []
+            get_messages(rt.broker, sub_key)
+    assert rt.catalog.dead_letters(sub_key) == [] and observer.seen == [] and not rt.metrics.pubsub.dead_lettered
+    assert get_messages(rt.broker, sub_key) == []
     assert [x[1] for x in observer.seen] == [msg_id]
 
 
@@ -170,9 +172,9 @@ def test_dead_letters_of_the_sweeper_and_of_rest_pulls_are_counted_and_archived(
                                                                 'security': 'c'})['subscription']['id'])
     expired = call('POST', '/admin/publish', json={'topic': 'dl.t', 'data': {'n': 1}, 'expiration': 0.2})['msg_id']
     time.sleep(0.3)
-    assert pull() == []  # a REST client's pull leaves what expired to the sweeper
+    assert pull() == []  # a REST client's pull dead-letters what expired, as a service's pull does
     poll(lambda: call('GET', f'/admin/queues/{sub_id}')['queue']['dead_letters'] == 1, TIMEOUT,
-         message='the sweeper dead-lettered the expired message')
+         message='the expired message dead-lettered')
 
     bad = call('POST', '/admin/publish', json={'topic': 'dl.t', 'data': {'n': 2}})['msg_id']
     engine = create_engine(server.db_url)

@@ -24,9 +24,9 @@ from runtime.db.engine import make_engine
 from runtime.db.models import BasicAuthDef, Subscription
 from runtime.errors import ConfigError, InvalidPermission
 from runtime.http.admin.permissions import PermissionsResource
-from runtime.pubsub import pull
 from runtime.pubsub.permissions import PUB, SUB, Grant, Permissions, Rules, parse_grant, parse_lines
 from runtime.pubsub.registry import KIND_PULL, SubInfo, TopicInfo
+from runtime.pubsub.subscribers import pull
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.live_server import LiveServer
@@ -182,7 +182,7 @@ def test_a_pattern_subscription_gets_only_topics_its_definition_may_read(make_rt
     for topic in ('orders.public.new', 'orders.secret.new', 'orders.public.old'):
         rt.broker.publish(topic, {'topic': topic})
     # Filtered at publication: the forbidden topic's message never reached the queue.
-    assert rt.broker.queue_depth(sub.sub_key) == 2
+    assert rt.catalog.queue_depth(sub.sub_key) == 2
     assert take(rt, sub) == ['orders.public.new', 'orders.public.old']
     # The service subscribed to the same pattern has no permissions at all and gets everything.
     wait_until(lambda: len(RECEIVED) == 3, message='three deliveries to the service')
@@ -194,12 +194,12 @@ def test_a_backlog_handed_to_a_pattern_subscription_is_filtered_when_pulled(
     rt = make_rt(OBJECTS)
     for topic in ('orders.secret.new', 'orders.public.new'):
         rt.broker.publish(topic, {'topic': topic})  # no subscriber yet: the topics keep them
-    sub = rt.broker.subscribe('orders.**', KIND_PULL, security='erp.client')
-    assert rt.broker.queue_depth(sub.sub_key) == 2  # the hand-over knows no permissions ...
+    sub = rt.catalog.subscribe('orders.**', KIND_PULL, security='erp.client')
+    assert rt.catalog.queue_depth(sub.sub_key) == 2  # the hand-over knows no permissions ...
     assert take(rt, sub) == ['orders.public.new']  # ... the pull does
-    dead = rt.broker.dead_letters(sub.sub_key)
+    dead = rt.catalog.dead_letters(sub.sub_key)
     assert [(d['reason'], json.loads(d['data'])) for d in dead] == [('no_permission', {'topic': 'orders.secret.new'})]
-    assert rt.broker.queue_depth(sub.sub_key) == 0
+    assert rt.catalog.queue_depth(sub.sub_key) == 0
 
 
 def test_permission_changes_in_the_files_take_effect_and_withdrawn_ones_stop_delivery(
@@ -216,12 +216,12 @@ def test_permission_changes_in_the_files_take_effect_and_withdrawn_ones_stop_del
     assert rt.permissions.can_sub('erp.client', 'orders.secret.new')
     assert rt.permissions.get('crm.client') is None
     rt.broker.publish('orders.secret.new', 2)
-    assert rt.broker.queue_depth(sub.sub_key) == 2
+    assert rt.catalog.queue_depth(sub.sub_key) == 2
 
     # Withdrawn again: what was queued meanwhile is not handed over.
     reapply(rt, OBJECTS + SUBSCRIPTION)
     assert take(rt, sub) == ['orders.public.new']
-    assert [d['reason'] for d in rt.broker.dead_letters(sub.sub_key)] == ['no_permission']
+    assert [d['reason'] for d in rt.catalog.dead_letters(sub.sub_key)] == ['no_permission']
 
 
 @pytest.mark.parametrize('section, named', [
@@ -363,16 +363,21 @@ def test_no_password_hash_or_sub_key_appears_in_a_log_line_or_another_callers_an
 
 def test_pushed_backlog_is_filtered_by_sub_permission(runtime_factory):
     """A backlog handed over to a REST subscriber is checked again before it is delivered."""
-    from runtime.pubsub.store import Delivery
+    from runtime.pubsub.message import Delivery
+    from runtime.pubsub.subscribers import Context
+    from runtime.pubsub.subscribers.service import prepare
 
     rt = runtime_factory()
-    topic = rt.broker.create_topic('perm.backlog')
-    sub = rt.broker.subscribe('perm.**', 'pull', service='x')
+    topic = rt.catalog.create_topic('perm.backlog')
+    sub = rt.catalog.subscribe('perm.**', 'pull', service='x')
     d = Delivery(entry_id=1, sub_id=sub.id, delivery_count=1, next_attempt_at=0.0, last_error='', recv_time=0.0,
                  message_id=1, msg_id='m', topic_name=topic.name, data='"x"', mime_type='application/json',
                  priority=5, pub_time=0.0, expiration_time=9e9, publisher='', correl_id=None, in_reply_to=None,
                  ext_client_id=None, has_gd=True, size=3)
-    rt.broker.sub_allowed = lambda s, t: False
-    assert rt.broker._prepare(sub, d) is None
-    rt.broker.sub_allowed = lambda s, t: True
-    assert rt.broker._prepare(sub, d)['data'] == 'x'
+    def run_service(name: str, data: object, channel: str, raw_request: object) -> object:
+        raise AssertionError('no hook service to run')
+
+    denied = Context(rt.broker.registry.topic, lambda s, t: False)
+    assert prepare(denied, sub, d, run_service) is None
+    allowed = Context(rt.broker.registry.topic, lambda s, t: True)
+    assert prepare(allowed, sub, d, run_service)['data'] == 'x'

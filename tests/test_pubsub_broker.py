@@ -35,7 +35,9 @@ from runtime.errors import (
     TopicNotFound,
 )
 from runtime.pubsub import admin_ops
-from runtime.pubsub.broker import CHANNEL_HOOK, CHANNEL_PUBSUB, lease_name
+from runtime.pubsub.broker import lease_name
+from runtime.pubsub.subscribers.pull import get_messages
+from runtime.pubsub.subscribers.service import CHANNEL_HOOK, CHANNEL_PUBSUB
 from runtime.pubsub.topics import InvalidTopicName
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
@@ -251,9 +253,9 @@ def queued_rows(rt: TestRuntime, sub_id: int) -> int:
 
 def paused_subscription(rt: TestRuntime, topic: str, service: str, **options: Any) -> Any:
     """A new topic with a service subscribed to it, delivery paused."""
-    rt.broker.create_topic(topic)
-    sub = rt.broker.subscribe(topic, 'service', service=service, options=options or None)
-    rt.broker.set_active(sub.sub_key, False)
+    rt.catalog.create_topic(topic)
+    sub = rt.catalog.subscribe(topic, 'service', service=service, options=options or None)
+    rt.catalog.set_active(sub.sub_key, False)
     return sub
 
 
@@ -271,7 +273,7 @@ def test_publish_to_service_retries_until_the_handler_succeeds(make_rt: Callable
     assert sub.pattern == '/zato/s/to/ps_flaky_target'
     assert rt.broker.registry.topic('/zato/s/to/ps_flaky_target').is_service_topic
     wait_until(lambda: len(seen('ps.flaky.target')) >= 3, TIMEOUT, message='three attempts')
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
 
     attempts = seen('ps.flaky.target')
     assert len(attempts) == 3
@@ -286,7 +288,7 @@ def test_publish_to_service_retries_until_the_handler_succeeds(make_rt: Callable
     assert meta['correl_id'] == 'c-1'
     assert meta['publisher'] == 'service:ps.publisher'
     assert meta['has_gd'] is True  # always GD towards a service
-    assert rt.broker.dead_letters(sub.sub_key) == []
+    assert rt.catalog.dead_letters(sub.sub_key) == []
 
 
 def test_a_crash_mid_delivery_means_redelivery_with_the_attempt_counted(
@@ -299,7 +301,7 @@ def test_a_crash_mid_delivery_means_redelivery_with_the_attempt_counted(
     second = make_rt(Stalling)  # another server on the same database
     wait_until(lambda: len(seen('ps.stalling')) >= 2, TIMEOUT, message='redelivery')
     sub = second.broker.registry.service_subscription('ps.stalling')
-    wait_until(lambda: second.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
+    wait_until(lambda: second.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
     assert [(e.payload, e.count) for e in seen('ps.stalling')] == [({'n': 1}, 1), ({'n': 1}, 2)]
 
 
@@ -311,8 +313,8 @@ def test_priority_first_then_publication_order(make_rt: Callable[..., TestRuntim
     sub = paused_subscription(rt, 'ps.prio', 'ps.recorder')
     for i, priority in enumerate([1, 9, 5, 9]):
         rt.broker.publish('ps.prio', {'i': i}, priority=priority)
-    assert rt.broker.queue_depth(sub.sub_key) == 4  # queued while paused, not left in the topic
-    rt.broker.set_active(sub.sub_key, True)
+    assert rt.catalog.queue_depth(sub.sub_key) == 4  # queued while paused, not left in the topic
+    rt.catalog.set_active(sub.sub_key, True)
 
     wait_until(lambda: len(seen('ps.recorder')) == 4, TIMEOUT, message='four deliveries')
     order = [(e.payload['i'], e.meta['priority']) for e in seen('ps.recorder')]
@@ -325,8 +327,8 @@ def test_a_lease_gained_for_a_paused_subscription_starts_no_delivery(
     # lands meanwhile must not be overridden by the lease it then gains.
     rt = make_rt(Recorder)
     sub = paused_subscription(rt, 'ps.paused', 'ps.recorder')
-    rt.broker._leases_changed({lease_name(sub.id)}, set())
-    assert sub.id not in rt.broker._loops
+    rt.broker.leases_changed({lease_name(sub.id)}, set())
+    assert not rt.broker.delivering(sub.id)
 
 
 def test_an_expired_message_is_never_delivered_and_is_dead_lettered(
@@ -336,12 +338,12 @@ def test_an_expired_message_is_never_delivered_and_is_dead_lettered(
     short = rt.broker.publish('ps.expiring', 'short-lived', expiration=0.3)
     rt.broker.publish('ps.expiring', 'long-lived')
     gevent.sleep(0.4)  # let the first one expire
-    rt.broker.set_active(sub.sub_key, True)
+    rt.catalog.set_active(sub.sub_key, True)
 
     wait_until(lambda: seen('ps.recorder'), TIMEOUT, message='the live message delivered')
     assert payloads('ps.recorder') == ['long-lived']
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
-    [dead] = rt.broker.dead_letters(sub.sub_key)
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
+    [dead] = rt.catalog.dead_letters(sub.sub_key)
     assert dead['msg_id'] == short
     assert dead['reason'] == 'expired'
     assert dead['delivery_count'] == 0
@@ -352,14 +354,14 @@ def test_a_message_expiring_between_retries_is_dead_lettered_with_its_last_error
     rt = make_rt(AlwaysFails, wait_non_sock_err=0.4)
     msg_id = rt.broker.publish('ps.always.fails', {'order': 7}, expiration=1)
     sub = rt.broker.registry.service_subscription('ps.always.fails')
-    wait_until(lambda: rt.broker.dead_letters(sub.sub_key), TIMEOUT, message='dead letter')
-    [dead] = rt.broker.dead_letters(sub.sub_key)
+    wait_until(lambda: rt.catalog.dead_letters(sub.sub_key), TIMEOUT, message='dead letter')
+    [dead] = rt.catalog.dead_letters(sub.sub_key)
     assert dead['msg_id'] == msg_id
     assert dead['reason'] == 'expired'
     assert 'RuntimeError: downstream rejected the order' in dead['last_error']
     assert "raise RuntimeError('downstream rejected the order')" in dead['last_traceback']
     assert dead['delivery_count'] == len(seen('ps.always.fails')) >= 1
-    assert rt.broker.queue_depth(sub.sub_key) == 0
+    assert rt.catalog.queue_depth(sub.sub_key) == 0
 
 
 def test_the_sweeper_dead_letters_expired_queue_entries_and_drops_expired_topic_messages(
@@ -367,37 +369,37 @@ def test_the_sweeper_dead_letters_expired_queue_entries_and_drops_expired_topic_
     rt = make_rt(Recorder)
     sub = paused_subscription(rt, 'ps.sweep.queued', 'ps.recorder')
     queued = rt.broker.publish('ps.sweep.queued', 'in a queue', expiration=0.3)
-    rt.broker.create_topic('ps.sweep.waiting')
+    rt.catalog.create_topic('ps.sweep.waiting')
     rt.broker.publish('ps.sweep.waiting', 'in the topic', expiration=0.3)
     gevent.sleep(0.4)
 
-    counts = rt.broker.sweep()
+    counts = rt.broker.sweeper.sweep()
     assert counts['expired_in_queues'] == 1
     assert counts['expired_in_topic'] == 1
-    assert rt.broker.queue_depth(sub.sub_key) == 0
-    [dead] = rt.broker.dead_letters(sub.sub_key)
+    assert rt.catalog.queue_depth(sub.sub_key) == 0
+    [dead] = rt.catalog.dead_letters(sub.sub_key)
     assert (dead['msg_id'], dead['reason']) == (queued, 'expired')
-    late = rt.broker.subscribe('ps.sweep.waiting', 'pull', service='ps.puller')
-    assert rt.broker.queue_depth(late.sub_key) == 0  # nothing expired is handed over
+    late = rt.catalog.subscribe('ps.sweep.waiting', 'pull', service='ps.puller')
+    assert rt.catalog.queue_depth(late.sub_key) == 0  # nothing expired is handed over
 
 
 def test_on_no_subs_accept_hands_the_backlog_to_the_first_subscription(
         make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt(Recorder, RecorderB)
-    rt.broker.create_topic('ps.accepting')  # on_no_subs='accept' is the default
-    rt.broker.create_topic('ps.dropping', on_no_subs='drop')
+    rt.catalog.create_topic('ps.accepting')  # on_no_subs='accept' is the default
+    rt.catalog.create_topic('ps.dropping', on_no_subs='drop')
     kept = rt.broker.publish('ps.accepting', {'n': 1})
     rt.broker.publish('ps.dropping', {'n': 2})
 
-    first = rt.broker.subscribe('ps.accepting', 'service', service='ps.recorder')
-    second = rt.broker.subscribe('ps.accepting', 'pull', service='ps.puller')
-    assert rt.broker.queue_depth(second.sub_key) == 0  # the backlog went to the first one only
-    rt.broker.subscribe('ps.dropping', 'service', service='ps.recorder.b')
+    first = rt.catalog.subscribe('ps.accepting', 'service', service='ps.recorder')
+    second = rt.catalog.subscribe('ps.accepting', 'pull', service='ps.puller')
+    assert rt.catalog.queue_depth(second.sub_key) == 0  # the backlog went to the first one only
+    rt.catalog.subscribe('ps.dropping', 'service', service='ps.recorder.b')
     rt.broker.publish('ps.dropping', {'n': 3})
 
     wait_until(lambda: seen('ps.recorder') and seen('ps.recorder.b'), TIMEOUT, message='deliveries')
     assert [(e.payload, e.meta['msg_id']) for e in seen('ps.recorder')] == [({'n': 1}, kept)]
-    wait_until(lambda: rt.broker.queue_depth(first.sub_key) == 0, TIMEOUT, message='empty queue')
+    wait_until(lambda: rt.catalog.queue_depth(first.sub_key) == 0, TIMEOUT, message='empty queue')
     assert payloads('ps.recorder.b') == [{'n': 3}]  # {'n': 2} was dropped, so it came before nothing
 
 
@@ -405,34 +407,34 @@ def test_a_pattern_subscription_takes_the_backlog_of_every_matching_topic(
         make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
     for name in ('Invoice.EMEA.received', 'invoice.apac.approved.urgent', 'invoices.other'):
-        rt.broker.create_topic(name)
+        rt.catalog.create_topic(name)
     first = rt.broker.publish('invoice.emea.received', 1)  # names compare case-insensitively
     second = rt.broker.publish('invoice.apac.approved.urgent', 2)
     rt.broker.publish('invoices.other', 3)
-    sub = rt.broker.subscribe('INVOICE.**', 'pull', service='ps.puller')
-    got = rt.broker.get_messages(sub.sub_key)
+    sub = rt.catalog.subscribe('INVOICE.**', 'pull', service='ps.puller')
+    got = get_messages(rt.broker, sub.sub_key)
     assert [(m['msg_id'], m['topic_name']) for m in got] == [
         (first, 'Invoice.EMEA.received'), (second, 'invoice.apac.approved.urgent')]
 
 
 def test_expiration_is_capped_by_the_topic_and_retention_wins(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
-    rt.broker.create_topic('ps.capped', limit_message_expiry=60)
-    sub = rt.broker.subscribe('ps.capped', 'pull', service='ps.puller')
+    rt.catalog.create_topic('ps.capped', limit_message_expiry=60)
+    sub = rt.catalog.subscribe('ps.capped', 'pull', service='ps.puller')
     rt.broker.publish('ps.capped', 1, expiration=3600)
     rt.broker.publish('ps.capped', 2)
-    assert [m['expiration'] for m in rt.broker.get_messages(sub.sub_key)] == [60, 60]
+    assert [m['expiration'] for m in get_messages(rt.broker, sub.sub_key)] == [60, 60]
 
-    rt.broker.create_topic('ps.unretained', limit_retention=0)  # nothing waits in this topic
+    rt.catalog.create_topic('ps.unretained', limit_retention=0)  # nothing waits in this topic
     rt.broker.publish('ps.unretained', 1)
-    assert rt.broker.sweep()['over_retention'] == 1
-    late = rt.broker.subscribe('ps.unretained', 'pull', service='ps.puller')
-    assert rt.broker.get_messages(late.sub_key) == []
+    assert rt.broker.sweeper.sweep()['over_retention'] == 1
+    late = rt.catalog.subscribe('ps.unretained', 'pull', service='ps.puller')
+    assert get_messages(rt.broker, late.sub_key) == []
 
 
 def test_past_max_depth_a_publication_goes_to_the_overflow_log(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
-    rt.broker.create_topic('ps.deep', max_depth_gd=2, depth_check_freq=100)
+    rt.catalog.create_topic('ps.deep', max_depth_gd=2, depth_check_freq=100)
     ids = [rt.broker.publish('ps.deep', {'n': i}) for i in range(3)]
     assert [i.overflowed for i in ids] == [False, False, True]
 
@@ -444,17 +446,17 @@ def test_past_max_depth_a_publication_goes_to_the_overflow_log(make_rt: Callable
     assert json.loads(line['data']) == {'n': 2}
 
     # Only the two the topic kept are handed over: the overflow log is never re-read.
-    sub = rt.broker.subscribe('ps.deep', 'pull', service='ps.puller')
-    assert [m['msg_id'] for m in rt.broker.get_messages(sub.sub_key)] == ids[:2]
+    sub = rt.catalog.subscribe('ps.deep', 'pull', service='ps.puller')
+    assert [m['msg_id'] for m in get_messages(rt.broker, sub.sub_key)] == ids[:2]
 
     # Non-GD messages have a depth limit of their own.
-    rt.broker.create_topic('ps.deep.ram', has_gd=False, max_depth_non_gd=1)
+    rt.catalog.create_topic('ps.deep.ram', has_gd=False, max_depth_non_gd=1)
     assert [rt.broker.publish('ps.deep.ram', i).overflowed for i in range(2)] == [False, True]
 
 
 def test_on_max_depth_reject_raises_topic_full(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
-    rt.broker.create_topic('ps.full', max_depth_gd=2, on_max_depth='reject')
+    rt.catalog.create_topic('ps.full', max_depth_gd=2, on_max_depth='reject')
     rt.broker.publish('ps.full', 1)
     rt.broker.publish('ps.full', 2)
     with pytest.raises(TopicFull) as info:
@@ -466,11 +468,11 @@ def test_on_max_depth_reject_raises_topic_full(make_rt: Callable[..., TestRuntim
 
 def test_a_topic_emptied_by_a_hand_over_takes_publications_again(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
-    rt.broker.create_topic('ps.refill', max_depth_gd=2, on_max_depth='reject')
+    rt.catalog.create_topic('ps.refill', max_depth_gd=2, on_max_depth='reject')
     rt.broker.publish('ps.refill', 1)
     rt.broker.publish('ps.refill', 2)
-    sub = rt.broker.subscribe('ps.refill', 'pull', service='ps.puller')  # takes both: the topic is empty
-    rt.broker.unsubscribe(sub.sub_key)
+    sub = rt.catalog.subscribe('ps.refill', 'pull', service='ps.puller')  # takes both: the topic is empty
+    rt.catalog.unsubscribe(sub.sub_key)
     first = rt.broker.publish('ps.refill', 3)  # waits in the topic again, well below its max depth
     second = rt.broker.publish('ps.refill', 4)
     assert not first.overflowed and not second.overflowed
@@ -486,11 +488,11 @@ def test_a_poison_message_is_dead_lettered_while_later_ones_flow(make_rt: Callab
     poison = rt.broker.publish('ps.poison.flow', 'poison')
     rt.broker.publish('ps.poison.flow', 'a')
     rt.broker.publish('ps.poison.flow', 'b')
-    rt.broker.set_active(sub.sub_key, True)
+    rt.catalog.set_active(sub.sub_key, True)
 
-    wait_until(lambda: rt.broker.dead_letters(sub.sub_key), TIMEOUT, message='dead letter')
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
-    [dead] = rt.broker.dead_letters(sub.sub_key)
+    wait_until(lambda: rt.catalog.dead_letters(sub.sub_key), TIMEOUT, message='dead letter')
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
+    [dead] = rt.catalog.dead_letters(sub.sub_key)
     assert dead['msg_id'] == poison
     assert dead['reason'] == 'max_attempts'
     assert dead['delivery_count'] == 3
@@ -509,10 +511,10 @@ def test_a_failing_subscriber_s_traceback_is_logged_and_kept_with_the_dead_lette
     sub = paused_subscription(rt, 'ps.poison.trace', 'ps.poisoned', max_attempts=3, wait_non_sock_err=0.05)
     poison = rt.broker.publish('ps.poison.trace', 'poison')
     with caplog.at_level(logging.INFO, logger='runtime.pubsub.delivery'):
-        rt.broker.set_active(sub.sub_key, True)
-        wait_until(lambda: rt.broker.dead_letters(sub.sub_key), TIMEOUT, message='dead letter')
+        rt.catalog.set_active(sub.sub_key, True)
+        wait_until(lambda: rt.catalog.dead_letters(sub.sub_key), TIMEOUT, message='dead letter')
 
-    [dead] = rt.broker.dead_letters(sub.sub_key)
+    [dead] = rt.catalog.dead_letters(sub.sub_key)
     # The file and line that raised, not only "ValueError: ...".
     assert dead['last_error'] == 'ValueError: cannot digest this poison pill'
     assert dead['last_traceback'].startswith('Traceback (most recent call last):')
@@ -527,8 +529,8 @@ def test_a_failing_subscriber_s_traceback_is_logged_and_kept_with_the_dead_lette
 
 def test_a_waiting_retry_shows_its_traceback_in_the_queue_message_view(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt(Poisoned, wait_non_sock_err=60, max_wait_secs=60)
-    rt.broker.create_topic('ps.poison.view')
-    sub = rt.broker.subscribe('ps.poison.view', 'service', service='ps.poisoned')
+    rt.catalog.create_topic('ps.poison.view')
+    sub = rt.catalog.subscribe('ps.poison.view', 'service', service='ps.poisoned')
     msg_id = rt.broker.publish('ps.poison.view', 'poison')
 
     def view() -> dict[str, Any] | None:
@@ -550,13 +552,13 @@ def test_a_poison_message_blocks_later_ones_until_dead_lettered(make_rt: Callabl
     rt.broker.publish('ps.poison.block', 'poison')
     rt.broker.publish('ps.poison.block', 'a')
     rt.broker.publish('ps.poison.block', 'b')
-    rt.broker.set_active(sub.sub_key, True)
+    rt.catalog.set_active(sub.sub_key, True)
 
     wait_until(lambda: len(seen('ps.poisoned')) >= 5, TIMEOUT, message='five deliveries')
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
     assert [(e.payload, e.count) for e in seen('ps.poisoned')] == [
         ('poison', 1), ('poison', 2), ('poison', 3), ('a', 1), ('b', 1)]
-    [dead] = rt.broker.dead_letters(sub.sub_key)
+    [dead] = rt.catalog.dead_letters(sub.sub_key)
     assert (dead['reason'], dead['delivery_count']) == ('max_attempts', 3)
 
 
@@ -565,12 +567,12 @@ def test_max_in_flight_processes_messages_concurrently(make_rt: Callable[..., Te
     sub = paused_subscription(rt, 'ps.parallel', 'ps.in.flight', max_in_flight=3)
     for i in range(6):
         rt.broker.publish('ps.parallel', i)
-    rt.broker.set_active(sub.sub_key, True)
+    rt.catalog.set_active(sub.sub_key, True)
 
     wait_until(lambda: len(seen('ps.in.flight')) == 6, TIMEOUT, message='six deliveries')
     assert sorted(payloads('ps.in.flight')) == list(range(6))
     assert 2 <= InFlight.peak <= 3
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
 
 
 # Patterns and hooks
@@ -578,13 +580,13 @@ def test_max_in_flight_processes_messages_concurrently(make_rt: Callable[..., Te
 
 def test_a_pattern_subscription_receives_topics_created_later(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt(Recorder, RecorderB)
-    deep = rt.broker.subscribe('orders.**', 'service', service='ps.recorder')
-    one_level = rt.broker.subscribe('orders.*', 'service', service='ps.recorder.b')
-    rt.broker.create_topic('orders.emea.created')
-    rt.broker.create_topic('orders.apac')
+    deep = rt.catalog.subscribe('orders.**', 'service', service='ps.recorder')
+    one_level = rt.catalog.subscribe('orders.*', 'service', service='ps.recorder.b')
+    rt.catalog.create_topic('orders.emea.created')
+    rt.catalog.create_topic('orders.apac')
 
     rt.broker.publish('orders.emea.created', {'id': 1})
-    assert rt.broker.queue_depth(one_level.sub_key) == 0  # '*' is one segment only
+    assert rt.catalog.queue_depth(one_level.sub_key) == 0  # '*' is one segment only
     rt.broker.publish('orders.apac', {'id': 2})
 
     wait_until(lambda: len(seen('ps.recorder')) == 2 and seen('ps.recorder.b'), TIMEOUT, message='deliveries')
@@ -596,20 +598,20 @@ def test_a_pattern_subscription_receives_topics_created_later(make_rt: Callable[
 
 def test_a_topic_hook_transforms_deletes_and_skips(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt(Recorder, Hook)
-    rt.broker.create_topic('ps.hooked', hook_service='ps.hook')
-    sub = rt.broker.subscribe('ps.hooked', 'service', service='ps.recorder')
-    rt.broker.set_active(sub.sub_key, False)
+    rt.catalog.create_topic('ps.hooked', hook_service='ps.hook')
+    sub = rt.catalog.subscribe('ps.hooked', 'service', service='ps.recorder')
+    rt.catalog.set_active(sub.sub_key, False)
     rt.broker.publish('ps.hooked', {'hook': 'delete', 'n': 1})
     rt.broker.publish('ps.hooked', {'hook': 'skip', 'n': 2})
     rt.broker.publish('ps.hooked', {'hook': 'deliver', 'n': 3})
-    rt.broker.set_active(sub.sub_key, True)
+    rt.catalog.set_active(sub.sub_key, True)
 
     wait_until(lambda: len(seen('ps.recorder')) == 2, TIMEOUT, message='two deliveries')
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
     assert [(e.payload, e.count) for e in seen('ps.recorder')] == [
         ({'hook': 'skip', 'n': 2, 'enriched': True}, 2),  # skipped once, delivered on the next attempt
         ({'hook': 'deliver', 'n': 3, 'enriched': True}, 1)]
-    assert rt.broker.dead_letters(sub.sub_key) == []
+    assert rt.catalog.dead_letters(sub.sub_key) == []
     hook_calls = seen('ps.hook')
     assert {e.channel for e in hook_calls} == {CHANNEL_HOOK}
     assert [e.payload['n'] for e in hook_calls] == [1, 2, 2, 3]
@@ -617,9 +619,9 @@ def test_a_topic_hook_transforms_deletes_and_skips(make_rt: Callable[..., TestRu
 
 def test_a_subscription_hook_applies_to_its_own_queue_only(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt(Recorder, RecorderB, Hook)
-    rt.broker.create_topic('ps.sub.hooked')
-    rt.broker.subscribe('ps.sub.hooked', 'service', service='ps.recorder', options={'hook_service': 'ps.hook'})
-    rt.broker.subscribe('ps.sub.hooked', 'service', service='ps.recorder.b')
+    rt.catalog.create_topic('ps.sub.hooked')
+    rt.catalog.subscribe('ps.sub.hooked', 'service', service='ps.recorder', options={'hook_service': 'ps.hook'})
+    rt.catalog.subscribe('ps.sub.hooked', 'service', service='ps.recorder.b')
     rt.broker.publish('ps.sub.hooked', {'hook': 'deliver', 'n': 1})
     wait_until(lambda: seen('ps.recorder') and seen('ps.recorder.b'), TIMEOUT, message='deliveries')
     assert payloads('ps.recorder') == [{'hook': 'deliver', 'n': 1, 'enriched': True}]
@@ -631,9 +633,9 @@ def test_a_subscription_hook_applies_to_its_own_queue_only(make_rt: Callable[...
 
 def test_publications_are_validated(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt(max_message_size=100)
-    rt.broker.create_topic('ps.valid')
-    rt.broker.create_topic('ps.off', is_active=False)
-    sub = rt.broker.subscribe('ps.**', 'pull', service='ps.puller')
+    rt.catalog.create_topic('ps.valid')
+    rt.catalog.create_topic('ps.off', is_active=False)
+    sub = rt.catalog.subscribe('ps.**', 'pull', service='ps.puller')
 
     with pytest.raises(TopicNotFound):
         rt.broker.publish('ps.nowhere', 1)
@@ -652,19 +654,19 @@ def test_publications_are_validated(make_rt: Callable[..., TestRuntime]) -> None
         with pytest.raises(InvalidTopicName):
             rt.broker.publish(name, 1)
         with pytest.raises(InvalidTopicName):
-            rt.broker.create_topic(name)
-    assert rt.broker.queue_depth(sub.sub_key) == 0  # nothing of it was stored
+            rt.catalog.create_topic(name)
+    assert rt.catalog.queue_depth(sub.sub_key) == 0  # nothing of it was stored
 
     rt.broker.publish('PS.VALID', 'x' * 100)  # names compare case-insensitively; 100 bytes is allowed
-    assert [m['topic_name'] for m in rt.broker.get_messages(sub.sub_key)] == ['ps.valid']
+    assert [m['topic_name'] for m in get_messages(rt.broker, sub.sub_key)] == ['ps.valid']
 
 
 def test_auto_create_topics(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt(auto_create_topics=True)
     msg_id = rt.broker.publish('ps.made.on.the.fly', {'n': 1})
     assert rt.broker.registry.topic('ps.made.on.the.fly') is not None
-    sub = rt.broker.subscribe('ps.made.on.the.fly', 'pull', service='ps.puller')
-    assert [m['msg_id'] for m in rt.broker.get_messages(sub.sub_key)] == [msg_id]
+    sub = rt.catalog.subscribe('ps.made.on.the.fly', 'pull', service='ps.puller')
+    assert [m['msg_id'] for m in get_messages(rt.broker, sub.sub_key)] == [msg_id]
 
 
 # Pull subscriptions of a service
@@ -672,7 +674,7 @@ def test_auto_create_topics(make_rt: Callable[..., TestRuntime]) -> None:
 
 def test_a_service_pulls_its_own_subscription(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt(Puller)
-    rt.broker.create_topic('ps.pull')
+    rt.catalog.create_topic('ps.pull')
     sub_key = rt.invoke('ps.puller', {'op': 'subscribe', 'topic': 'ps.pull'})
     sub = rt.broker.registry.subs_by_key[sub_key]
     assert (sub.kind, sub.service) == ('pull', 'ps.puller')
@@ -687,25 +689,25 @@ def test_a_service_pulls_its_own_subscription(make_rt: Callable[..., TestRuntime
     assert rt.invoke('ps.puller', {'op': 'get', 'sub_key': sub_key}) == []  # taken messages are gone
 
     rt.broker.publish('ps.pull', {'n': 4})
-    assert rt.broker.queue_depth(sub_key) == 1
+    assert rt.catalog.queue_depth(sub_key) == 1
     rt.invoke('ps.puller', {'op': 'unsubscribe', 'sub_key': sub_key})
     assert queued_rows(rt, sub.id) == 0
     with pytest.raises(SubscriptionNotFound):
-        rt.broker.queue_depth(sub_key)
+        rt.catalog.queue_depth(sub_key)
     with pytest.raises(SubscriptionNotFound):
         rt.invoke('ps.puller', {'op': 'get', 'sub_key': sub_key})
 
 
 def test_a_pull_of_an_expired_message_dead_letters_it(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
-    rt.broker.create_topic('ps.pull.expiring')
-    sub = rt.broker.subscribe('ps.pull.expiring', 'pull', service='ps.puller')
+    rt.catalog.create_topic('ps.pull.expiring')
+    sub = rt.catalog.subscribe('ps.pull.expiring', 'pull', service='ps.puller')
     short = rt.broker.publish('ps.pull.expiring', 'short-lived', expiration=0.3)
     rt.broker.publish('ps.pull.expiring', 'long-lived')
     gevent.sleep(0.4)
-    assert [m['data'] for m in rt.broker.get_messages(sub.sub_key)] == ['long-lived']
-    assert rt.broker.queue_depth(sub.sub_key) == 0
-    assert [(d['msg_id'], d['reason']) for d in rt.broker.dead_letters(sub.sub_key)] == [(short, 'expired')]
+    assert [m['data'] for m in get_messages(rt.broker, sub.sub_key)] == ['long-lived']
+    assert rt.catalog.queue_depth(sub.sub_key) == 0
+    assert [(d['msg_id'], d['reason']) for d in rt.catalog.dead_letters(sub.sub_key)] == [(short, 'expired')]
 
 
 # Config objects
@@ -791,11 +793,11 @@ def test_a_greenlet_killed_mid_transaction_leaves_its_thread_the_connection(tmp_
 
 def test_a_subscription_paused_and_resumed_at_once_delivers_again(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt(Recorder, lease_renew_secs=2.0)  # both changes fall between two lease refreshes
-    rt.broker.create_topic('ps.resume')
-    sub = rt.broker.subscribe('ps.resume', 'service', service='ps.recorder')
+    rt.catalog.create_topic('ps.resume')
+    sub = rt.catalog.subscribe('ps.resume', 'service', service='ps.recorder')
     rt.broker.publish('ps.resume', {'i': 0})
     wait_until(lambda: len(seen('ps.recorder')) == 1, TIMEOUT, message='first delivery')
-    rt.broker.set_active(sub.sub_key, False)
-    rt.broker.set_active(sub.sub_key, True)
+    rt.catalog.set_active(sub.sub_key, False)
+    rt.catalog.set_active(sub.sub_key, True)
     rt.broker.publish('ps.resume', {'i': 1})
     wait_until(lambda: len(seen('ps.recorder')) == 2, TIMEOUT, message='delivery after the resume')

@@ -20,7 +20,7 @@ def test_concurrent_publishers_share_commits(runtime_factory, tmp_path, db_url, 
     monkeypatch.setattr(GroupCommitter, '_write', staticmethod(counting_write))
     (tmp_path / 'rt').mkdir()
     rt = runtime_factory(settings=make_settings(tmp_path / 'rt', db_url))
-    rt.broker.create_topic('gc.topic')
+    rt.catalog.create_topic('gc.topic')
 
     jobs = gevent.joinall([gevent.spawn(rt.broker.publish, 'gc.topic', {'n': n}) for n in range(200)],
                           raise_error=True)

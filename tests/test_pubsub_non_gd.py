@@ -38,19 +38,19 @@ def _stored_messages(rt) -> int:  # type: ignore[no-untyped-def]
 
 def test_non_gd_messages_stay_in_memory_and_keep_priority_order(runtime_factory, tmp_path, db_url):
     rt = _runtime(runtime_factory, tmp_path, db_url)
-    rt.broker.create_topic('ngd.topic', has_gd=False)
-    sub = rt.broker.subscribe('ngd.topic', 'service', service='ngd.target',
+    rt.catalog.create_topic('ngd.topic', has_gd=False)
+    sub = rt.catalog.subscribe('ngd.topic', 'service', service='ngd.target',
                               options={'max_attempts': 2, 'err_should_block': False})
-    wait_until(lambda: sub.id in rt.broker._loops, message='this worker delivering the subscription')
+    wait_until(lambda: rt.broker.delivering(sub.id), message='this worker delivering the subscription')
     for n in range(5):
         rt.broker.publish('ngd.topic', {'n': n}, priority=9 if n == 4 else 5)
     assert _stored_messages(rt) == 0
 
-    wait_until(lambda: len(rt.broker.dead_letters(sub.sub_key)) == 1, message='poison message dead-lettered')
+    wait_until(lambda: len(rt.catalog.dead_letters(sub.sub_key)) == 1, message='poison message dead-lettered')
     wait_until(lambda: len([s for s in seen if s[0] != 2]) == 4, message='the others delivered')
     assert seen[0] == (4, 1), 'priority 9 first'
     assert [n for n, _ in seen if n != 2] == [4, 0, 1, 3]
-    dead = rt.broker.dead_letters(sub.sub_key)[0]
+    dead = rt.catalog.dead_letters(sub.sub_key)[0]
     assert dead['delivery_count'] == 2 and 'poison' in dead['last_error']
     # Only the dead letter's message was written, so that it can be inspected and re-driven.
     assert _stored_messages(rt) == 1
@@ -58,18 +58,18 @@ def test_non_gd_messages_stay_in_memory_and_keep_priority_order(runtime_factory,
 
 def test_gd_flag_on_publication_overrides_topic_default(runtime_factory, tmp_path, db_url):
     rt = _runtime(runtime_factory, tmp_path, db_url)
-    rt.broker.create_topic('ngd.topic', has_gd=False)
-    sub = rt.broker.subscribe('ngd.topic', 'service', service='ngd.target')
-    rt.broker.set_active(sub.sub_key, False)  # keep it queued so that it can be counted
+    rt.catalog.create_topic('ngd.topic', has_gd=False)
+    sub = rt.catalog.subscribe('ngd.topic', 'service', service='ngd.target')
+    rt.catalog.set_active(sub.sub_key, False)  # keep it queued so that it can be counted
     rt.broker.publish('ngd.topic', {'n': 10}, has_gd=True)
     assert _stored_messages(rt) == 1
 
 
 def test_a_subscription_with_stored_options_now_invalid_does_not_stop_the_others(runtime_factory, tmp_path, db_url):
     rt = _runtime(runtime_factory, tmp_path, db_url)
-    rt.broker.create_topic('ngd.bad')
-    good = rt.broker.subscribe('ngd.bad', 'service', service='ngd.target')
-    bad = rt.broker.subscribe('ngd.bad', 'pull', service='ngd.target')
+    rt.catalog.create_topic('ngd.bad')
+    good = rt.catalog.subscribe('ngd.bad', 'service', service='ngd.target')
+    bad = rt.catalog.subscribe('ngd.bad', 'pull', service='ngd.target')
     from sqlalchemy import update
 
     from runtime.db.models import Subscription

@@ -175,10 +175,10 @@ def make_rt(settings_factory: Callable[..., Settings],
 
 def push_subscription(rt: TestRuntime, topic: str, url: str, paused: bool = False, **options: Any) -> SubInfo:
     """A new topic with a REST push subscriber."""
-    rt.broker.create_topic(topic)
-    sub = rt.broker.subscribe(topic, 'rest_push', push_url=url, options=options or None)
+    rt.catalog.create_topic(topic)
+    sub = rt.catalog.subscribe(topic, 'rest_push', push_url=url, options=options or None)
     if paused:
-        rt.broker.set_active(sub.sub_key, False)
+        rt.catalog.set_active(sub.sub_key, False)
     return sub
 
 
@@ -231,13 +231,13 @@ def test_down_then_500_then_back_delivers_once(make_rt: Callable[..., TestRuntim
     [body] = receiver.bodies(200)
     assert body['data'] == {'order': 1}
     assert body['msg_id'] == msg_id
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
     count = len(attempts.seen)
     gevent.sleep(1.0)
     assert [r.status for r in receiver.requests] == statuses
     assert len(attempts.seen) == count
-    assert rt.broker.queue_depth(sub.sub_key) == 0
-    assert rt.broker.dead_letters(sub.sub_key) == []
+    assert rt.catalog.queue_depth(sub.sub_key) == 0
+    assert rt.catalog.dead_letters(sub.sub_key) == []
 
 
 def test_no_answer_in_time_is_a_socket_level_error(make_rt: Callable[..., TestRuntime],
@@ -257,7 +257,7 @@ def test_no_answer_in_time_is_a_socket_level_error(make_rt: Callable[..., TestRu
         assert isinstance(a.error, PushUnreachable) and is_socket_error(a.error)
         assert 'within 0.2 s' in str(a.error)
     assert gaps(attempts.seen)[0] >= sock * (1 - JITTER)
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
 
 
 def test_dead_letter_after_max_attempts_names_the_status_and_never_a_credential(
@@ -271,13 +271,13 @@ def test_dead_letter_after_max_attempts_names_the_status_and_never_a_credential(
     sub = push_subscription(rt, 'push.poison', url, max_attempts=3, push_username='conduit',
                             push_password='${CONDUIT_SECRET_PUSH_TEST}')
     msg_id = rt.broker.publish('push.poison', {'bad': True})
-    wait_until(lambda: rt.broker.dead_letters(sub.sub_key), TIMEOUT, message='dead letter')
+    wait_until(lambda: rt.catalog.dead_letters(sub.sub_key), TIMEOUT, message='dead letter')
 
-    [dead] = rt.broker.dead_letters(sub.sub_key)
+    [dead] = rt.catalog.dead_letters(sub.sub_key)
     assert (dead['msg_id'], dead['reason'], dead['delivery_count']) == (msg_id, 'max_attempts', 3)
     assert dead['last_error'] == f'PushFailed: POST {receiver.url}?...: answered 503 Service Unavailable'
     assert len(receiver.requests) == 3
-    assert rt.broker.queue_depth(sub.sub_key) == 0
+    assert rt.catalog.queue_depth(sub.sub_key) == 0
     token = base64.b64encode(f'conduit:{PASSWORD}'.encode()).decode()
     assert receiver.requests[0].authorization == f'Basic {token}'
     for secret in (PASSWORD, token):
@@ -300,7 +300,7 @@ def test_by_default_each_message_is_one_post_with_zatos_flat_body(make_rt: Calla
                              ext_client_id='crm-1', ext_pub_time='2026-01-02T03:04:05.678+01:00'),
            rt.broker.publish('push.zato', 'text', priority=7, expiration=60)]
     ids += [rt.broker.publish('push.zato', {'n': n}) for n in range(2, 20)]
-    rt.broker.set_active(sub.sub_key, True)
+    rt.catalog.set_active(sub.sub_key, True)
     wait_until(lambda: len(receiver.requests) == 20, TIMEOUT, message='twenty requests')
     gevent.sleep(0.2)
 
@@ -324,7 +324,7 @@ def test_by_default_each_message_is_one_post_with_zatos_flat_body(make_rt: Calla
     for body in (first, *rest):
         assert body['pub_time_iso'] <= body['recv_time_iso'] < body['expiration_time_iso']
     assert [b['data'] for b in rest] == [{'n': n} for n in range(2, 20)]
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
 
 
 def test_one_message_per_post_in_strict_order_tries_only_the_head_while_it_fails(
@@ -335,7 +335,7 @@ def test_one_message_per_post_in_strict_order_tries_only_the_head_while_it_fails
     receiver.start(status=500)
     sub = push_subscription(rt, 'push.head', receiver.url, paused=True, delivery_batch_size=10)
     ids = [rt.broker.publish('push.head', n) for n in range(3)]
-    rt.broker.set_active(sub.sub_key, True)
+    rt.catalog.set_active(sub.sub_key, True)
     wait_until(lambda: len(receiver.requests) >= 3, TIMEOUT, message='three failed requests')
     receiver.status = 200
     wait_until(lambda: sum(a.ok for a in attempts.seen) == 3, TIMEOUT, message='all delivered')
@@ -344,7 +344,7 @@ def test_one_message_per_post_in_strict_order_tries_only_the_head_while_it_fails
     assert [b['data'] for b in receiver.bodies(200)] == [0, 1, 2]
     # Messages behind the head had no attempt counted while they waited.
     assert [a.msg_id for a in attempts.seen if a.msg_id != ids[0]] == ids[1:]
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
 
 
 def test_batches_respect_the_batch_size_and_a_single_message_is_not_wrapped(
@@ -354,7 +354,7 @@ def test_batches_respect_the_batch_size_and_a_single_message_is_not_wrapped(
     sub = push_subscription(rt, 'push.batch', receiver.url, paused=True, delivery_batch_size=2, push_batch=True,
                             push_format='envelope')
     ids = [rt.broker.publish('push.batch', {'n': n}, correl_id=f'c{n}') for n in range(5)]
-    rt.broker.set_active(sub.sub_key, True)
+    rt.catalog.set_active(sub.sub_key, True)
     wait_until(lambda: len(receiver.requests) == 3, TIMEOUT, message='three requests')
 
     first, second, last = (r.body for r in receiver.requests)
@@ -370,7 +370,7 @@ def test_batches_respect_the_batch_size_and_a_single_message_is_not_wrapped(
         assert {'pub_time_iso', 'recv_time_iso', 'expiration_time_iso', 'priority', 'size'} <= meta.keys()
     assert {r.method for r in receiver.requests} == {'POST'}
     assert {r.authorization for r in receiver.requests} == {None}
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
 
 
 def test_wrap_one_message_in_list_and_method(make_rt: Callable[..., TestRuntime], receiver: Receiver) -> None:
@@ -392,7 +392,7 @@ def test_a_failed_batch_counts_an_attempt_for_each_message_and_is_retried_whole(
                             push_format='envelope')
     for n in range(3):
         rt.broker.publish('push.whole', n)
-    rt.broker.set_active(sub.sub_key, True)
+    rt.catalog.set_active(sub.sub_key, True)
     wait_until(lambda: len(receiver.requests) >= 2, TIMEOUT, message='two failed requests')
     receiver.status = 200
     wait_until(lambda: receiver.bodies(200), TIMEOUT, message='delivery')
@@ -402,7 +402,7 @@ def test_a_failed_batch_counts_an_attempt_for_each_message_and_is_retried_whole(
     assert [[m['data'] for m in r.body] for r in receiver.requests] == [[0, 1, 2]] * (len(failed) + 1)
     counts = [[m['meta']['delivery_count'] for m in r.body] for r in receiver.requests]
     assert counts == [[n] * 3 for n in range(1, len(failed) + 2)]
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
 
 
 def test_strict_order_holds_later_messages_back(make_rt: Callable[..., TestRuntime], receiver: Receiver) -> None:
@@ -417,7 +417,7 @@ def test_strict_order_holds_later_messages_back(make_rt: Callable[..., TestRunti
     receiver.status = 200
     wait_until(lambda: len(receiver.bodies(200)) == 2, TIMEOUT, message='both delivered')
     assert [b['data'] for b in receiver.bodies(200)] == ['first', 'second']
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='queue empty')
 
 
 class PushHook(Service):
@@ -436,8 +436,8 @@ class PushHook(Service):
 def test_hook_services_and_non_gd_messages(make_rt: Callable[..., TestRuntime], receiver: Receiver) -> None:
     rt = make_rt(PushHook)
     receiver.start()
-    rt.broker.create_topic('push.hooked', hook_service='push.hook', has_gd=False)
-    sub = rt.broker.subscribe('push.hooked', 'rest_push', push_url=receiver.url)
+    rt.catalog.create_topic('push.hooked', hook_service='push.hook', has_gd=False)
+    sub = rt.catalog.subscribe('push.hooked', 'rest_push', push_url=receiver.url)
     wait_until(lambda: rt.broker.leases.owns(lease_name(sub.id)), TIMEOUT, message='the delivery lease')
     rt.broker.publish('push.hooked', {'hook': 'delete'})
     rt.broker.publish('push.hooked', {'n': 1})
@@ -446,7 +446,7 @@ def test_hook_services_and_non_gd_messages(make_rt: Callable[..., TestRuntime], 
     assert [r.body['data'] for r in receiver.requests] == [{'n': 1, 'enriched': True}]
     with rt.engine.connect() as conn:  # non-GD: held in the delivering worker's memory, never stored
         assert conn.execute(select(func.count()).select_from(Message)).scalar_one() == 0
-    assert rt.broker.queue_depth(sub.sub_key) == 0
+    assert rt.catalog.queue_depth(sub.sub_key) == 0
 
 
 # Subscribing
@@ -456,23 +456,23 @@ def test_credentials_are_stored_only_as_references(make_rt: Callable[..., TestRu
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv('CONDUIT_SECRET_PUSH_TEST', raising=False)
     rt = make_rt()
-    rt.broker.create_topic('push.auth')
+    rt.catalog.create_topic('push.auth')
     with pytest.raises(ConfigError) as e:
-        rt.broker.subscribe('push.auth', 'rest_push', push_url=receiver.url,
+        rt.catalog.subscribe('push.auth', 'rest_push', push_url=receiver.url,
                             options={'push_username': 'u', 'push_password': PASSWORD})
     assert 'CONDUIT_SECRET_' in str(e.value) and PASSWORD not in str(e.value)
     with pytest.raises(ConfigError) as e:
-        rt.broker.subscribe('push.auth', 'rest_push', push_url=f'http://u:{PASSWORD}@127.0.0.1:1/hook')
+        rt.catalog.subscribe('push.auth', 'rest_push', push_url=f'http://u:{PASSWORD}@127.0.0.1:1/hook')
     assert PASSWORD not in str(e.value)
     for bad in ('', 'ftp://127.0.0.1/x', '/relative'):
         with pytest.raises(ConfigError):
-            rt.broker.subscribe('push.auth', 'rest_push', push_url=bad)
+            rt.catalog.subscribe('push.auth', 'rest_push', push_url=bad)
 
     # Missing variable: each attempt fails (not socket-level) until it is set.
     receiver.start()
     attempts = Attempts()
     rt.broker.hooks.add(attempts)
-    sub = rt.broker.subscribe('push.auth', 'rest_push', push_url=receiver.url,
+    sub = rt.catalog.subscribe('push.auth', 'rest_push', push_url=receiver.url,
                               options={'push_username': 'u', 'push_password': '${CONDUIT_SECRET_PUSH_TEST}'})
     rt.broker.publish('push.auth', 'x')
     wait_until(lambda: attempts.seen, TIMEOUT, message='an attempt')

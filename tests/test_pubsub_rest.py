@@ -24,9 +24,9 @@ import pytest
 import requests
 from psycopg import sql
 
-from runtime.pubsub import pull
 from runtime.pubsub.permissions import Grant, Rules
 from runtime.pubsub.registry import KIND_PULL, SubInfo
+from runtime.pubsub.subscribers import pull
 from runtime.testing import TestRuntime, make_settings
 from tests.conftest import PG_ADMIN_URL
 from tests.live_server import LiveServer, poll
@@ -427,9 +427,9 @@ def _take(rt: TestRuntime, subs: list[SubInfo], lease: float | None = None, n: i
 
 def test_a_message_in_two_of_the_callers_queues_is_handed_over_once(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
-    rt.broker.create_topic('orders.new')
-    exact = rt.broker.subscribe('orders.new', KIND_PULL, security='client')
-    pattern = rt.broker.subscribe('orders.*', KIND_PULL, security='client')
+    rt.catalog.create_topic('orders.new')
+    exact = rt.catalog.subscribe('orders.new', KIND_PULL, security='client')
+    pattern = rt.catalog.subscribe('orders.*', KIND_PULL, security='client')
     rt.broker.publish('orders.new', 'once')
     rt.broker.publish('orders.new', 'twice')
     got = _take(rt, [exact, pattern], lease=30, n=1)
@@ -437,16 +437,16 @@ def test_a_message_in_two_of_the_callers_queues_is_handed_over_once(make_rt: Cal
     # Leased in both queues under one ack_id; acknowledging it empties both.
     assert [p.delivery.payload() for p in _take(rt, [pattern])] == ['twice']  # 'once' is leased there too
     assert pull.ack(rt.broker, [exact, pattern], [got[0].ack_id]) == {got[0].ack_id}
-    assert rt.broker.queue_depth(exact.sub_key) == 1 and rt.broker.queue_depth(pattern.sub_key) == 0
+    assert rt.catalog.queue_depth(exact.sub_key) == 1 and rt.catalog.queue_depth(pattern.sub_key) == 0
     assert [p.delivery.payload() for p in _take(rt, [exact, pattern])] == ['twice']
-    assert rt.broker.queue_depth(exact.sub_key) == 0
+    assert rt.catalog.queue_depth(exact.sub_key) == 0
 
 
 def test_a_message_never_acknowledged_goes_to_the_dead_letter_queue_after_max_attempts(
         make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
-    rt.broker.create_topic('orders.poison')
-    sub = rt.broker.subscribe('orders.poison', KIND_PULL, security='client', options={'max_attempts': 2})
+    rt.catalog.create_topic('orders.poison')
+    sub = rt.catalog.subscribe('orders.poison', KIND_PULL, security='client', options={'max_attempts': 2})
     rt.broker.publish('orders.poison', 'poison')
     # The lease must outlast the second look even on a loaded machine, hence 0.5 s rather than less.
     for attempt in (1, 2):
@@ -455,14 +455,14 @@ def test_a_message_never_acknowledged_goes_to_the_dead_letter_queue_after_max_at
         assert _take(rt, [sub], lease=0.5) == []  # leased
         time.sleep(0.6)
     assert _take(rt, [sub], lease=0.5) == []
-    assert [(d['reason'], d['delivery_count']) for d in rt.broker.dead_letters(sub.sub_key)] == [('max_attempts', 2)]
-    assert rt.broker.queue_depth(sub.sub_key) == 0
+    assert [(d['reason'], d['delivery_count']) for d in rt.catalog.dead_letters(sub.sub_key)] == [('max_attempts', 2)]
+    assert rt.catalog.queue_depth(sub.sub_key) == 0
 
 
 def test_concurrent_pulls_never_hand_one_message_to_two_callers(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
-    rt.broker.create_topic('orders.busy')
-    sub = rt.broker.subscribe('orders.busy', KIND_PULL, security='client')
+    rt.catalog.create_topic('orders.busy')
+    sub = rt.catalog.subscribe('orders.busy', KIND_PULL, security='client')
     for n in range(200):
         rt.broker.publish('orders.busy', n)
     taken: list[int] = []

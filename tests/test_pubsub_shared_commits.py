@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import event, func, select
 
 from runtime.db.models import Message
-from runtime.pubsub import archive, broker
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
+from runtime.timefmt import iso, iso_millis
 
 HANDLED: list[int] = []
 
@@ -48,7 +48,7 @@ def make_rt(runtime_factory: Callable[..., TestRuntime], tmp_path: Path, db_url:
 
 def _queue_empty(rt: TestRuntime) -> bool:
     sub = rt.broker.registry.service_subscription('commits.sink')
-    return sub is not None and rt.broker.queue_depth(sub.sub_key) == 0
+    return sub is not None and rt.catalog.queue_depth(sub.sub_key) == 0
 
 
 def test_a_batch_is_acked_in_the_transaction_that_takes_the_next(make_rt: Callable[..., TestRuntime]) -> None:
@@ -57,7 +57,7 @@ def test_a_batch_is_acked_in_the_transaction_that_takes_the_next(make_rt: Callab
     wait_until(lambda: HANDLED == [-1] and _queue_empty(rt), 10, message='warm-up delivered')
     sub = rt.broker.registry.service_subscription('commits.sink')
     assert sub is not None and sub.options.delivery_batch_size == 100
-    rt.broker.set_active(sub.sub_key, False)
+    rt.catalog.set_active(sub.sub_key, False)
     total = 300
     gevent.joinall([gevent.spawn(rt.broker.publish, 'commits.sink', {'n': n}) for n in range(total)],
                    raise_error=True)
@@ -73,7 +73,7 @@ def test_a_batch_is_acked_in_the_transaction_that_takes_the_next(make_rt: Callab
     event.listen(rt.engine, 'before_cursor_execute', written)
     event.listen(rt.engine, 'commit', count)
     try:
-        rt.broker.set_active(sub.sub_key, True)
+        rt.catalog.set_active(sub.sub_key, True)
         wait_until(lambda: len(HANDLED) == total + 1 and _queue_empty(rt), 20, message='all delivered and acked')
     finally:
         event.remove(rt.engine, 'commit', count)
@@ -86,7 +86,7 @@ def test_a_batch_is_acked_in_the_transaction_that_takes_the_next(make_rt: Callab
 
 def test_a_failing_work_item_fails_alone(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
-    committer = rt.broker._committer
+    committer = rt.broker.committer
     assert committer is not None
 
     rt.broker.publish('commits.sink', {'n': -1})  # makes the implicit topic, so the next ones just queue
@@ -126,7 +126,7 @@ def test_a_loop_that_cannot_be_claimed_delays_nothing(make_rt: Callable[..., Tes
     wait_until(lambda: HANDLED == [-1] and _queue_empty(rt), 10, message='warm-up delivered')
     sub = rt.broker.registry.service_subscription('commits.sink')
     assert sub is not None
-    loop = rt.broker._loops[sub.id][0]
+    loop = rt.broker.loops[sub.id]
 
     def broken_claim() -> None:
         raise RuntimeError('claim failed')
@@ -144,7 +144,7 @@ def test_message_ids_keep_growing_after_the_newest_are_swept(make_rt: Callable[.
     wait_until(lambda: len(HANDLED) == 3 and _queue_empty(rt), 10, message='delivered')
     with rt.engine.connect() as conn:
         newest = conn.execute(select(func.max(Message.id))).scalar_one()
-    assert rt.broker.sweep()['consumed'] == 3  # every message consumed: the table is empty
+    assert rt.broker.sweeper.sweep()['consumed'] == 3  # every message consumed: the table is empty
     rt.broker.publish('commits.sink', {'n': 3})
     with rt.engine.connect() as conn:
         assert conn.execute(select(func.min(Message.id))).scalar_one() > newest
@@ -157,5 +157,5 @@ def test_iso_times_match_datetime() -> None:
     stamps += [round(rng.uniform(1.7e9, 1.8e9), digits) for digits in (0, 3, 6) for _ in range(5_000)]
     for ts in stamps:
         moment = datetime.fromtimestamp(ts, UTC)
-        assert broker._iso(ts) == moment.isoformat(), ts
-        assert archive._iso(ts) == moment.isoformat(timespec='milliseconds'), ts
+        assert iso(ts) == moment.isoformat(), ts
+        assert iso_millis(ts) == moment.isoformat(timespec='milliseconds'), ts

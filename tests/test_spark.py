@@ -144,19 +144,19 @@ def traffic(tmp_path_factory):
     try:
         rt.deploy(TrafficOk, TrafficFlaky, TrafficPoison, TrafficReport, ReportReader)
         for topic in TOPICS:
-            rt.broker.create_topic(topic)
-        subs = [rt.broker.subscribe('orders.created', service='traffic.ok'),
-                rt.broker.subscribe('orders.created', service='traffic.flaky'),
-                rt.broker.subscribe('crm.customer.sync', service='traffic.ok')]
-        poison = rt.broker.subscribe('crm.customer.sync', service='traffic.poison', options={'max_attempts': 2})
-        rt.broker.subscribe(TOPIC_COMPLETED, service='traffic.report-reader')
+            rt.catalog.create_topic(topic)
+        subs = [rt.catalog.subscribe('orders.created', service='traffic.ok'),
+                rt.catalog.subscribe('orders.created', service='traffic.flaky'),
+                rt.catalog.subscribe('crm.customer.sync', service='traffic.ok')]
+        poison = rt.catalog.subscribe('crm.customer.sync', service='traffic.poison', options={'max_attempts': 2})
+        rt.catalog.subscribe(TOPIC_COMPLETED, service='traffic.report-reader')
         for n in range(40):
             rt.broker.publish('orders.created', {'n': n})
         for n in range(10):
             rt.broker.publish('crm.customer.sync', {'n': n})
-        wait_until(lambda: all(rt.broker.queue_depth(s.sub_key) == 0 for s in subs + [poison]), 30,
+        wait_until(lambda: all(rt.catalog.queue_depth(s.sub_key) == 0 for s in subs + [poison]), 30,
                    message='every queue drained')
-        dead = len(rt.broker.dead_letters(poison.sub_key))
+        dead = len(rt.catalog.dead_letters(poison.sub_key))
         assert dead == 10
         rt.archive.flush()
         records = [json.loads(line) for path in (base / 'var' / 'archive').rglob('*.jsonl')
@@ -302,7 +302,7 @@ def test_a_failing_pipeline_and_a_timed_out_one(runtime_factory, tmp_path):
     (pipelines / 'endless.py').write_text('import time\n\n\ndef main(args):\n    time.sleep(600)\n')
     (tmp_path / 'rt').mkdir()
     rt = runtime_factory(FailureReader, settings=_settings(tmp_path / 'rt', pipelines))
-    rt.broker.subscribe(TOPIC_FAILED, service='traffic.failure-reader')
+    rt.catalog.subscribe(TOPIC_FAILED, service='traffic.failure-reader')
     bad = rt.spark.submit('invoice_check', ['42'], timeout=SPARK_TIMEOUT)
     endless = rt.spark.submit('endless', timeout=8)
     wait_until(lambda: rt.spark.get(endless, log_lines=0)['pid'], 30, message='endless started')

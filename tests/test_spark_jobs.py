@@ -85,8 +85,8 @@ def _runtime(runtime_factory, tmp_path: Path, db_url: str | None, name: str = 'r
 
 
 def _subscribe_to_events(rt) -> None:
-    rt.broker.subscribe(TOPIC_COMPLETED, service='sj.on-completed')
-    rt.broker.subscribe(TOPIC_FAILED, service='sj.on-failed')
+    rt.catalog.subscribe(TOPIC_COMPLETED, service='sj.on-completed')
+    rt.catalog.subscribe(TOPIC_FAILED, service='sj.on-failed')
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@
 - ``POST /pubsub/unsubscribe/topic/{topic}``: ``{sub_key?}``, else every subscription of the caller
   to that topic, with their queues.
 - ``POST /pubsub/messages/get``: ``{sub_key?, max_messages?, max_len?, ack?, ack_deadline?}``; without
-  sub_key, all of the caller's pull subscriptions as one queue (runtime.pubsub.pull).
+  sub_key, all of the caller's pull subscriptions as one queue (runtime.pubsub.subscribers.pull).
 - ``POST /pubsub/messages/ack``: ``{sub_key?, ack_ids}`` for messages taken with ``ack: "manual"``.
 
 The caller is any active Basic Auth definition (runtime.security); its name is the subscriber's
@@ -39,7 +39,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import falcon
@@ -58,7 +58,6 @@ from runtime.errors import (
 )
 from runtime.http.auth import CALLER, CALLER_REALM
 from runtime.http.body import read_json
-from runtime.pubsub import pull
 from runtime.pubsub.permissions import PUB, SUB
 from runtime.pubsub.registry import (
     KIND_PULL,
@@ -70,7 +69,9 @@ from runtime.pubsub.registry import (
     canonical_topic_name,
     service_topic_name,
 )
+from runtime.pubsub.subscribers import pull
 from runtime.pubsub.topics import normalize, validate_topic_name
+from runtime.timefmt import iso
 
 if TYPE_CHECKING:
     from runtime.core import Runtime
@@ -253,7 +254,7 @@ class _PubSubResource:
                             if normalize(service_topic_name(s)) == normalize(name)), None)
         if service is not None and self._runtime.store.has(service):
             with pull.storage_errors():
-                return broker.ensure_service_topic(service)
+                return self._runtime.catalog.ensure_service_topic(service)
         raise TopicNotFound(name)
 
     def _subs(self, caller: BasicAuth, sub_key: str | None, kinds: tuple[str, ...] = (KIND_PULL,),
@@ -369,7 +370,7 @@ def _pub_time(value: Any) -> str | None:
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         try:
-            return datetime.fromtimestamp(value, UTC).isoformat()
+            return iso(value)
         except (OverflowError, OSError, ValueError):
             raise InvalidMessage('pub_time', 'is not a Unix time a date can be made of') from None
     raise InvalidMessage('pub_time', 'must be an ISO 8601 date and time')
@@ -399,11 +400,11 @@ class SubscribeResource(_PubSubResource):
         if not info.is_api_sub_allowed:
             raise Forbidden(f'topic {info.name!r} does not allow subscriptions through the API '
                             f'(is_api_sub_allowed is false)')
-        broker = runtime.broker
+        catalog = runtime.catalog
         existing = self._subs(caller, None, topic=info.name)
         with pull.storage_errors():
-            sub = existing[0] if existing else broker.subscribe(info.name, KIND_PULL, security=caller.name)
-            depth = broker.queue_depth(sub.sub_key)
+            sub = existing[0] if existing else catalog.subscribe(info.name, KIND_PULL, security=caller.name)
+            depth = catalog.queue_depth(sub.sub_key)
         resp.media = _ok(req, sub_key=sub.sub_key, queue_depth=depth)
 
 
@@ -436,7 +437,7 @@ class UnsubscribeResource(_PubSubResource):
             raise SubscriptionNotFound()  # Zato answers 200 when the caller is not subscribed at all
         with pull.storage_errors():
             for sub in subs:
-                runtime.broker.unsubscribe(sub.sub_key)
+                runtime.catalog.unsubscribe(sub.sub_key)
         resp.media = _ok(req, unsubscribed=len(subs))
 
 

@@ -6,23 +6,30 @@ apply to REST clients, not to services.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from runtime.pubsub.registry import KIND_PULL, KIND_SERVICE
+from runtime.pubsub.subscribers import pull
 
 if TYPE_CHECKING:
-    from runtime.pubsub.broker import Broker, MsgId
+    from runtime.pubsub.broker import Broker
+    from runtime.pubsub.catalog import Catalog
+    from runtime.pubsub.message import MsgId
     from runtime.service import Service
 
 
 class PubSubAPI:
     """Publish, subscribe and read messages on behalf of one service."""
 
-    __slots__ = ('_broker', '_service')
+    __slots__ = ('_broker', '_catalog', '_find_service', '_service')
 
-    def __init__(self, broker: Broker, service: Service) -> None:
+    def __init__(self, broker: Broker, catalog: Catalog, service: Service, find_service: Callable[[str], Any]) -> None:
         self._broker = broker
+        self._catalog = catalog
         self._service = service
+        #: The deployed service of a name, or ServiceNotFound.
+        self._find_service = find_service
 
     def publish(self, topic_or_service: str, data: Any = None, *, priority: int = 5,
                 expiration: float | None = None, has_gd: bool | None = None, correl_id: str | None = None,
@@ -37,16 +44,16 @@ class PubSubAPI:
     def subscribe(self, topic_or_pattern: str, service: str | None = None, **options: Any) -> str:
         """Subscribe a service (pushed to it) or, without service, this service's pull queue; returns sub_key."""
         if service:
-            self._service._runtime.store.get(service)  # ServiceNotFound early
-            sub = self._broker.subscribe(topic_or_pattern, KIND_SERVICE, service=service, options=options)
+            self._find_service(service)  # ServiceNotFound early
+            sub = self._catalog.subscribe(topic_or_pattern, KIND_SERVICE, service=service, options=options)
         else:
-            sub = self._broker.subscribe(topic_or_pattern, KIND_PULL, service=self._service.name, options=options)
+            sub = self._catalog.subscribe(topic_or_pattern, KIND_PULL, service=self._service.name, options=options)
         return sub.sub_key
 
     def unsubscribe(self, sub_key: str) -> None:
         """Remove a subscription and its queue."""
-        self._broker.unsubscribe(sub_key)
+        self._catalog.unsubscribe(sub_key)
 
     def get_messages(self, sub_key: str, max_messages: int = 50) -> list[dict[str, Any]]:
         """Take messages from a pull subscription (each with its data and metadata)."""
-        return self._broker.get_messages(sub_key, max_messages)
+        return pull.get_messages(self._broker, sub_key, max_messages)

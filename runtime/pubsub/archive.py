@@ -29,11 +29,9 @@ dependency in the server and is appendable; pipelines write their own results as
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
-import math
 import os
 import re
 import time
@@ -48,6 +46,7 @@ from gevent.lock import Semaphore
 from runtime.datafiles import open_private_append, private_dir
 from runtime.pubsub.observers import PubSubObserver
 from runtime.pubsub.retry import REASON_UNRENDERABLE
+from runtime.timefmt import iso_millis
 
 if TYPE_CHECKING:
     from runtime.config import ArchiveSection
@@ -86,23 +85,6 @@ def safe_topic_name(topic: str) -> str:
     return safe
 
 
-@functools.lru_cache(maxsize=4096)
-def _iso_second(second: int) -> str:
-    return datetime.fromtimestamp(second, UTC).strftime('%Y-%m-%dT%H:%M:%S')
-
-
-def _iso(ts: float) -> str:
-    """ISO 8601 in UTC with milliseconds, as ``isoformat(timespec='milliseconds')`` writes it.
-
-    Records of one flush share a few seconds, so the seconds part is formatted once each.
-    """
-    second = math.floor(ts)
-    micros = round((ts - second) * 1e6)  # rounded to the microsecond first, as datetime does
-    if micros >= 1_000_000:
-        second, micros = second + 1, micros - 1_000_000
-    return f'{_iso_second(second)}.{micros // 1000:03d}+00:00'
-
-
 def _data_json(data: str, mime_type: str) -> str:
     """The message's data as a JSON fragment, without decoding JSON data only to encode it again."""
     if mime_type == 'application/json':
@@ -117,8 +99,8 @@ def encode_record(rec: _Record, include_data: bool) -> str:
     fields = {
         'msg_id': msg_id, 'topic': topic, 'subscriber': subscriber, 'sub_id': sub_id, 'sub_kind': sub_kind,
         'outcome': outcome, 'attempts': attempts,
-        'pub_time': pub_time, 'pub_time_iso': _iso(pub_time),
-        'delivery_time': event_time, 'delivery_time_iso': _iso(event_time),
+        'pub_time': pub_time, 'pub_time_iso': iso_millis(pub_time),
+        'delivery_time': event_time, 'delivery_time_iso': iso_millis(event_time),
         'latency_ms': round((event_time - pub_time) * 1000.0, 3),
         'duration_ms': None if duration_secs is None else round(duration_secs * 1000.0, 3),
         'error': error, 'reason': reason, 'priority': priority, 'size': size, 'publisher': publisher,

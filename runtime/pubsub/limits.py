@@ -1,7 +1,8 @@
 """Depth limits of subscription queues, and the overflow log of publications past a limit.
 
 A topic's ``max_depth_gd`` / ``max_depth_non_gd`` bound the messages waiting in the topic for a
-subscriber (the broker's ``_topic_full``) and, here, each subscription queue the topic feeds: a GD
+subscriber (``TopicDepths``, read every ``depth_check_freq`` publications and counted in between) and
+each subscription queue the topic feeds each subscription queue the topic feeds: a GD
 publication is checked against ``max_depth_gd``, a non-GD one against ``max_depth_non_gd``, and a
 queue's depth counts every message it holds (stored, or in the memory of the worker delivering it).
 A publication that would go into a queue at the limit is refused whole with ``on_max_depth =
@@ -27,6 +28,7 @@ so that publishers cannot fill the disk through it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -34,11 +36,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtime.datafiles import open_private_append, private_dir
-from runtime.errors import OverflowLogFull
+from runtime.errors import OverflowLogFull, QueueFull
 
 if TYPE_CHECKING:
-    from runtime.pubsub.registry import SubInfo
-    from runtime.pubsub.store import Publication
+    from runtime.pubsub.message import Publication
+    from runtime.pubsub.registry import SubInfo, TopicInfo
+
+_log = logging.getLogger(__name__)
 
 #: Least time between two reads of the depth of a queue that looks full.
 FULL_RECHECK_SECS = 1.0
@@ -125,6 +129,58 @@ class QueueDepths:
             self._reserved_at_read[sub_id] = reserved
 
 
+def within_queue_limits(depths: QueueDepths, overflow_log: OverflowLog, topic: TopicInfo, pub: Publication,
+                        subs: list[SubInfo], limited: list[SubInfo], gd: bool) -> list[SubInfo]:
+    """The subscriptions whose queues may take the publication; overflowed copies are logged.
+
+    QueueFull (reject) or OverflowLogFull (overflow, log at its cap) refuse the whole publication.
+    """
+    limit = topic.max_depth_gd if gd else topic.max_depth_non_gd
+    full = depths.full(limited, limit, topic.depth_check_freq)
+    if not full:
+        return subs
+    if topic.on_max_depth == 'reject':
+        sub, depth = full[0]
+        # Named by id only: the publisher may not learn who else subscribes (label: security
+        # definition, service, push host).
+        raise QueueFull(topic.name, depth, f'sub#{sub.id}')
+    overflowed = {sub.id for sub, _depth in full}
+    overflow_log.overflow(pub, sorted(overflowed))
+    return [s for s in subs if s.id not in overflowed]
+
+
+class TopicDepths:
+    """Messages waiting in topics for a subscriber: read every depth_check_freq checks, counted in between."""
+
+    def __init__(self, read: Callable[[int, bool], int]) -> None:
+        #: Reads a topic's depth: read(topic_id, has_gd) -> messages.
+        self._read = read
+        self._depths: dict[int, int] = {}
+        self._since_read: dict[int, int] = {}
+
+    def full(self, topic: TopicInfo, gd: bool) -> bool:
+        """Whether the topic holds its max depth of such (GD or not) messages."""
+        limit = topic.max_depth_gd if gd else topic.max_depth_non_gd
+        count = self._since_read.get(topic.id, topic.depth_check_freq)
+        if topic.id not in self._depths or count >= topic.depth_check_freq:
+            self._depths[topic.id] = self._read(topic.id, gd)
+            count = 0
+        self._since_read[topic.id] = count + 1
+        return self._depths[topic.id] >= limit
+
+    def depth(self, topic_id: int) -> int:
+        """The topic's depth as last read and counted."""
+        return self._depths.get(topic_id, 0)
+
+    def added(self, topic_id: int) -> None:
+        """Count a publication kept in the topic."""
+        self._depths[topic_id] = self._depths.get(topic_id, 0) + 1
+
+    def clear(self) -> None:
+        """Read every depth again (a new subscription may have taken a topic's backlog)."""
+        self._depths.clear()
+
+
 class OverflowLog:
     """Per-topic JSON Lines files of publications past a max depth, each capped in size."""
 
@@ -161,3 +217,16 @@ class OverflowLog:
             f.flush()
             os.fsync(f.fileno())
         return path
+
+    def overflow(self, pub: Publication, sub_ids: Sequence[int] | None = None) -> None:
+        """Append a publication past a max depth (the topic's, or these queues') and log where it went.
+
+        Written before the publication's commit: OverflowLogFull (the log at its cap) must refuse it
+        before anything is stored.
+        """
+        path = self.append(pub, sub_ids)
+        if sub_ids is None:
+            _log.warning('topic %s is at its max depth: message %s written to %s', pub.topic_name, pub.msg_id, path)
+        else:
+            _log.warning('topic %s: the queues of %s are at the max depth: their copies of message %s written to %s',
+                         pub.topic_name, ', '.join(f'sub#{i}' for i in sub_ids), pub.msg_id, path)

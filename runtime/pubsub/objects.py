@@ -35,8 +35,7 @@ from runtime.errors import ConfigError
 from runtime.object_checks import topic_missing
 from runtime.objects import DELETE, Scope, SectionHandler
 from runtime.pubsub import store
-from runtime.pubsub.broker import SYNC_KEY
-from runtime.pubsub.push import check_push_url
+from runtime.pubsub.catalog import SYNC_KEY
 from runtime.pubsub.registry import (
     KIND_PULL,
     KIND_REST_PUSH,
@@ -47,6 +46,7 @@ from runtime.pubsub.registry import (
     check_topic_attributes,
     parse_options,
 )
+from runtime.pubsub.subscribers.rest_push import check_push_url
 from runtime.pubsub.topics import InvalidTopicName, normalize, validate_pattern, validate_topic_name
 
 #: Keys of a pubsub_subscription item that are not delivery options.

@@ -119,7 +119,7 @@ class DeliveryOptions:
     err_should_block: bool = True
     max_in_flight: int = 1
     hook_service: str = ''
-    # REST push (runtime.pubsub.push): method, batching and timeout towards the endpoint.
+    # REST push (runtime.pubsub.subscribers.rest_push): method, batching and timeout towards the endpoint.
     push_method: str = 'POST'
     wrap_one_msg_in_list: bool = False
     #: 'flat' (Zato 4.1: msg_id, topic_name, data, ... at the top level) or 'envelope' ({data, meta}).

@@ -21,6 +21,7 @@ from runtime.db.models import DeadLetter, Message, QueueEntry, Subscription, Top
 from runtime.errors import ConfigError
 from runtime.pubsub import queue_sql
 from runtime.pubsub.failure import MAX_TRACEBACK_CHARS
+from runtime.pubsub.message import Delivery, Publication
 from runtime.pubsub.registry import DeliveryOptions, Registry, SubInfo, TopicInfo, parse_options
 from runtime.pubsub.topics import matches, normalize
 
@@ -35,68 +36,6 @@ _log = logging.getLogger(__name__)
 def new_sub_key() -> str:
     """A new secret subscription key: 160 bits of randomness."""
     return 'sk.' + secrets.token_hex(20)
-
-
-@dataclass
-class Publication:
-    """One message about to be stored, with the subscriptions it goes to."""
-
-    msg_id: str
-    topic_id: int
-    topic_name: str
-    data: str
-    mime_type: str
-    priority: int
-    pub_time: float
-    expiration_time: float
-    publisher: str
-    correl_id: str | None
-    in_reply_to: str | None
-    ext_client_id: str | None
-    has_gd: bool
-    size: int
-    sub_ids: list[int]
-    #: No subscriber: the topic keeps it until one appears.
-    in_topic: bool = False
-    #: The publisher's own pub_time, verbatim (pub_time is the server's).
-    ext_pub_time: str | None = None
-
-
-@dataclass
-class Delivery:
-    """A queue entry with its message, as the delivery loop and pullers see it."""
-
-    entry_id: int
-    sub_id: int
-    delivery_count: int
-    next_attempt_at: float
-    last_error: str
-    recv_time: float
-    message_id: int
-    msg_id: str
-    topic_name: str
-    data: str
-    mime_type: str
-    priority: int
-    pub_time: float
-    expiration_time: float
-    publisher: str
-    correl_id: str | None
-    in_reply_to: str | None
-    ext_client_id: str | None
-    has_gd: bool
-    size: int
-    topic_id: int = 0
-    #: The publisher's own pub_time, verbatim, if it gave one.
-    ext_pub_time: str | None = None
-    #: Traceback of the last failed attempt, set by the delivery loop (not read with the head).
-    last_traceback: str = ''
-
-    def payload(self) -> Any:
-        """The data as the publisher gave it (JSON decoded when it was JSON)."""
-        if self.mime_type == 'application/json':
-            return json.loads(self.data)
-        return self.data
 
 
 @dataclass

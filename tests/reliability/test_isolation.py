@@ -43,9 +43,9 @@ def test_hanging_and_failing_subscribers_do_not_delay_others(runtime_factory, tm
     settings.pubsub.wait_non_sock_err = 0.05
     fast_seen.clear()
     rt = runtime_factory(Hangs, Fails, Fast, settings=settings)
-    rt.broker.create_topic('iso.topic')
+    rt.catalog.create_topic('iso.topic')
     for service in ('iso.hangs', 'iso.fails', 'iso.fast'):
-        rt.broker.subscribe('iso.topic', 'service', service=service)
+        rt.catalog.subscribe('iso.topic', 'service', service=service)
     for n in range(50):
         rt.broker.publish('iso.topic', {'n': n})
     wait_until(lambda: len(fast_seen) == 50, timeout=10, message='the fast subscriber got everything')

@@ -253,7 +253,7 @@ class Publisher(Service):
 def test_the_broker_refuses_what_the_door_refuses(runtime_factory: Callable[..., TestRuntime], db_url: str,
                                                   data: Any, kw: dict[str, Any], named: str) -> None:
     rt = runtime_factory(Publisher, db_url=db_url)
-    rt.broker.create_topic('sec.topic')
+    rt.catalog.create_topic('sec.topic')
     with pytest.raises(InvalidMessage) as e:
         rt.broker.publish('sec.topic', data, **kw)
     assert named in str(e.value)

@@ -28,6 +28,7 @@ from runtime.db.models import Subscription, Topic
 from runtime.pubsub import store
 from runtime.pubsub.retry import REASON_UNRENDERABLE
 from runtime.pubsub.store import Publication
+from runtime.pubsub.subscribers.pull import get_messages
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.live_server import LiveServer, free_port
@@ -238,21 +239,21 @@ def receiver() -> Iterator[StrictReceiver]:
 def test_a_rest_push_sends_the_rest_of_the_batch_and_dead_letters_the_poison(
         make_rt: Callable[..., TestRuntime], receiver: StrictReceiver, err_should_block: bool) -> None:
     rt = make_rt()
-    rt.broker.create_topic('push.poison')
-    sub = rt.broker.subscribe('push.poison', 'rest_push', push_url=receiver.url,
+    rt.catalog.create_topic('push.poison')
+    sub = rt.catalog.subscribe('push.poison', 'rest_push', push_url=receiver.url,
                               options={'err_should_block': err_should_block, 'wrap_one_msg_in_list': True,
                                        'push_batch': True, 'push_format': 'envelope'})
-    rt.broker.set_active(sub.sub_key, False)  # the whole mix waits in the queue, then goes as one batch
+    rt.catalog.set_active(sub.sub_key, False)  # the whole mix waits in the queue, then goes as one batch
     goods, poisons = interleaved(lambda data: rt.broker.publish('push.poison', data),
                                  lambda text: insert_poison(rt.engine, 'push.poison', [sub.id], text))
-    rt.broker.set_active(sub.sub_key, True)
-    wait_until(lambda: len(rt.broker.dead_letters(sub.sub_key)) == len(poisons), TIMEOUT, message='dead letters')
+    rt.catalog.set_active(sub.sub_key, True)
+    wait_until(lambda: len(rt.catalog.dead_letters(sub.sub_key)) == len(poisons), TIMEOUT, message='dead letters')
     wait_until(lambda: len(receiver.messages) >= len(goods), TIMEOUT, message='the good messages pushed')
     assert [m['meta']['msg_id'] for m in receiver.messages] == goods
     assert [m['data'] for m in receiver.messages] == [{'n': i} for i in range(len(goods))]
     assert receiver.refused == []  # nothing that is not JSON ever went out
-    assert_dead_letters(rt.broker.dead_letters(sub.sub_key), poisons)
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='an empty queue')
+    assert_dead_letters(rt.catalog.dead_letters(sub.sub_key), poisons)
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='an empty queue')
 
 
 #: Payloads the recording service got.
@@ -272,27 +273,27 @@ def test_a_service_subscriber_gets_the_rest_and_the_poison_is_dead_lettered_at_o
         make_rt: Callable[..., TestRuntime]) -> None:
     RECEIVED.clear()
     rt = make_rt(Recorder)
-    rt.broker.create_topic('svc.poison')
-    sub = rt.broker.subscribe('svc.poison', 'service', service=Recorder.name)
-    rt.broker.set_active(sub.sub_key, False)
+    rt.catalog.create_topic('svc.poison')
+    sub = rt.catalog.subscribe('svc.poison', 'service', service=Recorder.name)
+    rt.catalog.set_active(sub.sub_key, False)
     goods, poisons = interleaved(lambda data: rt.broker.publish('svc.poison', data),
                                  lambda text: insert_poison(rt.engine, 'svc.poison', [sub.id], text))
-    rt.broker.set_active(sub.sub_key, True)
-    wait_until(lambda: len(rt.broker.dead_letters(sub.sub_key)) == len(poisons), TIMEOUT, message='dead letters')
+    rt.catalog.set_active(sub.sub_key, True)
+    wait_until(lambda: len(rt.catalog.dead_letters(sub.sub_key)) == len(poisons), TIMEOUT, message='dead letters')
     wait_until(lambda: len(RECEIVED) >= len(goods), TIMEOUT, message='the good messages delivered')
     assert RECEIVED == [{'n': i} for i in range(len(goods))]  # never a NaN, never a 950-deep list
-    assert_dead_letters(rt.broker.dead_letters(sub.sub_key), poisons)
-    wait_until(lambda: rt.broker.queue_depth(sub.sub_key) == 0, TIMEOUT, message='an empty queue')
+    assert_dead_letters(rt.catalog.dead_letters(sub.sub_key), poisons)
+    wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='an empty queue')
 
 
 def test_a_services_own_pull_gets_the_rest_and_the_poison_is_dead_lettered(
         make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
-    rt.broker.create_topic('own.poison')
-    sub = rt.broker.subscribe('own.poison', 'pull', service='sec.some.service')
+    rt.catalog.create_topic('own.poison')
+    sub = rt.catalog.subscribe('own.poison', 'pull', service='sec.some.service')
     goods, poisons = interleaved(lambda data: rt.broker.publish('own.poison', data),
                                  lambda text: insert_poison(rt.engine, 'own.poison', [sub.id], text))
-    got = rt.broker.get_messages(sub.sub_key, 50)
+    got = get_messages(rt.broker, sub.sub_key, 50)
     assert [m['msg_id'] for m in got] == goods and [m['data'] for m in got] == [{'n': i} for i in range(len(goods))]
-    assert_dead_letters(rt.broker.dead_letters(sub.sub_key), poisons)
-    assert rt.broker.queue_depth(sub.sub_key) == 0
+    assert_dead_letters(rt.catalog.dead_letters(sub.sub_key), poisons)
+    assert rt.catalog.queue_depth(sub.sub_key) == 0

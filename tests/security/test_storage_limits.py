@@ -29,6 +29,7 @@ from runtime.db.models import Message, Subscription
 from runtime.errors import ConfigError, OverflowLogFull, QueueFull, TopicFull
 from runtime.pubsub import admin_ops, limits
 from runtime.pubsub.registry import SubInfo
+from runtime.pubsub.subscribers.pull import get_messages
 from runtime.service import Service
 from runtime.spark.submit import SparkSubmitter, Submission
 from runtime.testing import TestRuntime, make_settings, wait_until
@@ -74,8 +75,8 @@ def make_rt(db_url: str, tmp_path: Path,
 
 def _idle_and_busy(rt: TestRuntime, topic: str) -> tuple[SubInfo, SubInfo]:
     """Two pull subscriptions: one that never reads, one that is read after each publication."""
-    return (rt.broker.subscribe(topic, 'pull', service='lim.idle'),
-            rt.broker.subscribe(topic, 'pull', service='lim.busy'))
+    return (rt.catalog.subscribe(topic, 'pull', service='lim.idle'),
+            rt.catalog.subscribe(topic, 'pull', service='lim.busy'))
 
 
 def _stored_messages(rt: TestRuntime) -> int:
@@ -106,11 +107,11 @@ def umask_022() -> Iterator[None]:
 
 def test_a_full_queue_rejects_the_publication_for_everybody(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
-    rt.broker.create_topic('lim.reject', max_depth_gd=5, on_max_depth='reject')
+    rt.catalog.create_topic('lim.reject', max_depth_gd=5, on_max_depth='reject')
     idle, busy = _idle_and_busy(rt, 'lim.reject')
     for n in range(5):
         rt.broker.publish('lim.reject', {'n': n})
-        assert len(rt.broker.get_messages(busy.sub_key)) == 1
+        assert len(get_messages(rt.broker, busy.sub_key)) == 1
 
     with pytest.raises(QueueFull) as info:
         rt.broker.publish('lim.reject', {'n': 5})
@@ -118,8 +119,8 @@ def test_a_full_queue_rejects_the_publication_for_everybody(make_rt: Callable[..
     assert info.value.name == 'lim.reject' and info.value.depth == 5
     assert idle.sub_key not in str(info.value) and 'lim.idle' not in str(info.value)
     # Nothing stored for anybody: the busy subscriber, with room to spare, did not get it either.
-    assert rt.broker.queue_depth(idle.sub_key) == 5
-    assert rt.broker.queue_depth(busy.sub_key) == 0
+    assert rt.catalog.queue_depth(idle.sub_key) == 5
+    assert rt.catalog.queue_depth(busy.sub_key) == 0
     assert _stored_messages(rt) == 5
     assert not _overflow_path(rt, 'lim.reject.jsonl').exists()
 
@@ -127,18 +128,18 @@ def test_a_full_queue_rejects_the_publication_for_everybody(make_rt: Callable[..
 def test_past_a_full_queue_its_copy_goes_to_the_overflow_log_and_the_others_get_it(
         make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
-    rt.broker.create_topic('lim.overflow', max_depth_gd=3)  # on_max_depth: overflow (the default)
+    rt.catalog.create_topic('lim.overflow', max_depth_gd=3)  # on_max_depth: overflow (the default)
     idle, busy = _idle_and_busy(rt, 'lim.overflow')
     first = []
     for n in range(3):
         first.append(rt.broker.publish('lim.overflow', {'n': n}))
-        assert [m['msg_id'] for m in rt.broker.get_messages(busy.sub_key)] == first[-1:]
+        assert [m['msg_id'] for m in get_messages(rt.broker, busy.sub_key)] == first[-1:]
     assert not any(msg_id.overflowed for msg_id in first)
 
     late = rt.broker.publish('lim.overflow', {'n': 3})
     assert late.overflowed  # the publisher is told
-    assert [m['msg_id'] for m in rt.broker.get_messages(busy.sub_key)] == [late]
-    assert [m['msg_id'] for m in rt.broker.get_messages(idle.sub_key)] == first
+    assert [m['msg_id'] for m in get_messages(rt.broker, busy.sub_key)] == [late]
+    assert [m['msg_id'] for m in get_messages(rt.broker, idle.sub_key)] == first
 
     path = _overflow_path(rt, 'lim.overflow.jsonl')
     [line] = [json.loads(text) for text in path.read_text(encoding='utf-8').splitlines()]
@@ -148,8 +149,8 @@ def test_past_a_full_queue_its_copy_goes_to_the_overflow_log_and_the_others_get_
 
 def test_concurrent_publishers_of_one_worker_never_pass_the_limit(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt()
-    rt.broker.create_topic('lim.race', max_depth_gd=5, on_max_depth='reject')
-    idle = rt.broker.subscribe('lim.race', 'pull', service='lim.idle')
+    rt.catalog.create_topic('lim.race', max_depth_gd=5, on_max_depth='reject')
+    idle = rt.catalog.subscribe('lim.race', 'pull', service='lim.idle')
 
     def publish(n: int) -> bool:
         try:
@@ -161,50 +162,50 @@ def test_concurrent_publishers_of_one_worker_never_pass_the_limit(make_rt: Calla
     greenlets = [gevent.spawn(publish, n) for n in range(40)]
     gevent.joinall(greenlets, timeout=TIMEOUT, raise_error=True)
     assert sum(g.value for g in greenlets) == 5
-    assert rt.broker.queue_depth(idle.sub_key) == 5
+    assert rt.catalog.queue_depth(idle.sub_key) == 5
 
 
 def test_service_queues_keep_every_message_past_the_limit(make_rt: Callable[..., TestRuntime]) -> None:
     # A message published to a service must survive until processed: its queue is drained by the
     # runtime itself, so the limit (meant for clients that may never read) does not apply to it.
     rt = make_rt(Sink)
-    topic = rt.broker.ensure_service_topic('lim.sink')
+    topic = rt.catalog.ensure_service_topic('lim.sink')
     sub = rt.broker.registry.service_subscription('lim.sink')
     assert sub is not None
-    rt.broker.set_active(sub.sub_key, False)  # a service that does not keep up: its queue grows
+    rt.catalog.set_active(sub.sub_key, False)  # a service that does not keep up: its queue grows
     run_transaction(rt.engine, lambda c: admin_ops.update_topic(c, topic.id, {'max_depth_gd': 3,
                                                                                'on_max_depth': 'reject'}))
     rt.broker.reload()
     for n in range(6):
         assert not rt.broker.publish('lim.sink', {'n': n}).overflowed
-    assert rt.broker.queue_depth(sub.sub_key) == 6
+    assert rt.catalog.queue_depth(sub.sub_key) == 6
 
 
 def test_a_drained_queue_takes_publications_again(make_rt: Callable[..., TestRuntime],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, 'FULL_RECHECK_SECS', 0.0)  # read a full queue's depth again at once
     rt = make_rt()
-    rt.broker.create_topic('lim.drained', max_depth_gd=2, on_max_depth='reject')
-    sub = rt.broker.subscribe('lim.drained', 'pull', service='lim.reader')
+    rt.catalog.create_topic('lim.drained', max_depth_gd=2, on_max_depth='reject')
+    sub = rt.catalog.subscribe('lim.drained', 'pull', service='lim.reader')
     rt.broker.publish('lim.drained', 1)
     rt.broker.publish('lim.drained', 2)
     with pytest.raises(QueueFull):
         rt.broker.publish('lim.drained', 3)
-    assert len(rt.broker.get_messages(sub.sub_key)) == 2
+    assert len(get_messages(rt.broker, sub.sub_key)) == 2
     rt.broker.publish('lim.drained', 4)
-    assert rt.broker.queue_depth(sub.sub_key) == 1
+    assert rt.catalog.queue_depth(sub.sub_key) == 1
 
 
 def test_another_workers_publications_count_towards_the_limit(make_rt: Callable[..., TestRuntime]) -> None:
     first = make_rt()
-    first.broker.create_topic('lim.shared', max_depth_gd=3, on_max_depth='reject')
-    sub = first.broker.subscribe('lim.shared', 'pull', service='lim.idle')
+    first.catalog.create_topic('lim.shared', max_depth_gd=3, on_max_depth='reject')
+    sub = first.catalog.subscribe('lim.shared', 'pull', service='lim.idle')
     for n in range(3):
         first.broker.publish('lim.shared', n)
     second = make_rt()  # another worker on the same database: it reads the depth before it publishes
     with pytest.raises(QueueFull):
         second.broker.publish('lim.shared', 3)
-    assert first.broker.queue_depth(sub.sub_key) == 3
+    assert first.catalog.queue_depth(sub.sub_key) == 3
 
 
 # The overflow log
@@ -212,7 +213,7 @@ def test_another_workers_publications_count_towards_the_limit(make_rt: Callable[
 
 def test_the_overflow_log_has_a_size_cap(make_rt: Callable[..., TestRuntime]) -> None:
     rt = make_rt(max_overflow_bytes=2000)
-    rt.broker.create_topic('lim.cap', max_depth_gd=0)  # every publication goes to the overflow log
+    rt.catalog.create_topic('lim.cap', max_depth_gd=0)  # every publication goes to the overflow log
     logged = []
     with pytest.raises(OverflowLogFull) as info:
         for n in range(100):
@@ -228,17 +229,17 @@ def test_the_overflow_log_has_a_size_cap(make_rt: Callable[..., TestRuntime]) ->
     assert [json.loads(line)['msg_id'] for line in path.read_text(encoding='utf-8').splitlines()] == logged
 
     # A queue's overflowed copy meets the same cap, and then nobody gets the publication.
-    rt.broker.create_topic('lim.capq', max_depth_gd=1)
+    rt.catalog.create_topic('lim.capq', max_depth_gd=1)
     idle, busy = _idle_and_busy(rt, 'lim.capq')
     rt.broker.publish('lim.capq', 'first')
     with pytest.raises(OverflowLogFull):
         for _ in range(100):
             rt.broker.publish('lim.capq', 'z' * 300)
-    depth = rt.broker.queue_depth(busy.sub_key)
+    depth = rt.catalog.queue_depth(busy.sub_key)
     with pytest.raises(OverflowLogFull):
         rt.broker.publish('lim.capq', 'refused')
-    assert rt.broker.queue_depth(busy.sub_key) == depth
-    assert rt.broker.queue_depth(idle.sub_key) == 1
+    assert rt.catalog.queue_depth(busy.sub_key) == depth
+    assert rt.catalog.queue_depth(idle.sub_key) == 1
     assert _overflow_path(rt, 'lim.capq.jsonl').stat().st_size <= 2000
 
 
@@ -257,7 +258,7 @@ def test_data_files_and_directories_are_owner_only(umask_022: None, tmp_path: Pa
 
     # The database, its directories, and the WAL files SQLite made beside it.
     db = base / 'data' / 'db' / 'conduit.db'
-    rt.broker.create_topic('lim.files', max_depth_gd=0)
+    rt.catalog.create_topic('lim.files', max_depth_gd=0)
     for path in (db, db.with_name('conduit.db-wal'), db.with_name('conduit.db-shm')):
         assert path.exists() and _mode(path) == 0o600, path
     assert _mode(base / 'data') == _mode(base / 'data' / 'db') == 0o700
@@ -345,9 +346,9 @@ def test_object_files_and_subscriptions_refuse_other_variables(make_rt: Callable
         assert 'password' in message and 'CONDUIT_SECRET_' in message and LEAKED_VALUE not in message, message
         path.unlink()
 
-    rt.broker.create_topic('leak.api')
+    rt.catalog.create_topic('leak.api')
     with pytest.raises(ConfigError) as info:
-        rt.broker.subscribe('leak.api', 'rest_push', push_url='http://127.0.0.1:9/hook',
+        rt.catalog.subscribe('leak.api', 'rest_push', push_url='http://127.0.0.1:9/hook',
                             options={'push_username': 'u', 'push_password': '${CONDUIT_TEST_LEAK}'})
     assert 'push_password' in str(info.value) and 'CONDUIT_SECRET_' in str(info.value)
     assert LEAKED_VALUE not in str(info.value)
@@ -361,7 +362,7 @@ def test_a_stored_reference_to_another_variable_is_never_resolved(
     receiver.start()
     try:
         rt = make_rt()
-        rt.broker.create_topic('leak.stored')
+        rt.catalog.create_topic('leak.stored')
         options = {'push_username': 'u', 'push_password': '${CONDUIT_TEST_LEAK}'}
         run_transaction(rt.engine, lambda c: c.execute(insert(Subscription).values(
             sub_key='sk.' + 'a' * 40, pattern='leak.stored', kind='rest_push', service='', security='',

@@ -1,4 +1,10 @@
-"""Pull subscriptions read by REST clients: taking messages, and acknowledging them.
+"""Pull subscriptions: queues their readers take messages from, a service or a REST client alike.
+
+There is one pull path: a service's ``self.pubsub.get_messages`` (``get_messages``) and a REST
+client's ``POST /pubsub/messages/get`` (``take``) run the same transaction, with the same expiry
+handling, dead-lettering, limits and observers; only the view differs (``service_view`` for a
+service, the REST API's ``{data, meta}`` JSON text for a client, see ``runtime.pubsub.message``).
+Workers do not deliver pull subscriptions: ``PullSubscriber`` is the kind's plug-in.
 
 A pull takes the head of one or several queues of one caller, merged into one order (priority
 high first, then publication; the same message queued for two of the caller's subscriptions is
@@ -17,11 +23,12 @@ Two ways to acknowledge:
 
 Entries of topics the caller may no longer read (a pattern subscription that inherited a topic's
 backlog, a permission withdrawn after publication) are dead-lettered with reason
-``no_permission``, never handed over. Expired messages are left to the sweeper.
+``no_permission``, never handed over. Expired messages met at the head of a queue are dead-lettered
+with reason ``expired``, never handed over (the sweeper takes those nobody pulls).
 
 Nothing is acked or leased before it is rendered: each message chosen is turned into its final
-JSON text (``Pulled.text``, within the broker's JSON limits) in the transaction that acks or
-leases it, and the answer is composed of those texts, so that nothing can fail once they are
+view (``Pulled.rendered``: for a REST client the JSON text, within the broker's JSON limits) in the
+transaction that acks or leases it, and the answer is composed of those, so that nothing can fail once they are
 gone from the queue. A message that cannot be rendered (stored data that is not JSON within the
 limits, NaN, text that is not Unicode) is dead-lettered with reason ``unrenderable`` and the rest
 of the batch is handed over.
@@ -32,33 +39,35 @@ so never hand one entry to two callers; SQLite serialises write transactions any
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, delete, func, select, update
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from runtime import json_limits
 from runtime.db.blocking import run_transaction
 from runtime.db.models import Message, QueueEntry
-from runtime.errors import StorageUnavailable, UnrenderableMessage
+from runtime.errors import StorageUnavailable, SubscriptionNotFound, UnrenderableMessage
 from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub import store
-from runtime.pubsub.dead_letters import Moves
+from runtime.pubsub.dead_letters import DeadLetterer, Moves
+from runtime.pubsub.message import Delivery, render_pull, service_view
+from runtime.pubsub.registry import KIND_PULL
 from runtime.pubsub.retry import REASON_UNRENDERABLE
-from runtime.pubsub.store import Delivery
 
 if TYPE_CHECKING:
-    from runtime.pubsub.broker import Broker
-    from runtime.pubsub.registry import SubInfo
+    from sqlalchemy import Engine
+
+    from runtime.pubsub.observers import Observers
+    from runtime.pubsub.registry import Registry, SubInfo
+    from runtime.pubsub.subscribers import Context, Deliverer
 
 _log = logging.getLogger(__name__)
 
@@ -90,6 +99,7 @@ ACK_MODES = (ACK_AUTO, ACK_MANUAL)
 #: Dead-letter reasons of pulls.
 REASON_NO_PERMISSION = 'no_permission'
 REASON_MAX_ATTEMPTS = 'max_attempts'
+REASON_EXPIRED = 'expired'
 
 #: The columns of a queue entry with its message, in the order of Delivery's fields.
 _DELIVERY_COLUMNS = (QueueEntry.id, QueueEntry.sub_id, QueueEntry.delivery_count, QueueEntry.next_attempt_at,
@@ -99,6 +109,16 @@ _DELIVERY_COLUMNS = (QueueEntry.id, QueueEntry.sub_id, QueueEntry.delivery_count
                      Message.has_gd, Message.size, Message.topic_id, Message.ext_pub_time)
 
 
+class PullSource(Protocol):
+    """What a pull needs of the broker: storage, dead-lettering, observers, limits, subscriptions."""
+
+    engine: Engine
+    json_limits: JsonLimits
+    dead_letterer: DeadLetterer
+    observers: Observers
+    registry: Registry
+
+
 @dataclass
 class Pulled:
     """One message handed over: its delivery (attempt counted), the subscription, and its ack_id in manual mode."""
@@ -106,8 +126,31 @@ class Pulled:
     delivery: Delivery
     sub: SubInfo
     ack_id: str | None = None
-    #: The message as the UTF-8 JSON text of ``{data, meta}``, rendered before it was acked or leased.
-    text: bytes = b''
+    #: The message as its reader gets it, rendered before it was acked or leased (see the renderers below).
+    rendered: Any = b''
+
+    @property
+    def text(self) -> bytes:
+        """The UTF-8 JSON text of ``{data, meta}`` of a message rendered for a REST client."""
+        return self.rendered
+
+
+#: Renders a message being handed over: (pulled, now, limits) -> what its reader gets; UnrenderableMessage.
+Renderer = Callable[[Pulled, float, JsonLimits], Any]
+
+
+def render(p: Pulled, now: float, limits: JsonLimits = DEFAULT_LIMITS) -> bytes:
+    """A message as a REST client pulls it: the UTF-8 JSON text of ``{data, meta}``."""
+    return render_pull(p.delivery, p.sub.sub_key, now, p.ack_id, limits)
+
+
+def render_for_service(p: Pulled, now: float, limits: JsonLimits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """A message as a service pulls it: its data decoded, with its metadata (``service_view``)."""
+    return service_view(p.delivery, p.sub.sub_key, limits)
+
+
+def _allow_all(_sub: SubInfo, _topic: str) -> bool:
+    return True
 
 
 @contextmanager
@@ -140,9 +183,9 @@ def _candidates(conn: Connection, sub_id: int, limit: int, now: float) -> list[A
     """The due head of one queue, without the data itself (only its length)."""
     query = (select(QueueEntry.id, QueueEntry.sub_id, QueueEntry.message_id, QueueEntry.priority,
                     QueueEntry.delivery_count, QueueEntry.ack_id, Message.topic_name,
-                    func.length(Message.data).label('chars'))
+                    func.length(Message.data).label('chars'), Message.expiration_time)
              .join(Message, Message.id == QueueEntry.message_id)
-             .where(QueueEntry.sub_id == sub_id, QueueEntry.next_attempt_at <= now, Message.expiration_time > now)
+             .where(QueueEntry.sub_id == sub_id, QueueEntry.next_attempt_at <= now)
              .order_by(QueueEntry.priority, QueueEntry.message_id)
              .limit(limit))
     if conn.dialect.name == 'postgresql':
@@ -158,11 +201,31 @@ def _deliveries(conn: Connection, entry_ids: list[int]) -> dict[int, Delivery]:
     return {row[0]: Delivery(*row) for row in rows}
 
 
-def take(broker: Broker, subs: list[SubInfo], max_messages: int, max_len: int, lease_secs: float | None,
-         may_read: Callable[[SubInfo, str], bool]) -> list[Pulled]:
-    """Hand over the heads of subs' queues as one queue; lease_secs None acks them at once (auto)."""
+def take(source: PullSource, subs: list[SubInfo], max_messages: int, max_len: int, lease_secs: float | None,
+         may_read: Callable[[SubInfo, str], bool], renderer: Renderer = render) -> list[Pulled]:
+    """Hand over the heads of subs' queues as one queue; lease_secs None acks them at once (auto).
+
+    StorageUnavailable when the database cannot be reached.
+    """
+    with storage_errors():
+        return _take(source, subs, max_messages, max_len, lease_secs, may_read, renderer)
+
+
+def get_messages(source: PullSource, sub_key: str, max_messages: int = DEFAULT_MAX_MESSAGES) -> list[dict[str, Any]]:
+    """Take up to max_messages from a service's pull subscription (acked as they are handed over)."""
+    sub = source.registry.subs_by_key.get(sub_key)
+    if sub is None or sub.kind != KIND_PULL:
+        raise SubscriptionNotFound('pull subscription')
+    # Services always may read their own subscriptions, and take whole messages whatever their size.
+    pulled = _take(source, [sub], max(1, min(max_messages, MAX_MESSAGES)), sys.maxsize, None, _allow_all,
+                   render_for_service)
+    return [p.rendered for p in pulled]
+
+
+def _take(source: PullSource, subs: list[SubInfo], max_messages: int, max_len: int, lease_secs: float | None,
+          may_read: Callable[[SubInfo, str], bool], renderer: Renderer) -> list[Pulled]:
     by_id = {s.id: s for s in subs}
-    limits = broker.json_limits
+    limits = source.json_limits
 
     def one_round(conn: Connection, moves: Moves, now: float, room: int,
                   budget: int) -> tuple[list[Pulled], int, bool]:
@@ -177,6 +240,9 @@ def take(broker: Broker, subs: list[SubInfo], max_messages: int, max_len: int, l
             sub = by_id[row.sub_id]
             if row.message_id in twins:
                 twins[row.message_id].append(row)
+                continue
+            if row.expiration_time <= now:  # never handed over: dead-lettered, as the sweeper does
+                doomed.append((row, REASON_EXPIRED, ''))
                 continue
             if not may_read(sub, row.topic_name):
                 doomed.append((row, REASON_NO_PERMISSION, f'security definition {sub.security!r} has no sub '
@@ -193,15 +259,20 @@ def take(broker: Broker, subs: list[SubInfo], max_messages: int, max_len: int, l
         ids = [r.id for r in chosen] + [t.id for ts in twins.values() for t in ts] + [r.id for r, _, _ in doomed]
         full = _deliveries(conn, ids)
         for row, reason, error in doomed:
-            moves.add(conn, full[row.id], reason, error, by_id[row.sub_id], log=True)
+            d = full[row.id]
+            if reason == REASON_EXPIRED:
+                moves.add(conn, d, reason, d.last_error or 'the message expired unread', by_id[row.sub_id])
+            else:
+                moves.add(conn, d, reason, error, by_id[row.sub_id], log=True)
         pulled, chars, unrenderable = [], 0, False
+        acked: list[int] = []
         for row in chosen:
             entries = [row, *twins[row.message_id]]
             d = full[row.id]
             p = Pulled(d, by_id[row.sub_id], None if lease_secs is None else new_ack_id())
             d.delivery_count += 1
             try:
-                p.text = render(p, now, limits)
+                p.rendered = renderer(p, now, limits)
             except UnrenderableMessage as e:
                 d.delivery_count -= 1  # never handed over
                 unrenderable = True
@@ -209,13 +280,15 @@ def take(broker: Broker, subs: list[SubInfo], max_messages: int, max_len: int, l
                     moves.add(conn, full[entry.id], REASON_UNRENDERABLE, str(e), by_id[entry.sub_id], log=True)
                 continue
             if lease_secs is None:
-                store.ack(conn, [e.id for e in entries])
+                acked += [e.id for e in entries]
             else:
                 conn.execute(update(QueueEntry).where(QueueEntry.id.in_([e.id for e in entries])).values(
                     ack_id=p.ack_id, next_attempt_at=now + lease_secs,
                     delivery_count=QueueEntry.delivery_count + 1))
             pulled.append(p)
             chars += row.chars
+        if lease_secs is None:
+            store.ack(conn, acked)  # before the next round looks at the queues again
         return pulled, chars, bool(doomed) or unrenderable
 
     def work(conn: Connection, moves: Moves) -> list[Pulled]:
@@ -231,15 +304,14 @@ def take(broker: Broker, subs: list[SubInfo], max_messages: int, max_len: int, l
                 break
         return pulled
 
-    with storage_errors():
-        pulled = broker.dead_letterer.run(lambda w: run_transaction(broker.engine, w), work)
-    if lease_secs is None:
+    pulled = source.dead_letterer.run(lambda w: run_transaction(source.engine, w), work)
+    if lease_secs is None:  # handed over and acked: delivered
         for p in pulled:
-            broker.observers.emit('after_deliver', p.sub, p.delivery, True, None, 0.0)
+            source.observers.emit('after_deliver', p.sub, p.delivery, True, None, 0.0)
     return pulled
 
 
-def ack(broker: Broker, subs: list[SubInfo], ack_ids: list[str]) -> set[str]:
+def ack(source: PullSource, subs: list[SubInfo], ack_ids: list[str]) -> set[str]:
     """Remove the entries leased under ack_ids from subs' queues; returns the ack_ids that were found."""
     by_id = {s.id: s for s in subs}
 
@@ -252,69 +324,22 @@ def ack(broker: Broker, subs: list[SubInfo], ack_ids: list[str]) -> set[str]:
         return [(r.ack_id, found[r.id]) for r in rows]
 
     with storage_errors():
-        acked = run_transaction(broker.engine, work)
+        acked = run_transaction(source.engine, work)
     for _ack_id, d in acked:
-        broker.observers.emit('after_deliver', by_id[d.sub_id], d, True, None, 0.0)
+        source.observers.emit('after_deliver', by_id[d.sub_id], d, True, None, 0.0)
     return {ack_id for ack_id, _d in acked}
 
 
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat()
+class PullSubscriber:
+    """Pull subscriptions: read by their clients (``take``, ``get_messages``), never delivered by a worker."""
 
+    kind = KIND_PULL
+    delivered = False
+    queue_limited = True
 
-def meta_dict(p: Pulled, now: float) -> dict[str, Any]:
-    """A pulled message's meta as the REST API returns it (Zato 4.1's keys, plus ours)."""
-    d = p.delivery
-    meta: dict[str, Any] = {
-        'topic_name': d.topic_name, 'size': d.size, 'priority': d.priority,
-        'expiration': round(d.expiration_time - d.pub_time), 'msg_id': d.msg_id, 'sub_key': p.sub.sub_key,
-        'pub_time_iso': d.ext_pub_time or _iso(d.pub_time), 'recv_time_iso': _iso(d.recv_time),
-        'expiration_time_iso': _iso(d.expiration_time),
-        'time_since_pub': str(timedelta(seconds=max(0.0, now - d.pub_time))),
-        'time_since_recv': str(timedelta(seconds=max(0.0, now - d.recv_time))),
-        'delivery_count': d.delivery_count,
-    }
-    for name in ('correl_id', 'in_reply_to', 'ext_client_id'):
-        value = getattr(d, name)
-        if value:
-            meta[name] = value
-    if d.mime_type != 'application/json':
-        meta['mime_type'] = d.mime_type  # text as it was published, or base64 ('...;base64') for bytes
-    if p.ack_id is not None:
-        meta['ack_id'] = p.ack_id
-    return meta
+    def check(self, where: str, service: str, push_url: str) -> None:
+        """A pull subscription needs nothing more: its reader is its service or security definition."""
 
-
-def message_dict(p: Pulled, now: float, limits: JsonLimits = DEFAULT_LIMITS) -> dict[str, Any]:
-    """A pulled message as the REST API returns it: {data, meta}; UnrenderableMessage if its data is not JSON."""
-    d = p.delivery
-    data: Any = d.data
-    if d.mime_type == 'application/json':
-        try:
-            data = json_limits.loads(d.data, limits)
-        except json_limits.InvalidJson as e:
-            raise UnrenderableMessage(d.msg_id, f'its data {e}') from None
-    return {'data': data, 'meta': meta_dict(p, now)}
-
-
-def render(p: Pulled, now: float, limits: JsonLimits = DEFAULT_LIMITS) -> bytes:
-    """The UTF-8 JSON text of message_dict(p, now); UnrenderableMessage if the message cannot be rendered.
-
-    Stored JSON data is checked against the limits and then used as it is stored (it was written
-    by json.dumps at publication): it is not parsed into objects only to be written out again.
-    """
-    d = p.delivery
-    try:
-        if d.mime_type == 'application/json':
-            json_limits.loads(d.data, limits)
-            data = d.data.strip()
-        else:
-            data = json.dumps(d.data, ensure_ascii=False)
-        meta = json.dumps(meta_dict(p, now), ensure_ascii=False, separators=(',', ':'), allow_nan=False)
-        return f'{{"data":{data},"meta":{meta}}}'.encode()
-    except json_limits.InvalidJson as e:
-        raise UnrenderableMessage(d.msg_id, f'its data {e}') from None
-    except UnicodeEncodeError:
-        raise UnrenderableMessage(d.msg_id, 'it has text that is not valid Unicode (a lone surrogate)') from None
-    except (TypeError, ValueError, RecursionError) as e:
-        raise UnrenderableMessage(d.msg_id, f'it cannot be rendered as JSON ({type(e).__name__})') from None
+    def deliverer(self, ctx: Context, sub: SubInfo) -> Deliverer:
+        """Never asked: workers do not deliver pull subscriptions."""
+        raise TypeError('pull subscriptions are read by their clients, not delivered')

@@ -4,7 +4,7 @@ By default (Zato 4.1's shape) each message is one request whose body is the flat
 ``msg_id, topic_name, data, priority, expiration, pub_time_iso, recv_time_iso, expiration_time_iso``
 and, when set, ``correl_id, in_reply_to, ext_client_id, publisher`` (and ``mime_type`` for data that
 is not JSON). Two subscription options change that: ``push_format: envelope`` sends each message
-as ``{data, meta}``, ``meta`` as the pull API returns it (``runtime.pubsub.pull.meta_dict``), and
+as ``{data, meta}``, ``meta`` as the pull API returns it (``runtime.pubsub.message.pull_meta``), and
 ``push_batch: true`` sends each delivery batch in one request, as a JSON list. A request that
 carries one message sends it bare unless ``wrap_one_msg_in_list`` is true. The request uses
 ``push_method`` and ``Content-Type: application/json`` and must be answered in full within
@@ -44,7 +44,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -55,9 +54,10 @@ from runtime import json_limits, secret_refs
 from runtime.errors import ConfigError, PushFailed, PushUnreachable, UnrenderableMessage
 from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub.delivery import Outcome
-from runtime.pubsub.pull import Pulled, meta_dict
-from runtime.pubsub.registry import SubInfo
-from runtime.pubsub.store import Delivery
+from runtime.pubsub.message import Delivery, pull_meta, push_view
+from runtime.pubsub.registry import KIND_REST_PUSH, SubInfo
+from runtime.pubsub.subscribers import Context, Deliverer, RunService
+from runtime.pubsub.subscribers.service import prepare
 
 _log = logging.getLogger(__name__)
 
@@ -107,25 +107,6 @@ def _why(exc: BaseException) -> str:
             return current.strerror
         current = current.__cause__ or current.__context__
     return type(exc).__name__
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat()
-
-
-def flat_message(d: Delivery, data: Any) -> dict[str, Any]:
-    """A message as Zato 4.1 pushes it: its fields at the top level (optional ones only when set)."""
-    body: dict[str, Any] = {
-        'msg_id': d.msg_id, 'topic_name': d.topic_name, 'data': data, 'priority': d.priority,
-        'expiration': round(d.expiration_time - d.pub_time), 'pub_time_iso': d.ext_pub_time or _iso(d.pub_time),
-        'recv_time_iso': _iso(d.recv_time), 'expiration_time_iso': _iso(d.expiration_time)}
-    for name in ('correl_id', 'in_reply_to', 'ext_client_id', 'publisher'):
-        value = getattr(d, name)
-        if value:
-            body[name] = value
-    if d.mime_type != 'application/json':
-        body['mime_type'] = d.mime_type  # text as published, or base64 ('...;base64') for bytes
-    return body
 
 
 def _password(reference: str, method: str, url: str) -> str:
@@ -190,9 +171,9 @@ class PushDeliverer:
         # (a hook may have replaced it).
         data = d.data if isinstance(meta['data'], bytes) else meta['data']
         if sub.options.push_format == 'envelope':
-            body = {'data': data, 'meta': meta_dict(Pulled(d, sub), now)}
+            body = {'data': data, 'meta': pull_meta(d, sub.sub_key, now)}
         else:
-            body = flat_message(d, data)
+            body = push_view(d, data)
         try:
             return json_limits.dumps(body, self._limits).encode('utf-8')
         except json_limits.InvalidJson as e:
@@ -249,3 +230,24 @@ class PushDeliverer:
                 session.close()
             except Exception as e:
                 _log.debug('closing a push session failed: %s', e)
+
+
+class RestPushSubscriber:
+    """REST push subscriptions: a PushDeliverer per subscription, its session closed with the loop."""
+
+    kind = KIND_REST_PUSH
+    delivered = True
+    queue_limited = True
+
+    def __init__(self, run_service: RunService) -> None:
+        #: Runs the topic's and subscription's hook services.
+        self._run = run_service
+
+    def check(self, where: str, service: str, push_url: str) -> None:
+        """A REST push subscription has an http(s) URL without credentials."""
+        check_push_url(push_url, where)
+
+    def deliverer(self, ctx: Context, sub: SubInfo) -> Deliverer:
+        """One HTTP session per subscription, closed with its loop."""
+        pusher = PushDeliverer(lambda s, d: prepare(ctx, s, d, self._run), ctx.json_limits)
+        return Deliverer(deliver_batch=pusher.deliver_batch, close=pusher.close)
