@@ -34,13 +34,11 @@ import gevent
 
 from runtime.pubsub.delivery import CycleWork, Deliver, DeliverBatch, DeliveryLoop
 from runtime.pubsub.failure import MAX_TRACEBACK_CHARS
+from runtime.pubsub.message import MSG_ID_PREFIX, Delivery
 from runtime.pubsub.observers import Observers
 from runtime.pubsub.registry import SubInfo
-from runtime.pubsub.store import Delivery, Settlement
+from runtime.pubsub.store import Settlement
 from runtime.spawn import Spawner
-
-#: Every msg_id starts with it, as the broker's do.
-MSG_ID_PREFIX = 'zpsm'
 
 #: A message's lifetime when put() is given no expiration (the topics' default limit).
 DEFAULT_EXPIRATION_SECS = 31536000.0

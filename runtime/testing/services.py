@@ -39,10 +39,9 @@ import gevent
 from runtime.errors import ServiceNotFound, SubscriptionNotFound
 from runtime.invoke import CHANNEL_INVOKE, Invoker
 from runtime.pubsub.api import PubSubAPI
-from runtime.pubsub.broker import MSG_ID_PREFIX, MsgId, encode_data
-from runtime.pubsub.pull import Pulled, message_dict
+from runtime.pubsub.message import MSG_ID_PREFIX, Delivery, MsgId, encode_data, service_view
 from runtime.pubsub.registry import KIND_PULL, SubInfo
-from runtime.pubsub.store import Delivery, new_sub_key
+from runtime.pubsub.store import new_sub_key
 from runtime.pubsub.topics import matches, validate_pattern
 from runtime.service import Response, Service
 from runtime.spawn import Spawner
@@ -169,14 +168,13 @@ class _RecordingPubSub:
         taken = self._kit._handed_over.setdefault(sub_key, set())
         info = SubInfo(n + 1, sub_key, sub.pattern, KIND_PULL, service=sub.subscriber)
         out = []
-        now = time.time()
         for pub in self._kit.publications:
             if len(out) >= max(1, min(max_messages, 1000)):
                 break
             if pub.msg_id in taken or not matches(sub.pattern, pub.topic):
                 continue
             taken.add(pub.msg_id)
-            out.append(message_dict(Pulled(_delivery(pub, info, len(taken)), info), now))
+            out.append(service_view(_delivery(pub, info, len(taken)), sub_key))
         return out
 
 

@@ -162,9 +162,9 @@ def test_pubsub_subscribe_publish_and_pull() -> None:
     sut = service_factory(Subscriber)
     (message,) = sut.invoke()
     assert message['data'] == {'n': 1}
-    assert message['meta']['topic_name'] == 'orders.created'
-    assert message['meta']['correl_id'] == 'c-1'
-    assert message['meta']['msg_id'] == sut.publications[0].msg_id
+    assert message['topic_name'] == 'orders.created'
+    assert message['correl_id'] == 'c-1'
+    assert message['msg_id'] == sut.publications[0].msg_id
     (sub,) = sut.subscriptions
     assert (sub.pattern, sub.service, sub.subscriber) == ('orders.*', '', 'unit.subscriber')
     assert sub.sub_key.startswith('sk.')
