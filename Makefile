@@ -17,9 +17,16 @@ $(STAMP): setup.cfg pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/conduit start --demo
 
-# gevent patches the standard library before pytest imports anything, as gunicorn's worker does.
+# The whole suite, its files shared out to TEST_WORKERS pytest processes (tests/parallel.py says why);
+# with PYTEST_ARGS (a file, -k ...), one pytest process runs just that. gevent patches the standard
+# library before pytest imports anything, as gunicorn's worker does.
+TEST_WORKERS ?= 2
 test: $(STAMP)
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(PY) tests/parallel.py --workers $(TEST_WORKERS)
+else
 	$(PY) -m gevent.monkey --module pytest $(PYTEST_ARGS)
+endif
 
 # The long fault harness: 20 SIGKILLs under load, the database outage, subscriber isolation.
 chaos: $(STAMP)

@@ -1,0 +1,112 @@
+"""Run the whole suite as ``make test`` does: test files shared out to a few pytest processes.
+
+Most of the suite's time is spent waiting (for a real gunicorn server to start, answer or stop, for
+spark-submit, for a redelivery to come due), not computing, so a second process roughly halves the
+wall time even on two cores. Each process runs one file at a time, taken from one queue, longest
+first, so that a long file started last does not leave the others idle at the end; each runs under
+``python -m gevent.monkey`` as a worker is patched by gunicorn. A file's output is printed whole
+when it ends, so that two files' lines never interleave.
+
+Exit status: 0 when every file passed (or had nothing to run), 1 otherwise; the summary at the end
+names every failed test.
+
+    python tests/parallel.py [--workers N] [-- extra pytest arguments]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Files that take minutes, started first (measured with --durations; the rest follow by name).
+LONG_FIRST = (
+    'tests/test_hot_deploy.py',
+    'tests/test_openapi_fuzz.py',
+    'tests/test_spark.py',
+    'tests/test_bench_smoke.py',
+    'tests/test_scheduler_server.py',
+    'tests/test_hot_deploy_imports.py',
+    'tests/reliability/test_db_outage.py',
+    'tests/test_pubsub_server.py',
+    'tests/test_pubsub_push.py',
+    'tests/test_admin_writes.py',
+    'tests/test_admin_api.py',
+    'tests/test_readme_examples.py',
+    'tests/test_spark_jobs.py',
+    'tests/reliability/test_kill_loop.py',
+    'tests/test_packaging.py',
+)
+
+#: pytest's exit status when a file has no test to run (e.g. everything deselected by -k).
+NO_TESTS_COLLECTED = 5
+
+
+def suite_files() -> list[str]:
+    """Every test file of the suite, the long ones first."""
+    found = sorted(str(p.relative_to(ROOT)) for p in (ROOT / 'tests').rglob('test_*.py'))
+    first = [f for f in LONG_FIRST if f in found]
+    return first + [f for f in found if f not in first]
+
+
+def run_file(path: str, extra: list[str]) -> tuple[int, str, float]:
+    """Run one file's tests in a pytest process of its own; returns its status, output and seconds."""
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, '-m', 'gevent.monkey', '--module', 'pytest', '-q', '-p', 'no:cacheprovider',
+                           *extra, path], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+    return proc.returncode, proc.stdout.decode('utf-8', 'replace'), time.monotonic() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the suite; the exit status says whether it passed."""
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--workers', type=int, default=int(os.environ.get('CONDUIT_TEST_WORKERS', '2')))
+    parser.add_argument('pytest_args', nargs='*', help='passed to every pytest process (after --)')
+    args = parser.parse_args(argv)
+    files = suite_files()
+    todo: queue.Queue[str] = queue.Queue()
+    for f in files:
+        todo.put(f)
+    failed: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    started = time.monotonic()
+
+    def worker() -> None:
+        while True:
+            try:
+                path = todo.get_nowait()
+            except queue.Empty:
+                return
+            status, output, secs = run_file(path, args.pytest_args)
+            with lock:
+                print(f'===== {path} ({secs:.0f} s, exit {status})', flush=True)
+                print(output.rstrip(), flush=True)
+                if status not in (0, NO_TESTS_COLLECTED):
+                    names = re.findall(r'^(?:FAILED|ERROR) (\S+)', output, re.M)
+                    failed.extend((path, n) for n in names or [f'{path} (exit {status})'])
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, args.workers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(f'===== {len(files)} files in {time.monotonic() - started:.0f} s with {args.workers} processes', flush=True)
+    if failed:
+        print(f'===== {len(failed)} failed:', flush=True)
+        for _path, name in failed:
+            print(f'FAILED {name}', flush=True)
+        return 1
+    print('===== all passed', flush=True)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
