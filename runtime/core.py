@@ -38,6 +38,7 @@ from runtime.pubsub.archive import MessageArchive
 from runtime.pubsub.broker import Broker
 from runtime.pubsub.catalog import SYNC_KEY as PUBSUB_KEY
 from runtime.pubsub.objects import section_handlers as pubsub_sections
+from runtime.pubsub.observers import Observers
 from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
 from runtime.pubsub.permissions import Permissions
 from runtime.pubsub.permissions import section_handler as permissions_section
@@ -126,22 +127,22 @@ class Runtime:
         self.synchronizer.register(SECURITY_KEY, self.reload_security)
         #: Pub/sub permissions of REST clients; the broker asks them about every REST subscriber.
         self.permissions = Permissions(self.engine)
+        #: Delivered GD messages and dead letters, written for Spark pipelines (None when [archive] is off).
+        self.archive: MessageArchive | None = None
+        if settings.archive.enabled:
+            self.archive = MessageArchive(settings.archive, settings.path(settings.archive.dir), spawn)
+        # Every publication, delivery and dead letter of the broker reaches the metrics and the archive.
+        observers = Observers([self.metrics.pubsub, *([self.archive] if self.archive else [])])
         self.broker = Broker(self.engine, settings.pubsub, subscribers=standard_subscribers(self._run_service),
-                             spawn=self.spawner.spawn, has_service=self.store.has,
-                             overflow_dir=settings.path(settings.pubsub.overflow_dir),
+                             spawn=spawn, has_service=self.store.has,
+                             overflow_dir=settings.path(settings.pubsub.overflow_dir), observers=observers,
                              json_limits=JsonLimits.from_settings(settings.http),
                              sub_allowed=self.permissions.sub_allowed)
         #: Topic and subscription administration.
         self.catalog = self.broker.catalog
         self.synchronizer.register(PUBSUB_KEY, self.broker.reload)
-        self.broker.observers.add(self.metrics.pubsub)
         self.synchronizer.register(PERMISSIONS_KEY, self.permissions.reload)
         self.scheduler = Scheduler(self.engine, settings.scheduler, spawn, self.store, self.invoker)
-        #: Delivered GD messages and dead letters, written for Spark pipelines (None when [archive] is off).
-        self.archive: MessageArchive | None = None
-        if settings.archive.enabled:
-            self.archive = MessageArchive(settings.archive, settings.path(settings.archive.dir), self.spawner.spawn)
-            self.broker.observers.add(self.archive)
         self.spark = SparkManager(settings, self.engine, spawn, has_service=self.store.has, broker=self.broker,
                                   archive=self.archive)
         self.synchronizer.register(SCHEDULER_KEY, self.scheduler.wake)

@@ -23,7 +23,7 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from runtime.pubsub.registry import SubInfo
     from runtime.pubsub.store import Delivery, Publication
@@ -54,8 +54,8 @@ class PubSubObserver:
 class Observers:
     """Calls every registered observer, isolating failures."""
 
-    def __init__(self) -> None:
-        self.observers: list[PubSubObserver] = []
+    def __init__(self, observers: Iterable[PubSubObserver] = ()) -> None:
+        self.observers: list[PubSubObserver] = list(observers)
         #: Per method, the (observer, bound method) pairs to call, in calling order; made on first emit.
         self._calls: dict[str, list[tuple[PubSubObserver, Callable[..., None]]]] = {}
 
