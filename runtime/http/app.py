@@ -11,6 +11,7 @@ from runtime.core import admin_password
 from runtime.errors import BadRequest
 from runtime.http import auth, errors, pubsub_rest
 from runtime.http.admin.audit import AdminWrites
+from runtime.http.admin.parts import admin_parts
 from runtime.http.admin.routes import add_routes as add_admin_routes
 from runtime.http.body import InputLimits
 from runtime.http.channel_sink import ChannelSink
@@ -81,16 +82,17 @@ def make_app(runtime: Runtime, **kwargs: Any) -> falcon.App:
     throttle = auth.SignInThrottle(http.auth_max_failures, http.auth_failure_window_secs)
     failures_log = FailedSignInLog(runtime.settings.logging.auth_failures_per_minute)
     route_auth = auth.RouteAuth(_admin_credentials(runtime), runtime.security, throttle, failures_log)
+    admin = admin_parts(runtime)
     # Metrics first: its process_response times every request, those the others refuse too.
     app = falcon.App(middleware=[runtime.metrics.http_middleware(), _CidMiddleware(), _NulGuard(),
-                                 InputLimits.from_settings(http), route_auth, AdminWrites(runtime)], **kwargs)
+                                 InputLimits.from_settings(http), route_auth, AdminWrites(admin)], **kwargs)
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)
     app.add_route('/health', HealthResource(runtime))
     # Topic, definition and channel names are in both documents: admin-only unless configured public.
     app.add_route('/metrics', MetricsResource(runtime, auth.PUBLIC if http.metrics_public else auth.ADMIN))
     app.add_route('/openapi.json', OpenApiResource(runtime, app, auth.PUBLIC if http.openapi_public else auth.ADMIN))
-    add_admin_routes(app, runtime)
+    add_admin_routes(app, admin)
     for path, resource in pubsub_rest.routes(runtime).items():
         app.add_route(path, resource)
     app.add_sink(ChannelSink(runtime), prefix='/')

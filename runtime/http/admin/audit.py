@@ -34,12 +34,12 @@ from sqlalchemy import select, update
 from runtime import audit
 from runtime.db.blocking import run_transaction
 from runtime.errors import InvalidInput, ObjectNotFound, ObjectOwnedByFile
-from runtime.http.admin.base import AdminResource
+from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import MAX_DB_INT, Body, has_bad_chars
 from runtime.http.openapi import ANY, BOOL, INT, STR, TIME, arr, integer, obj, operation, query, string
 
 if TYPE_CHECKING:
-    from runtime.core import Runtime
+    from sqlalchemy import Engine
 
 _log = logging.getLogger(__name__)
 
@@ -104,8 +104,8 @@ def _actor(req: falcon.Request) -> str:
 class AdminWrites:
     """Middleware: guards objects declared in files and records every admin change in the audit log."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
+    def __init__(self, parts: AdminParts) -> None:
+        self._engine = parts.engine
 
     def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: Any,
                          params: dict[str, Any]) -> None:
@@ -118,11 +118,11 @@ class AdminWrites:
         key, before = None, None
         if managed is not None and managed.param is not None and managed.param in params:
             key = managed.key(params[managed.param])
-            row = run_transaction(self._runtime.engine, lambda c: managed.load(c, key), write=False)
+            row = run_transaction(self._engine, lambda c: managed.load(c, key), write=False)
             if row is not None and managed.changes_object and row.origin == 'config' and row.owner:
                 if not req.get_param_as_bool('detach'):
                     raise ObjectOwnedByFile(managed.kind, str(params[managed.param]), row.owner)
-                row = detach(self._runtime, req, managed, key, row, str(params[managed.param]))
+                row = detach(self._engine, req, managed, key, row, str(params[managed.param]))
             before = audit.snapshot(row)
         req.context.admin_write = _Pending(managed, key, before, name)
 
@@ -142,11 +142,11 @@ class AdminWrites:
                     key = managed.key(answer[field])
                     name = name or str(answer[field])
                 if key is not None:
-                    after = audit.snapshot(run_transaction(self._runtime.engine, lambda c: managed.load(c, key),
+                    after = audit.snapshot(run_transaction(self._engine, lambda c: managed.load(c, key),
                                                            write=False))
             action = getattr(resource, 'audit_action', '') or _action(pending.before, after)
             kind = managed.kind if managed is not None else req.path.strip('/').split('/')[1][:32]
-            run_transaction(self._runtime.engine, lambda c: _record(
+            run_transaction(self._engine, lambda c: _record(
                 c, req, kind, name, action or req.method.lower(), status, pending.before, after))
         except Exception:
             # The change is made: a failing audit write must not turn its answer into an error.
@@ -166,7 +166,7 @@ def _record(conn: Any, req: falcon.Request, kind: str, name: str, action: str, s
                  path=req.path, kind=kind, name=name, action=action, status=status, before=before, after=after)
 
 
-def detach(runtime: Runtime, req: falcon.Request, managed: Managed, key: Any, row: Any, name: str) -> Any:
+def detach(engine: Engine, req: falcon.Request, managed: Managed, key: Any, row: Any, name: str) -> Any:
     """Hand an object from its file to the admin API (audited); returns it as it is now."""
     table = managed.table
 
@@ -175,7 +175,7 @@ def detach(runtime: Runtime, req: falcon.Request, managed: Managed, key: Any, ro
         after = managed.load(conn, key)
         _record(conn, req, managed.kind, name, 'detach', 200, audit.snapshot(row), audit.snapshot(after))
         return after
-    detached = run_transaction(runtime.engine, work)
+    detached = run_transaction(engine, work)
     _log.info('%s %r detached from %s by %s', managed.kind, name, row.owner, _actor(req))
     return detached
 
@@ -194,13 +194,16 @@ class AuditResource(AdminResource):
 
     audited = False
 
+    def __init__(self, parts: AdminParts) -> None:
+        self._engine = parts.engine
+
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         limit = req.get_param_as_int('limit', min_value=1, max_value=audit.MAX_PAGE) or DEFAULT_PAGE
         offset = req.get_param_as_int('offset', min_value=0, max_value=MAX_DB_INT) or 0
         since = req.get_param_as_float('since', min_value=0, max_value=1e11)
         until = req.get_param_as_float('until', min_value=0, max_value=1e11)
         filters = {k: _text_param(req, k) for k in ('kind', 'name', 'actor', 'action')}
-        total, entries = run_transaction(self._runtime.engine, lambda c: audit.query(
+        total, entries = run_transaction(self._engine, lambda c: audit.query(
             c, limit=limit, offset=offset, since=since, until=until, **filters), write=False)
         resp.media = {'is_ok': True, 'total': total, 'limit': limit, 'offset': offset, 'entries': entries}
 
@@ -214,8 +217,11 @@ class DetachResource(AdminResource):
 
     audited = False  # detach() records its own entry
 
+    def __init__(self, parts: AdminParts) -> None:
+        self._engine = parts.engine
+
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = Body(req, self._runtime, {'kind', 'name'})
+        body = Body(req, {'kind', 'name'})
         kind = body.text('kind', required=True, max_len=32)
         managed = DETACHABLE.get(kind)
         if managed is None:
@@ -225,7 +231,7 @@ class DetachResource(AdminResource):
             key = managed.key(name)
         except ValueError:
             raise InvalidInput('name', f'is not a {kind} id') from None
-        row = run_transaction(self._runtime.engine, lambda c: managed.load(c, key), write=False)
+        row = run_transaction(self._engine, lambda c: managed.load(c, key), write=False)
         if row is None:
             raise ObjectNotFound(kind, name)
         if row.origin != 'config' or not row.owner:
@@ -233,7 +239,7 @@ class DetachResource(AdminResource):
                           'reason': 'no object file manages it'}
             return
         owner = row.owner
-        detach(self._runtime, req, managed, key, row, name)
+        detach(self._engine, req, managed, key, row, name)
         resp.media = {'is_ok': True, 'detached': True, 'kind': kind, 'name': name, 'file': owner}
 
 

@@ -18,7 +18,7 @@ from sqlalchemy import Connection
 
 from runtime.db.blocking import run_transaction
 from runtime.errors import BadRequest, ObjectNotFound
-from runtime.http.admin.base import AdminResource
+from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.body import read_json
 from runtime.pubsub import permissions
 from runtime.pubsub.permissions import SYNC_KEY, Grant
@@ -73,12 +73,16 @@ class PermissionsResource(AdminResource):
                        '401': _401, '404': _404}},
     }
 
+    def __init__(self, parts: AdminParts) -> None:
+        self._engine = parts.engine
+        self._synchronizer = parts.synchronizer
+
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         def work(conn: Connection) -> tuple[bool, Grant | None]:
             if not permissions.security_exists(conn, name):
                 return False, None
             return True, permissions.load(conn, name)
-        exists, grant = run_transaction(self._runtime.engine, work, write=False)
+        exists, grant = run_transaction(self._engine, work, write=False)
         if not exists:
             raise ObjectNotFound('security definition', name)
         resp.media = {'is_ok': True, 'permissions': grant.as_dict() if grant else _none_set(name)}
@@ -97,10 +101,10 @@ class PermissionsResource(AdminResource):
                 return False, None
             permissions.save(conn, name, pub, sub, origin='api')
             return True, permissions.load(conn, name)
-        exists, grant = run_transaction(self._runtime.engine, work)
+        exists, grant = run_transaction(self._engine, work)
         if not exists:
             raise ObjectNotFound('security definition', name)
-        self._runtime.synchronizer.changed(SYNC_KEY)
+        self._synchronizer.changed(SYNC_KEY)
         resp.media = {'is_ok': True, 'permissions': grant.as_dict() if grant else _none_set(name)}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
@@ -108,10 +112,10 @@ class PermissionsResource(AdminResource):
             if not permissions.security_exists(conn, name):
                 return False, False
             return True, permissions.remove(conn, name)
-        exists, removed = run_transaction(self._runtime.engine, work)
+        exists, removed = run_transaction(self._engine, work)
         if not exists:
             raise ObjectNotFound('security definition', name)
         if not removed:
             raise ObjectNotFound('pub/sub permissions of security definition', name)
-        self._runtime.synchronizer.changed(SYNC_KEY)
+        self._synchronizer.changed(SYNC_KEY)
         resp.media = {'is_ok': True, 'deleted': name}
