@@ -30,4 +30,5 @@ class AdminResource:
     audited = True
 
     def __init__(self, parts: AdminParts) -> None:
+        # Every resource is made alike (runtime.http.admin.routes); each family keeps the parts it uses.
         pass

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runtime.db.blocking import run_transaction
-from runtime.pubsub import permissions
 from runtime.service_catalog import recorded_names
 
 if TYPE_CHECKING:
@@ -22,7 +20,7 @@ def security_exists(parts: AdminParts, name: str) -> bool:
     """
     if parts.security.get(name) is not None:
         return True
-    return run_transaction(parts.engine, lambda c: permissions.security_exists(c, name), write=False)
+    return parts.permission_admin.defined(name)
 
 
 def service_known(parts: AdminParts, name: str) -> bool:

@@ -11,6 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runtime.audit import AuditLog
+from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
+from runtime.pubsub.permissions import PermissionAdmin
 from runtime.pubsub.queue_admin import QueueAdmin
 from runtime.pubsub.topic_admin import TopicAdmin
 
@@ -51,7 +54,7 @@ class AdminParts:
     """The collaborators of the admin API, each named for what the resources use it for."""
 
     settings: Settings
-    #: The database, for what has no layer of its own yet (security definitions, channels, audit).
+    #: The database, for what has no layer of its own yet (security definitions, channels, service users).
     engine: Engine
     #: Creates topics; subscribes, unsubscribes, pauses and resumes subscriptions.
     catalog: Catalog
@@ -59,6 +62,8 @@ class AdminParts:
     broker: Broker
     topic_admin: TopicAdmin
     queue_admin: QueueAdmin
+    #: Reads and changes the pub/sub permissions of security definitions.
+    permission_admin: PermissionAdmin
     #: The services deployed in this worker.
     store: ServiceStore
     invoker: Invoker
@@ -67,6 +72,8 @@ class AdminParts:
     spark: SparkManager
     #: This worker's copy of the security definitions.
     security: SecurityRegistry
+    #: The audit log, and the stored objects it snapshots.
+    audit: AuditLog
     #: Reloads a sync key's objects in this worker at once, after a change.
     synchronizer: Synchronizer
     #: The last publications of a topic this worker saw (some may be delivered and swept since), by topic id.
@@ -86,8 +93,9 @@ def admin_parts(runtime: Any) -> AdminParts:
         # The broker's registry is replaced by every reload: read it afresh each time.
         topic_admin=TopicAdmin(runtime.engine, lambda: broker.registry, broker.reload),
         queue_admin=QueueAdmin(runtime.engine, lambda: broker.registry, broker.reload),
+        permission_admin=PermissionAdmin(runtime.engine, lambda: runtime.synchronizer.changed(PERMISSIONS_KEY)),
         store=runtime.store, invoker=runtime.invoker, hot_deployer=runtime.hot_deployer,
         scheduler=runtime.scheduler, spark=runtime.spark, security=runtime.security,
-        synchronizer=runtime.synchronizer,
+        audit=AuditLog(runtime.engine), synchronizer=runtime.synchronizer,
         recent_publications=metrics.recent_publications if metrics is not None else lambda _topic_id: [],
         channel_count=lambda: len(runtime.router.channels), demo=runtime.demo)
