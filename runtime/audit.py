@@ -5,19 +5,21 @@ application of files), what (method, path, kind and name of the object, the acti
 holds the object as it was before and after the change. Secrets never reach it: any key that looks
 like a password, hash, sub_key, secret or token is masked at any depth, and JSON text columns
 (subscription options) are read and masked too. The table is written by one place only in the HTTP
-layer (``runtime.http.admin.audit``) and read through ``GET /admin/audit`` and ``conduit audit``.
+layer (``runtime.http.admin.audit``, through ``AuditLog``) and read through ``GET /admin/audit`` and
+``conduit audit``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, Engine, func, insert, select, update
 
+from runtime.db.blocking import run_transaction
 from runtime.db.models import AuditEntry
 
 if TYPE_CHECKING:
@@ -134,3 +136,39 @@ def query(conn: Connection, *, limit: int, offset: int = 0, kind: str | None = N
     rows = conn.execute(select(AuditEntry).where(*where).order_by(AuditEntry.id.desc())
                         .limit(limit).offset(offset)).all()
     return total, [entry_view(r) for r in rows]
+
+
+def load_object(conn: Connection, table: Any, column: str, key: Any) -> Any:
+    """The stored row of an audited object (a model with ``origin`` and ``owner``), or None."""
+    return conn.execute(select(table).where(getattr(table, column) == key)).first()
+
+
+class AuditLog:
+    """The audit log and the audited objects, read and written each in a transaction of its own."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def load(self, table: Any, column: str, key: Any) -> Any:
+        """An audited object's stored row, or None."""
+        return run_transaction(self._engine, lambda c: load_object(c, table, column, key), write=False)
+
+    def record(self, **entry: Any) -> None:
+        """Insert one entry (the arguments of ``record``)."""
+        run_transaction(self._engine, lambda c: record(c, **entry))
+
+    def detach(self, table: Any, column: str, key: Any, entry: Callable[[Any], dict[str, Any]]) -> Any:
+        """Hand an object from its file to the admin API (origin api, no owner) and record it, in one transaction.
+
+        entry(row after) gives the entry's fields; returns the object as it is now.
+        """
+        def work(conn: Connection) -> Any:
+            conn.execute(update(table).where(getattr(table, column) == key).values(origin='api', owner=''))
+            after = load_object(conn, table, column, key)
+            record(conn, **entry(after))
+            return after
+        return run_transaction(self._engine, work)
+
+    def query(self, **filters: Any) -> tuple[int, list[dict[str, Any]]]:
+        """(how many entries match, one page of them newest first): the arguments of ``query``."""
+        return run_transaction(self._engine, lambda c: query(c, **filters), write=False)

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TypeVar
 
 import gevent
 from sqlalchemy import Connection, Engine, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from runtime.db.blocking import run_transaction
 from runtime.db.models import SyncState
 
 _log = logging.getLogger(__name__)
+
+T = TypeVar('T')
 
 
 def _ensure_row(conn: Connection, key: str) -> None:
@@ -50,6 +54,25 @@ def lock(conn: Connection, key: str) -> str:
     """
     _ensure_row(conn, key)
     return conn.execute(select(SyncState.value).where(SyncState.key == key).with_for_update()).scalar_one()
+
+
+def write_and_reload(engine: Engine, key: str, work: Callable[[Connection], T], reload: Callable[[], None],
+                     wrote: Callable[[T], bool] = lambda _result: True) -> T:
+    """Run work(conn) in one transaction that also bumps key's version, then reload key in this worker.
+
+    The one way a shared object is changed: every other worker sees the bump within its next poll,
+    and this one reloads at once rather than waiting for it. When ``wrote(result)`` is false, work
+    changed nothing (a check failed before any write): neither the bump nor the reload happens.
+    """
+    def in_transaction(conn: Connection) -> T:
+        result = work(conn)
+        if wrote(result):
+            bump(conn, key)
+        return result
+    result = run_transaction(engine, in_transaction)
+    if wrote(result):
+        reload()
+    return result
 
 
 class Synchronizer:

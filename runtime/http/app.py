@@ -17,6 +17,7 @@ from runtime.admin_credentials import admin_password
 from runtime.errors import BadRequest
 from runtime.http import auth, errors, pubsub_rest
 from runtime.http.admin.audit import AdminWrites
+from runtime.http.admin.parts import admin_parts
 from runtime.http.admin.routes import add_routes as add_admin_routes
 from runtime.http.body import InputLimits
 from runtime.http.channel_sink import ChannelSink

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ from sqlalchemy import Connection, Engine, delete, select, update
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import BasicAuthDef, PubSubPermission
-from runtime.errors import ConfigError, InvalidPermission, InvalidTopicName
+from runtime.errors import ConfigError, InvalidPermission, InvalidTopicName, ObjectNotFound
 from runtime.objects import DELETE, Scope, SectionHandler
 from runtime.pubsub.topics import is_pattern, matches, normalize, validate_pattern
 from runtime.sync import bump
@@ -245,6 +245,60 @@ def remove(conn: Connection, security: str) -> bool:
     if gone:
         bump(conn, SYNC_KEY)
     return gone
+
+
+class PermissionAdmin:
+    """Reads and changes one security definition's stored permissions, for the admin API.
+
+    ``save`` and ``remove`` bump the sync key in the change's transaction (object files share them),
+    so every worker follows within its next poll; ``reload`` reloads this worker's at once. A
+    definition that does not exist is ObjectNotFound.
+    """
+
+    def __init__(self, engine: Engine, reload: Callable[[], None]) -> None:
+        self._engine = engine
+        self._reload = reload
+
+    def defined(self, security: str) -> bool:
+        """Whether a Basic Auth definition of that name is stored (made by any worker)."""
+        return run_transaction(self._engine, lambda c: security_exists(c, security), write=False)
+
+    def get(self, security: str) -> Grant | None:
+        """A definition's permissions (None: it has none, and may do nothing)."""
+        def work(conn: Connection) -> tuple[bool, Grant | None]:
+            if not security_exists(conn, security):
+                return False, None
+            return True, load(conn, security)
+        exists, grant = run_transaction(self._engine, work, write=False)
+        if not exists:
+            raise ObjectNotFound('security definition', security)
+        return grant
+
+    def replace(self, security: str, pub: list[str], sub: list[str]) -> Grant | None:
+        """Replace a definition's permissions (patterns already validated); returns them as stored."""
+        def work(conn: Connection) -> tuple[bool, Grant | None]:
+            if not security_exists(conn, security):
+                return False, None
+            save(conn, security, pub, sub, origin='api')
+            return True, load(conn, security)
+        exists, grant = run_transaction(self._engine, work)
+        if not exists:
+            raise ObjectNotFound('security definition', security)
+        self._reload()
+        return grant
+
+    def remove(self, security: str) -> None:
+        """Remove a definition's permissions; ObjectNotFound if it had none."""
+        def work(conn: Connection) -> tuple[bool, bool]:
+            if not security_exists(conn, security):
+                return False, False
+            return True, remove(conn, security)
+        exists, removed = run_transaction(self._engine, work)
+        if not exists:
+            raise ObjectNotFound('security definition', security)
+        if not removed:
+            raise ObjectNotFound('pub/sub permissions of security definition', security)
+        self._reload()
 
 
 def apply_permissions(conn: Connection, items: list[dict[str, Any]], scope: Scope) -> None:

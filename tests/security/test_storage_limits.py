@@ -27,7 +27,7 @@ from runtime.db.blocking import run_transaction
 from runtime.db.engine import make_engine
 from runtime.db.models import Message, Subscription
 from runtime.errors import ConfigError, OverflowLogFull, QueueFull, TopicFull
-from runtime.pubsub import admin_ops, limits
+from runtime.pubsub import limits, topic_admin
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.subscribers.pull import get_messages
 from runtime.service import Service
@@ -173,7 +173,7 @@ def test_service_queues_keep_every_message_past_the_limit(make_rt: Callable[...,
     sub = rt.broker.registry.service_subscription('lim.sink')
     assert sub is not None
     rt.catalog.set_active(sub.sub_key, False)  # a service that does not keep up: its queue grows
-    run_transaction(rt.engine, lambda c: admin_ops.update_topic(c, topic.id, {'max_depth_gd': 3,
+    run_transaction(rt.engine, lambda c: topic_admin.update_topic(c, topic.id, {'max_depth_gd': 3,
                                                                                'on_max_depth': 'reject'}))
     rt.broker.reload()
     for n in range(6):

@@ -29,17 +29,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import falcon
-from sqlalchemy import select, update
 
 from runtime import audit
-from runtime.db.blocking import run_transaction
 from runtime.errors import InvalidInput, ObjectNotFound, ObjectOwnedByFile
-from runtime.http.admin.base import AdminResource
+from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import MAX_DB_INT, Body, has_bad_chars
 from runtime.http.openapi import ANY, BOOL, INT, STR, TIME, arr, integer, obj, operation, query, string
 
 if TYPE_CHECKING:
-    from runtime.core import Runtime
+    from runtime.audit import AuditLog
 
 _log = logging.getLogger(__name__)
 
@@ -74,11 +72,11 @@ class Managed:
         """The column value for a URI parameter or an answer's field."""
         return self.to_key(value) if self.to_key is not None else value
 
-    def load(self, conn: Any, key: Any) -> Any:
+    def load(self, log: AuditLog, key: Any) -> Any:
         """The stored row, or None."""
         if isinstance(key, int) and not -MAX_DB_INT - 1 <= key <= MAX_DB_INT:
             return None  # no row has it, and PostgreSQL refuses to compare an integer column with it
-        return conn.execute(select(self.table).where(getattr(self.table, self.column) == key)).first()
+        return log.load(self.table, self.column, key)
 
 
 @dataclass
@@ -104,8 +102,8 @@ def _actor(req: falcon.Request) -> str:
 class AdminWrites:
     """Middleware: guards objects declared in files and records every admin change in the audit log."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
+    def __init__(self, parts: AdminParts) -> None:
+        self._log = parts.audit
 
     def process_resource(self, req: falcon.Request, resp: falcon.Response, resource: Any,
                          params: dict[str, Any]) -> None:
@@ -118,11 +116,11 @@ class AdminWrites:
         key, before = None, None
         if managed is not None and managed.param is not None and managed.param in params:
             key = managed.key(params[managed.param])
-            row = run_transaction(self._runtime.engine, lambda c: managed.load(c, key), write=False)
+            row = managed.load(self._log, key)
             if row is not None and managed.changes_object and row.origin == 'config' and row.owner:
                 if not req.get_param_as_bool('detach'):
                     raise ObjectOwnedByFile(managed.kind, str(params[managed.param]), row.owner)
-                row = detach(self._runtime, req, managed, key, row, str(params[managed.param]))
+                row = detach(self._log, req, managed, key, row, str(params[managed.param]))
             before = audit.snapshot(row)
         req.context.admin_write = _Pending(managed, key, before, name)
 
@@ -142,12 +140,10 @@ class AdminWrites:
                     key = managed.key(answer[field])
                     name = name or str(answer[field])
                 if key is not None:
-                    after = audit.snapshot(run_transaction(self._runtime.engine, lambda c: managed.load(c, key),
-                                                           write=False))
+                    after = audit.snapshot(managed.load(self._log, key))
             action = getattr(resource, 'audit_action', '') or _action(pending.before, after)
             kind = managed.kind if managed is not None else req.path.strip('/').split('/')[1][:32]
-            run_transaction(self._runtime.engine, lambda c: _record(
-                c, req, kind, name, action or req.method.lower(), status, pending.before, after))
+            self._log.record(**_entry(req, kind, name, action or req.method.lower(), status, pending.before, after))
         except Exception:
             # The change is made: a failing audit write must not turn its answer into an error.
             _log.exception('recording the audit entry of %s %s failed', req.method, req.path)
@@ -160,22 +156,18 @@ def _action(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
     return 'update' if after is not None else 'delete'
 
 
-def _record(conn: Any, req: falcon.Request, kind: str, name: str, action: str, status: int,
-            before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
-    audit.record(conn, at=time.time(), actor=_actor(req), client=req.remote_addr or '', method=req.method,
-                 path=req.path, kind=kind, name=name, action=action, status=status, before=before, after=after)
+def _entry(req: falcon.Request, kind: str, name: str, action: str, status: int,
+           before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
+    """The fields of a request's audit entry."""
+    return {'at': time.time(), 'actor': _actor(req), 'client': req.remote_addr or '', 'method': req.method,
+            'path': req.path, 'kind': kind, 'name': name, 'action': action, 'status': status, 'before': before,
+            'after': after}
 
 
-def detach(runtime: Runtime, req: falcon.Request, managed: Managed, key: Any, row: Any, name: str) -> Any:
+def detach(log: AuditLog, req: falcon.Request, managed: Managed, key: Any, row: Any, name: str) -> Any:
     """Hand an object from its file to the admin API (audited); returns it as it is now."""
-    table = managed.table
-
-    def work(conn: Any) -> Any:
-        conn.execute(update(table).where(getattr(table, managed.column) == key).values(origin='api', owner=''))
-        after = managed.load(conn, key)
-        _record(conn, req, managed.kind, name, 'detach', 200, audit.snapshot(row), audit.snapshot(after))
-        return after
-    detached = run_transaction(runtime.engine, work)
+    detached = log.detach(managed.table, managed.column, key, lambda after: _entry(
+        req, managed.kind, name, 'detach', 200, audit.snapshot(row), audit.snapshot(after)))
     _log.info('%s %r detached from %s by %s', managed.kind, name, row.owner, _actor(req))
     return detached
 
@@ -194,14 +186,16 @@ class AuditResource(AdminResource):
 
     audited = False
 
+    def __init__(self, parts: AdminParts) -> None:
+        self._log = parts.audit
+
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         limit = req.get_param_as_int('limit', min_value=1, max_value=audit.MAX_PAGE) or DEFAULT_PAGE
         offset = req.get_param_as_int('offset', min_value=0, max_value=MAX_DB_INT) or 0
         since = req.get_param_as_float('since', min_value=0, max_value=1e11)
         until = req.get_param_as_float('until', min_value=0, max_value=1e11)
         filters = {k: _text_param(req, k) for k in ('kind', 'name', 'actor', 'action')}
-        total, entries = run_transaction(self._runtime.engine, lambda c: audit.query(
-            c, limit=limit, offset=offset, since=since, until=until, **filters), write=False)
+        total, entries = self._log.query(limit=limit, offset=offset, since=since, until=until, **filters)
         resp.media = {'is_ok': True, 'total': total, 'limit': limit, 'offset': offset, 'entries': entries}
 
 
@@ -214,8 +208,11 @@ class DetachResource(AdminResource):
 
     audited = False  # detach() records its own entry
 
+    def __init__(self, parts: AdminParts) -> None:
+        self._log = parts.audit
+
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = Body(req, self._runtime, {'kind', 'name'})
+        body = Body(req, {'kind', 'name'})
         kind = body.text('kind', required=True, max_len=32)
         managed = DETACHABLE.get(kind)
         if managed is None:
@@ -225,7 +222,7 @@ class DetachResource(AdminResource):
             key = managed.key(name)
         except ValueError:
             raise InvalidInput('name', f'is not a {kind} id') from None
-        row = run_transaction(self._runtime.engine, lambda c: managed.load(c, key), write=False)
+        row = managed.load(self._log, key)
         if row is None:
             raise ObjectNotFound(kind, name)
         if row.origin != 'config' or not row.owner:
@@ -233,7 +230,7 @@ class DetachResource(AdminResource):
                           'reason': 'no object file manages it'}
             return
         owner = row.owner
-        detach(self._runtime, req, managed, key, row, name)
+        detach(self._log, req, managed, key, row, name)
         resp.media = {'is_ok': True, 'detached': True, 'kind': kind, 'name': name, 'file': owner}
 
 

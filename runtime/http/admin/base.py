@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from runtime.http.admin.parts import AdminParts
 from runtime.http.auth import ADMIN
 
-if TYPE_CHECKING:
-    from runtime.core import Runtime
+__all__ = ['ADMIN_PREFIX', 'AdminParts', 'AdminResource']
 
 #: Every admin route lives under this prefix; the rest of it is served by AdminNotFound.
 ADMIN_PREFIX = '/admin'
@@ -16,6 +16,7 @@ ADMIN_PREFIX = '/admin'
 class AdminResource:
     """Base of every admin resource: routed ones need the admin credentials (runtime.http.auth).
 
+    Each is made with the admin API's parts (``AdminParts``) and keeps the ones it uses.
     Writes pass through ``runtime.http.admin.audit.AdminWrites``, which reads ``managed``,
     ``audit_action`` and ``audited`` (set for every resource in ``runtime.http.admin.routes``).
     """
@@ -28,5 +29,6 @@ class AdminResource:
     #: False for a resource whose writes change nothing (they are not audited).
     audited = True
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
+    def __init__(self, parts: AdminParts) -> None:
+        # Every resource is made alike (runtime.http.admin.routes); each family keeps the parts it uses.
+        pass

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import falcon
 
 from runtime.errors import BadRequest, InvalidInput
 from runtime.http.body import read_json
 from runtime.http.openapi import integer, query
-from runtime.pubsub import admin_ops
-
-if TYPE_CHECKING:
-    from runtime.core import Runtime
+from runtime.pubsub.queue_admin import MAX_PAGE
 
 #: Largest value a whole-number column holds on every backend (PostgreSQL INTEGER).
 MAX_DB_INT = 2 ** 31 - 1
@@ -42,7 +39,7 @@ def has_bad_chars(value: str) -> bool:
 class Body:
     """A JSON object body with typed accessors; errors name the field that is wrong."""
 
-    def __init__(self, req: falcon.Request, runtime: Runtime, allowed: set[str], required: bool = True) -> None:
+    def __init__(self, req: falcon.Request, allowed: set[str], required: bool = True) -> None:
         value = read_json(req)
         if value is None and not required:
             value = {}
@@ -135,12 +132,12 @@ def check_numbers(value: Any, where: str) -> None:
 
 
 def page(req: falcon.Request) -> tuple[int, int]:
-    limit = req.get_param_as_int('limit', min_value=1, max_value=admin_ops.MAX_PAGE) or DEFAULT_PAGE
+    limit = req.get_param_as_int('limit', min_value=1, max_value=MAX_PAGE) or DEFAULT_PAGE
     offset = req.get_param_as_int('offset', min_value=0, max_value=MAX_DB_INT) or 0
     return limit, offset
 
 
 
 
-PAGE_PARAMS = [query('limit', integer(1, admin_ops.MAX_PAGE), f'Page size (default {DEFAULT_PAGE})'),
+PAGE_PARAMS = [query('limit', integer(1, MAX_PAGE), f'Page size (default {DEFAULT_PAGE})'),
                query('offset', integer(0, MAX_DB_INT), 'Rows to skip')]

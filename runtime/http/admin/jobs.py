@@ -13,88 +13,92 @@ Changes take effect at once on every worker (they share the database and the syn
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import falcon
 
 from runtime.errors import BadRequest
-from runtime.http.admin.base import AdminResource
+from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.body import read_json
 from runtime.http.openapi import ANY, BOOL, INT, STR, arr, integer, obj, operation, query, string
-
-if TYPE_CHECKING:
-    from runtime.core import Runtime
 
 #: Longest a run-now request waits for the run to end.
 MAX_WAIT_SECS = 300.0
 
 
-def _object_body(req: falcon.Request, runtime: Runtime) -> dict[str, Any]:
+def _object_body(req: falcon.Request) -> dict[str, Any]:
     body = read_json(req)
     if not isinstance(body, dict):
         raise BadRequest('body must be a JSON object of job attributes')
     return body
 
 
-class JobsResource(AdminResource):
+class _JobResource(AdminResource):
+    """A resource of the scheduler."""
+
+    def __init__(self, parts: AdminParts) -> None:
+        self._scheduler = parts.scheduler
+
+
+class JobsResource(_JobResource):
     """GET /admin/jobs: every job; POST: create one."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = {'is_ok': True, 'jobs': self._runtime.scheduler.jobs()}
+        resp.media = {'is_ok': True, 'jobs': self._scheduler.jobs()}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        job = self._runtime.scheduler.create(_object_body(req, self._runtime))
+        job = self._scheduler.create(_object_body(req))
         resp.status = falcon.HTTP_201
         resp.media = {'is_ok': True, 'job': job}
 
 
-class JobResource(AdminResource):
+class JobResource(_JobResource):
     """GET /admin/jobs/{name}: one job; PATCH: change it; DELETE: delete it with its history."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = {'is_ok': True, 'job': self._runtime.scheduler.get(name)}
+        resp.media = {'is_ok': True, 'job': self._scheduler.get(name)}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = {'is_ok': True, 'job': self._runtime.scheduler.edit(name, _object_body(req, self._runtime))}
+        resp.media = {'is_ok': True, 'job': self._scheduler.edit(name, _object_body(req))}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        self._runtime.scheduler.delete(name)
+        self._scheduler.delete(name)
         resp.media = {'is_ok': True, 'deleted': name}
 
 
-class JobPauseResource(AdminResource):
+class JobPauseResource(_JobResource):
     """POST /admin/jobs/{name}/pause."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = {'is_ok': True, 'job': self._runtime.scheduler.set_active(name, False)}
+        resp.media = {'is_ok': True, 'job': self._scheduler.set_active(name, False)}
 
 
-class JobResumeResource(AdminResource):
+class JobResumeResource(_JobResource):
     """POST /admin/jobs/{name}/resume."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = {'is_ok': True, 'job': self._runtime.scheduler.set_active(name, True)}
+        resp.media = {'is_ok': True, 'job': self._scheduler.set_active(name, True)}
 
 
-class JobRunResource(AdminResource):
+class JobRunResource(_JobResource):
     """POST /admin/jobs/{name}/run: run the job now."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         wait = req.get_param_as_bool('wait') or False
         timeout = req.get_param_as_float('timeout', min_value=0.0, max_value=MAX_WAIT_SECS) or 30.0
-        scheduler = self._runtime.scheduler
+        scheduler = self._scheduler
         run_id, greenlet = scheduler.run_now(name)
         if wait:
             greenlet.join(timeout)
         resp.media = {'is_ok': True, 'run': scheduler.run(run_id)}
 
 
-class JobRunsResource(AdminResource):
+class JobRunsResource(_JobResource):
     """GET /admin/jobs/{name}/runs: the latest runs, newest first."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         limit = req.get_param_as_int('limit', min_value=1, max_value=10000) or 50
-        resp.media = {'is_ok': True, 'runs': self._runtime.scheduler.runs(name, limit)}
+        resp.media = {'is_ok': True, 'runs': self._scheduler.runs(name, limit)}
 
 
 # OpenAPI operations of the resources above (read by runtime.http.openapi).

@@ -15,7 +15,7 @@ The few statements these need are here, beside the resources, rather than in a m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import falcon
 import gevent
@@ -34,7 +34,7 @@ from runtime.errors import (
     ObjectNotFound,
     RouteClash,
 )
-from runtime.http.admin.base import AdminResource
+from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import Body
 from runtime.http.admin.lookups import security_exists, service_known
 from runtime.http.openapi import BOOL, STR, arr, obj, operation, string
@@ -44,10 +44,7 @@ from runtime.pubsub import permissions
 from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
 from runtime.security import hash_password
 from runtime.service import HTTP_VERBS
-from runtime.sync import bump
-
-if TYPE_CHECKING:
-    from runtime.core import Runtime
+from runtime.sync import write_and_reload
 
 #: Longest password accepted, in characters (scrypt takes any length; this bounds the work).
 MAX_PASSWORD_CHARS = 1000
@@ -107,40 +104,42 @@ def _username(body: Body, required: bool, default: str = '') -> str:
     return value
 
 
-def _security_row(runtime: Runtime, name: str) -> Any:
-    row = run_transaction(runtime.engine, lambda c: c.execute(select(BasicAuthDef).where(BasicAuthDef.name == name))
+def _security_row(parts: AdminParts, name: str) -> Any:
+    row = run_transaction(parts.engine, lambda c: c.execute(select(BasicAuthDef).where(BasicAuthDef.name == name))
                           .first(), write=False)
     if row is None:
         raise ObjectNotFound('security definition', name)
     return row
 
 
-def _write(runtime: Runtime, key: str, work: Any, conflict: Exception | None = None) -> None:
+def _write(parts: AdminParts, key: str, work: Any, conflict: Exception | None = None) -> None:
     """Run work(conn) with the sync key bumped in its transaction; reload this worker at once.
 
     work returns the error to raise when a check fails before it wrote anything: raising it inside
     the transaction would have gevent's thread pool (SQLite) print it as a crash.
     """
-    def in_transaction(conn: Any) -> Exception | None:
-        error = work(conn)
-        if error is None:
-            bump(conn, key)
-        return error
     try:
-        error = run_transaction(runtime.engine, in_transaction)
+        error = write_and_reload(parts.engine, key, work, lambda: parts.synchronizer.changed(key),
+                                 wrote=lambda error: error is None)
     except IntegrityError:
         if conflict is None:
             raise
         raise conflict from None  # a concurrent request made the same object after our check
     if error is not None:
         raise error
-    runtime.synchronizer.changed(key)
+
+
+class _ObjectResource(AdminResource):
+    """A resource of security definitions or channels."""
+
+    def __init__(self, parts: AdminParts) -> None:
+        self._parts = parts
 
 
 # Security definitions
 
 
-class SecurityDefsResource(AdminResource):
+class SecurityDefsResource(_ObjectResource):
     """GET /admin/security: every Basic Auth definition; POST: create one."""
 
     openapi = {
@@ -154,12 +153,12 @@ class SecurityDefsResource(AdminResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        rows = run_transaction(self._runtime.engine, lambda c: c.execute(
+        rows = run_transaction(self._parts.engine, lambda c: c.execute(
             select(BasicAuthDef).order_by(BasicAuthDef.name)).all(), write=False)
         resp.media = {'is_ok': True, 'security': [_security_view(r) for r in rows]}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = Body(req, self._runtime, {'name', 'type', 'username', 'password', 'realm', 'is_active'})
+        body = Body(req, {'name', 'type', 'username', 'password', 'realm', 'is_active'})
         body.require('name', 'username', 'password')
         name = body.text('name', required=True, allow_empty=False)
         if body.text('type', default='basic_auth') != 'basic_auth':
@@ -175,12 +174,12 @@ class SecurityDefsResource(AdminResource):
                     return ObjectExists(kind, values[column])
             conn.execute(insert(BasicAuthDef).values(**values))
             return None
-        _write(self._runtime, SECURITY_KEY, work, ObjectExists('security definition', name))
+        _write(self._parts, SECURITY_KEY, work, ObjectExists('security definition', name))
         resp.status = falcon.HTTP_201
-        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._runtime, name))}
+        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._parts, name))}
 
 
-class SecurityDefResource(AdminResource):
+class SecurityDefResource(_ObjectResource):
     """GET /admin/security/{name}; PATCH: username, realm, is_active; DELETE (refused while in use)."""
 
     openapi = {
@@ -196,11 +195,11 @@ class SecurityDefResource(AdminResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._runtime, name))}
+        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._parts, name))}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        row = _security_row(self._runtime, name)
-        body = Body(req, self._runtime, {'username', 'realm', 'is_active'})
+        row = _security_row(self._parts, name)
+        body = Body(req, {'username', 'realm', 'is_active'})
         values = {'username': _username(body, False, row.username),
                   'realm': _realm(body, row.realm),
                   'is_active': body.flag('is_active', row.is_active)}
@@ -212,11 +211,11 @@ class SecurityDefResource(AdminResource):
                 return ObjectExists('username', values['username'])
             conn.execute(update(BasicAuthDef).where(BasicAuthDef.name == name).values(**values))
             return None
-        _write(self._runtime, SECURITY_KEY, work, ObjectExists('username', values['username']))
-        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._runtime, name))}
+        _write(self._parts, SECURITY_KEY, work, ObjectExists('username', values['username']))
+        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._parts, name))}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        _security_row(self._runtime, name)
+        _security_row(self._parts, name)
 
         def work(conn: Any) -> Exception | None:
             users = [f'channel {r.name!r}' for r in conn.execute(select(RestChannel.name)
@@ -229,12 +228,12 @@ class SecurityDefResource(AdminResource):
             permissions.remove(conn, name)
             conn.execute(delete(BasicAuthDef).where(BasicAuthDef.name == name))
             return None
-        _write(self._runtime, SECURITY_KEY, work)
-        self._runtime.synchronizer.changed(PERMISSIONS_KEY)
+        _write(self._parts, SECURITY_KEY, work)
+        self._parts.synchronizer.changed(PERMISSIONS_KEY)
         resp.media = {'is_ok': True, 'deleted': name}
 
 
-class SecurityPasswordResource(AdminResource):
+class SecurityPasswordResource(_ObjectResource):
     """POST /admin/security/{name}/password {password}: change a definition's password."""
 
     openapi = {'post': operation('Change the password of a security definition', tags=_T, errors=(400, 404),
@@ -242,16 +241,16 @@ class SecurityPasswordResource(AdminResource):
                                  response={'security': SECURITY})}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        _security_row(self._runtime, name)
-        password_hash = _hash(_password(Body(req, self._runtime, {'password'})))
+        _security_row(self._parts, name)
+        password_hash = _hash(_password(Body(req, {'password'})))
 
         def work(conn: Any) -> Exception | None:
             if not conn.execute(update(BasicAuthDef).where(BasicAuthDef.name == name)
                                 .values(password_hash=password_hash)).rowcount:
                 return ObjectNotFound('security definition', name)
             return None
-        _write(self._runtime, SECURITY_KEY, work)
-        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._runtime, name))}
+        _write(self._parts, SECURITY_KEY, work)
+        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._parts, name))}
 
 
 # Channels
@@ -260,15 +259,15 @@ class SecurityPasswordResource(AdminResource):
 _CHANNEL_FIELDS = {'name', 'service', 'url_path', 'methods', 'data_format', 'security', 'is_active'}
 
 
-def _channel_row(runtime: Runtime, name: str) -> Any:
-    row = run_transaction(runtime.engine, lambda c: c.execute(select(RestChannel).where(RestChannel.name == name))
+def _channel_row(parts: AdminParts, name: str) -> Any:
+    row = run_transaction(parts.engine, lambda c: c.execute(select(RestChannel).where(RestChannel.name == name))
                           .first(), write=False)
     if row is None:
         raise ObjectNotFound('channel', name)
     return row
 
 
-def _channel_values(runtime: Runtime, body: Body, current: Any | None) -> dict[str, Any]:
+def _channel_values(parts: AdminParts, body: Body, current: Any | None) -> dict[str, Any]:
     """Validated column values of a channel: the body over the current ones."""
     def text(key: str, default: str, max_len: int = 200) -> str:
         return body.text(key, required=current is None and key in ('name', 'service', 'url_path'),
@@ -289,11 +288,11 @@ def _channel_values(runtime: Runtime, body: Body, current: Any | None) -> dict[s
         raise BadRequest(str(e)) from None
     if any(c in channel.url_path for c in '?#'):
         raise InvalidInput('url_path', 'must be a path only, without ? or #')
-    if channel.security and not security_exists(runtime, channel.security):
+    if channel.security and not security_exists(parts, channel.security):
         raise InvalidInput('security', f'names no security definition ({channel.security!r})')
-    if (current is None or channel.service != current.service) and not service_known(runtime, channel.service):
+    if (current is None or channel.service != current.service) and not service_known(parts, channel.service):
         raise InvalidInput('service', f'names no deployed service ({channel.service!r})')
-    clash = run_transaction(runtime.engine, lambda c: channel_clash(
+    clash = run_transaction(parts.engine, lambda c: channel_clash(
         c, current.name if current is not None else channel.name, channel.url_path, channel.methods), write=False)
     if clash is not None:
         raise RouteClash(channel.name, clash)
@@ -302,7 +301,7 @@ def _channel_values(runtime: Runtime, body: Body, current: Any | None) -> dict[s
             'security': channel.security, 'is_active': channel.is_active}
 
 
-class ChannelsResource(AdminResource):
+class ChannelsResource(_ObjectResource):
     """GET /admin/channels: every REST channel; POST: create one (live at once, no restart)."""
 
     openapi = {
@@ -317,14 +316,14 @@ class ChannelsResource(AdminResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        rows = run_transaction(self._runtime.engine, lambda c: c.execute(
+        rows = run_transaction(self._parts.engine, lambda c: c.execute(
             select(RestChannel).order_by(RestChannel.name)).all(), write=False)
         resp.media = {'is_ok': True, 'channels': [_channel_view(r) for r in rows]}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = Body(req, self._runtime, _CHANNEL_FIELDS)
+        body = Body(req, _CHANNEL_FIELDS)
         body.require('name', 'service', 'url_path')
-        values = _channel_values(self._runtime, body, None)
+        values = _channel_values(self._parts, body, None)
         values['origin'] = 'api'
 
         def work(conn: Any) -> Exception | None:
@@ -332,12 +331,12 @@ class ChannelsResource(AdminResource):
                 return ObjectExists('channel', values['name'])
             conn.execute(insert(RestChannel).values(**values))
             return None
-        _write(self._runtime, CHANNELS_KEY, work, ObjectExists('channel', values['name']))
+        _write(self._parts, CHANNELS_KEY, work, ObjectExists('channel', values['name']))
         resp.status = falcon.HTTP_201
-        resp.media = {'is_ok': True, 'channel': _channel_view(_channel_row(self._runtime, values['name']))}
+        resp.media = {'is_ok': True, 'channel': _channel_view(_channel_row(self._parts, values['name']))}
 
 
-class ChannelResource(AdminResource):
+class ChannelResource(_ObjectResource):
     """GET /admin/channels/{name}; PATCH: change it (renaming too); DELETE."""
 
     openapi = {
@@ -351,11 +350,11 @@ class ChannelResource(AdminResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = {'is_ok': True, 'channel': _channel_view(_channel_row(self._runtime, name))}
+        resp.media = {'is_ok': True, 'channel': _channel_view(_channel_row(self._parts, name))}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        row = _channel_row(self._runtime, name)
-        values = _channel_values(self._runtime, Body(req, self._runtime, _CHANNEL_FIELDS), row)
+        row = _channel_row(self._parts, name)
+        values = _channel_values(self._parts, Body(req, _CHANNEL_FIELDS), row)
 
         def work(conn: Any) -> Exception | None:
             if values['name'] != name and conn.execute(select(RestChannel.id)
@@ -363,13 +362,13 @@ class ChannelResource(AdminResource):
                 return ObjectExists('channel', values['name'])
             conn.execute(update(RestChannel).where(RestChannel.name == name).values(**values))
             return None
-        _write(self._runtime, CHANNELS_KEY, work, ObjectExists('channel', values['name']))
-        resp.media = {'is_ok': True, 'channel': _channel_view(_channel_row(self._runtime, values['name']))}
+        _write(self._parts, CHANNELS_KEY, work, ObjectExists('channel', values['name']))
+        resp.media = {'is_ok': True, 'channel': _channel_view(_channel_row(self._parts, values['name']))}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         def work(conn: Any) -> Exception | None:
             if not conn.execute(delete(RestChannel).where(RestChannel.name == name)).rowcount:
                 return ObjectNotFound('channel', name)
             return None
-        _write(self._runtime, CHANNELS_KEY, work)
+        _write(self._parts, CHANNELS_KEY, work)
         resp.media = {'is_ok': True, 'deleted': name}

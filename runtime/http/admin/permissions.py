@@ -14,14 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 import falcon
-from sqlalchemy import Connection
 
-from runtime.db.blocking import run_transaction
-from runtime.errors import BadRequest, ObjectNotFound
-from runtime.http.admin.base import AdminResource
+from runtime.errors import BadRequest
+from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.body import read_json
 from runtime.pubsub import permissions
-from runtime.pubsub.permissions import SYNC_KEY, Grant
 
 _NAME_PARAM = {'name': 'name', 'in': 'path', 'required': True, 'description': 'Name of a security definition',
                'schema': {'type': 'string'}}
@@ -73,14 +70,11 @@ class PermissionsResource(AdminResource):
                        '401': _401, '404': _404}},
     }
 
+    def __init__(self, parts: AdminParts) -> None:
+        self._permissions = parts.permission_admin
+
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        def work(conn: Connection) -> tuple[bool, Grant | None]:
-            if not permissions.security_exists(conn, name):
-                return False, None
-            return True, permissions.load(conn, name)
-        exists, grant = run_transaction(self._runtime.engine, work, write=False)
-        if not exists:
-            raise ObjectNotFound('security definition', name)
+        grant = self._permissions.get(name)
         resp.media = {'is_ok': True, 'permissions': grant.as_dict() if grant else _none_set(name)}
 
     def on_put(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
@@ -91,27 +85,9 @@ class PermissionsResource(AdminResource):
         if unknown:
             raise BadRequest(f'unknown key(s): {", ".join(unknown)}'[:300])
         pub, sub = permissions.parse_grant(body)
-
-        def work(conn: Connection) -> tuple[bool, Grant | None]:
-            if not permissions.security_exists(conn, name):
-                return False, None
-            permissions.save(conn, name, pub, sub, origin='api')
-            return True, permissions.load(conn, name)
-        exists, grant = run_transaction(self._runtime.engine, work)
-        if not exists:
-            raise ObjectNotFound('security definition', name)
-        self._runtime.synchronizer.changed(SYNC_KEY)
+        grant = self._permissions.replace(name, pub, sub)
         resp.media = {'is_ok': True, 'permissions': grant.as_dict() if grant else _none_set(name)}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        def work(conn: Connection) -> tuple[bool, bool]:
-            if not permissions.security_exists(conn, name):
-                return False, False
-            return True, permissions.remove(conn, name)
-        exists, removed = run_transaction(self._runtime.engine, work)
-        if not exists:
-            raise ObjectNotFound('security definition', name)
-        if not removed:
-            raise ObjectNotFound('pub/sub permissions of security definition', name)
-        self._runtime.synchronizer.changed(SYNC_KEY)
+        self._permissions.remove(name)
         resp.media = {'is_ok': True, 'deleted': name}

@@ -10,8 +10,9 @@
 
 Every change is written to the database with the ``pubsub`` sync key bumped in the same
 transaction, so every worker of every server reloads it within ``sync.interval_secs``; this
-worker reloads at once. The SQL lives in ``runtime.pubsub.admin_ops``, input checks in
-``runtime.http.admin.input``, and how a subscription is found and shown (queues use it too) in
+worker reloads at once. The work is done by the catalog (creating topics, subscribing, pausing)
+and by ``runtime.pubsub.topic_admin`` and ``runtime.pubsub.queue_admin``; input checks are in
+``runtime.http.admin.input``, and how a subscription is shown (queues use it too) in
 ``runtime.http.admin.subscription_views``. Topics, subscriptions and publishing share the schemas
 below.
 """
@@ -20,25 +21,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import falcon
-from sqlalchemy import select
 
-from runtime.db.blocking import run_transaction
-from runtime.db.models import Topic
 from runtime.errors import (
     BadRequest,
     ConfigError,
     InvalidInput,
     ObjectExists,
-    TopicNotFound,
 )
-from runtime.http.admin.base import AdminResource
+from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import MAX_DB_INT, Body, check_data, check_numbers, has_bad_chars
 from runtime.http.admin.lookups import security_exists
-from runtime.http.admin.subscription_views import SUBSCRIPTION, find_sub, sub_details, sub_rows, sub_view
+from runtime.http.admin.subscription_views import SUBSCRIPTION, sub_details, sub_view
 from runtime.http.openapi import (
     ANY,
     BOOL,
@@ -52,9 +49,7 @@ from runtime.http.openapi import (
     query,
     string,
 )
-from runtime.object_checks import topic_missing
-from runtime.pubsub import admin_ops
-from runtime.pubsub.broker import SYNC_KEY
+from runtime.pubsub.queue_admin import iso
 from runtime.pubsub.registry import (
     KIND_PULL,
     KIND_REST_PUSH,
@@ -63,13 +58,8 @@ from runtime.pubsub.registry import (
     DeliveryOptions,
     TopicInfo,
     check_topic_attributes,
-    parse_options,
 )
 from runtime.pubsub.topics import validate_pattern, validate_topic_name
-from runtime.sync import bump
-
-if TYPE_CHECKING:
-    from runtime.core import Runtime
 
 #: Default and largest number of last publications in a topic's details.
 DEFAULT_LAST = 10
@@ -82,7 +72,7 @@ MAX_LAST = 100
 def _topic_view(topic: TopicInfo, row: Any) -> dict[str, Any]:
     view = asdict(topic)
     view['origin'] = row.origin if row else 'api'
-    view['created_at_iso'] = admin_ops.iso(row.created_at) if row else None
+    view['created_at_iso'] = iso(row.created_at) if row else None
     return view
 
 
@@ -117,10 +107,20 @@ _TOPIC_PARAM = {'name': 'name', 'in': 'path', 'required': True, 'schema': string
 _T = ['admin: pub/sub']
 
 
+class _PubSubResource(AdminResource):
+    """A resource of topics and subscriptions: the catalog and the pub/sub administration layer."""
+
+    def __init__(self, parts: AdminParts) -> None:
+        self._parts = parts
+        self._catalog = parts.catalog
+        self._topics = parts.topic_admin
+        self._queues = parts.queue_admin
+
+
 # Topics
 
 
-class TopicsResource(AdminResource):
+class TopicsResource(_PubSubResource):
     """GET /admin/topics: every topic with its depth; POST: create one."""
 
     openapi = {
@@ -133,35 +133,28 @@ class TopicsResource(AdminResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        broker = self._runtime.broker
-        registry = broker.registry
-        rows, depths = run_transaction(broker.engine, lambda c: (_topic_rows(c), admin_ops.topic_depths(c)),
-                                       write=False)
         topics = []
-        for topic in sorted(registry.topics.values(), key=lambda t: t.name.lower()):
+        listed = self._topics.topics()
+        rows, depths = self._queues.topic_stats()
+        for topic in listed:
             view = _topic_view(topic, rows.get(topic.id))
             view['depth'] = depths.get(topic.id, {'gd': 0, 'non_gd': 0})
-            view['subscriptions'] = len(registry.all_subscribers(topic.name))
+            view['subscriptions'] = len(self._topics.subscribers(topic.name))
             topics.append(view)
         resp.media = {'is_ok': True, 'topics': topics}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = Body(req, self._runtime, {'name', *_TOPIC_ATTR_SCHEMAS})
+        body = Body(req, {'name', *_TOPIC_ATTR_SCHEMAS})
         name = validate_topic_name(body.text('name', required=True))
         attrs = _topic_attrs(body, f'topic {name!r}')
-        broker = self._runtime.broker
-        if broker.registry.topic(name) is not None:
+        if self._topics.known_topic(name):
             raise ObjectExists('topic', name)
         try:
-            topic = broker.create_topic(name, origin='api', **attrs)
+            topic = self._catalog.create_topic(name, origin='api', **attrs)
         except ConfigError:
             raise ObjectExists('topic', name) from None  # attributes were checked: only the name can clash
         resp.status = falcon.HTTP_201
         resp.media = {'is_ok': True, 'topic': _topic_view(topic, None)}
-
-
-def _topic_rows(conn: Any) -> dict[int, Any]:
-    return {r.id: r for r in conn.execute(select(Topic.id, Topic.origin, Topic.created_at)).all()}
 
 
 def _topic_attrs(body: Body, where: str) -> dict[str, Any]:
@@ -177,18 +170,7 @@ def _topic_attrs(body: Body, where: str) -> dict[str, Any]:
         raise BadRequest(str(e)) from None
 
 
-def _topic(runtime: Runtime, name: str) -> TopicInfo:
-    broker = runtime.broker
-    topic = broker.registry.topic(name)
-    if topic is None:
-        broker.reload()  # made by another worker since the last sync
-        topic = broker.registry.topic(name)
-    if topic is None:
-        raise TopicNotFound(name)
-    return topic
-
-
-class TopicResource(AdminResource):
+class TopicResource(_PubSubResource):
     """GET /admin/topics/{name}: attributes and runtime details; PATCH: change attributes; DELETE."""
 
     openapi = {
@@ -207,18 +189,12 @@ class TopicResource(AdminResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        topic = _topic(self._runtime, name)
+        topic = self._topics.topic(name)
         last = req.get_param_as_int('last', min_value=0, max_value=MAX_LAST)
         last = DEFAULT_LAST if last is None else last
-        broker = self._runtime.broker
-        subs = broker.registry.all_subscribers(topic.name)
-
-        def work(conn: Any) -> tuple[Any, ...]:
-            return (_topic_rows(conn).get(topic.id), admin_ops.topic_depths(conn, [topic.id]),
-                    admin_ops.last_publications(conn, topic.id, last) if last else [],
-                    admin_ops.queue_stats(conn, [s.id for s in subs]), sub_rows(conn, [s.id for s in subs]))
-        row, depths, stored, stats, rows_by_id = run_transaction(broker.engine, work, write=False)
-        publications = _merge_recent(stored, self._runtime, topic.id, last)
+        subs = self._topics.subscribers(topic.name)
+        row, depths, stored, stats, rows_by_id = self._queues.topic_details(topic.id, [s.id for s in subs], last)
+        publications = _merge_recent(stored, self._parts.recent_publications(topic.id), last)
         resp.media = {'is_ok': True, 'topic': _topic_view(topic, row),
                       'depth': depths.get(topic.id, {'gd': 0, 'non_gd': 0}),
                       'last_publications': publications,
@@ -226,35 +202,20 @@ class TopicResource(AdminResource):
                       'subscriptions': [sub_view(s, stats.get(s.id), rows_by_id.get(s.id)) for s in subs]}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        topic = _topic(self._runtime, name)
-        body = Body(req, self._runtime, set(_TOPIC_ATTR_SCHEMAS))
+        topic = self._topics.topic(name)
+        body = Body(req, set(_TOPIC_ATTR_SCHEMAS))
         attrs = _topic_attrs(body, f'topic {topic.name!r}')
-        broker = self._runtime.broker
-        if attrs:
-            def work(conn: Any) -> None:
-                admin_ops.update_topic(conn, topic.id, attrs)
-                bump(conn, SYNC_KEY)
-            run_transaction(broker.engine, work)
-            broker.reload()
-        resp.media = {'is_ok': True, 'topic': _topic_view(_topic(self._runtime, topic.name), None)}
+        self._topics.update_topic(topic.id, attrs)
+        resp.media = {'is_ok': True, 'topic': _topic_view(self._topics.topic(topic.name), None)}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        topic = _topic(self._runtime, name)
-        broker = self._runtime.broker
-
-        def work(conn: Any) -> dict[str, int]:
-            counts = admin_ops.delete_topic(conn, topic.id, topic.name)
-            bump(conn, SYNC_KEY)
-            return counts
-        counts = run_transaction(broker.engine, work)
-        broker.reload()
+        topic = self._topics.topic(name)
+        counts = self._topics.delete_topic(topic)
         resp.media = {'is_ok': True, 'deleted': topic.name, **counts}
 
 
-def _merge_recent(stored: list[dict[str, Any]], runtime: Runtime, topic_id: int, limit: int) -> list[dict[str, Any]]:
+def _merge_recent(stored: list[dict[str, Any]], recent: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     """Stored last publications, plus those this worker saw that were delivered (and swept) since."""
-    metrics = getattr(runtime, 'metrics', None)
-    recent = metrics.recent_publications(topic_id) if metrics is not None else []
     seen = {p['msg_id'] for p in stored}
     merged = stored + [{**p, 'stored': False} for p in recent if p['msg_id'] not in seen]
     for p in stored:
@@ -266,7 +227,7 @@ def _merge_recent(stored: list[dict[str, Any]], runtime: Runtime, topic_id: int,
 # Subscriptions
 
 
-def _options(body: Body, runtime: Runtime, base: dict[str, Any], where: str) -> dict[str, Any]:
+def _options(body: Body, parts: AdminParts, base: dict[str, Any], where: str) -> dict[str, Any]:
     given = body.data.get('options')
     if given is None:
         return base
@@ -278,16 +239,16 @@ def _options(body: Body, runtime: Runtime, base: dict[str, Any], where: str) -> 
             raise InvalidInput(f'options.{key}', 'must not contain control characters or invalid Unicode')
     options = {**base, **given}
     try:
-        DeliveryOptions.from_settings(runtime.settings.pubsub, options, where)
+        DeliveryOptions.from_settings(parts.settings.pubsub, options, where)
     except ConfigError as e:
         raise BadRequest(str(e)) from None
     return options
 
 
-def _check_endpoint(runtime: Runtime, kind: str, service: str, security: str, push_url: str) -> None:
-    if service and not runtime.store.has(service):
+def _check_endpoint(parts: AdminParts, kind: str, service: str, security: str, push_url: str) -> None:
+    if service and not parts.store.has(service):
         raise InvalidInput('service', f'names no deployed service ({service!r})')
-    if security and not security_exists(runtime, security):
+    if security and not security_exists(parts, security):
         raise InvalidInput('security', f'names no security definition ({security!r})')
     if kind == KIND_SERVICE and not service:
         raise InvalidInput('service', 'is required for a service subscription')
@@ -302,7 +263,7 @@ def _check_endpoint(runtime: Runtime, kind: str, service: str, security: str, pu
 _SUB_FIELDS = {'topic', 'kind', 'service', 'security', 'push_url', 'options', 'is_active'}
 
 
-class SubscriptionsResource(AdminResource):
+class SubscriptionsResource(_PubSubResource):
     """GET /admin/subscriptions: every subscription with its queue; POST: subscribe."""
 
     openapi = {
@@ -324,41 +285,37 @@ class SubscriptionsResource(AdminResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        broker = self._runtime.broker
-        topic, kind = req.get_param('topic'), req.get_param('kind')
-        subs = broker.registry.all_subscribers(topic) if topic else list(broker.registry.subs.values())
-        subs = sorted((s for s in subs if not kind or s.kind == kind), key=lambda s: s.id)
-        stats, rows = run_transaction(broker.engine, lambda c: (admin_ops.queue_stats(c, [s.id for s in subs]),
-                                                                sub_rows(c, [s.id for s in subs])), write=False)
+        subs = self._topics.subscriptions(req.get_param('topic'), req.get_param('kind'))
+        stats, rows = self._queues.subscription_stats([s.id for s in subs])
         resp.media = {'is_ok': True, 'subscriptions': [sub_view(s, stats.get(s.id), rows.get(s.id)) for s in subs]}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        runtime = self._runtime
-        body = Body(req, runtime, _SUB_FIELDS)
+        parts = self._parts
+        body = Body(req, _SUB_FIELDS)
         body.require('topic', 'kind')
         pattern = validate_pattern(body.text('topic', required=True))
-        if run_transaction(runtime.engine, lambda c: topic_missing(c, pattern), write=False):
+        if self._topics.topic_missing(pattern):
             raise InvalidInput('topic', f'names no topic ({pattern!r}): create the topic first, or give a pattern')
         kind = body.text('kind', required=True)
         if kind not in KINDS:
             raise InvalidInput('kind', f'must be one of {", ".join(KINDS)}')
         service, security = body.text('service'), body.text('security')
         push_url = body.text('push_url', max_len=1000)
-        _check_endpoint(runtime, kind, service, security, push_url)
-        options = _options(body, runtime, {}, f'subscription to {pattern!r}')
+        _check_endpoint(parts, kind, service, security, push_url)
+        options = _options(body, parts, {}, f'subscription to {pattern!r}')
         try:
-            sub = runtime.broker.subscribe(pattern, kind, service=service, security=security, push_url=push_url,
+            sub = self._catalog.subscribe(pattern, kind, service=service, security=security, push_url=push_url,
                                            options=options, origin='api')
         except ConfigError as e:
             raise BadRequest(str(e)) from None
         if body.flag('is_active') is False:
-            runtime.broker.set_active(sub.sub_key, False)
-            sub = find_sub(runtime, sub.id)
+            self._catalog.set_active(sub.sub_key, False)
+            sub = self._topics.subscription(sub.id)
         resp.status = falcon.HTTP_201
-        resp.media = {'is_ok': True, 'subscription': sub_details(runtime, sub), 'sub_key': sub.sub_key}
+        resp.media = {'is_ok': True, 'subscription': sub_details(self._queues, sub), 'sub_key': sub.sub_key}
 
 
-class SubscriptionResource(AdminResource):
+class SubscriptionResource(_PubSubResource):
     """GET /admin/subscriptions/{id}; PATCH: options, push URL, security, is_active; DELETE: unsubscribe."""
 
     openapi = {
@@ -374,20 +331,18 @@ class SubscriptionResource(AdminResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        resp.media = {'is_ok': True, 'subscription': sub_details(self._runtime, find_sub(self._runtime, sub_id))}
+        resp.media = {'is_ok': True, 'subscription': sub_details(self._queues, self._topics.subscription(sub_id))}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        runtime = self._runtime
-        sub = find_sub(runtime, sub_id)
-        body = Body(req, runtime, {'options', 'push_url', 'security', 'is_active'})
+        sub = self._topics.subscription(sub_id)
+        body = Body(req, {'options', 'push_url', 'security', 'is_active'})
         values: dict[str, Any] = {}
         if 'options' in body:
-            stored = run_transaction(runtime.engine, lambda c: sub_rows(c, [sub.id]), write=False).get(sub.id)
-            base = parse_options(stored.options) if stored else {}
-            values['options'] = json.dumps(_options(body, runtime, base, sub.label))
+            base = self._topics.stored_options(sub.id)
+            values['options'] = json.dumps(_options(body, self._parts, base, sub.label))
         push_url = body.text('push_url', default=sub.push_url, max_len=1000)
         security = body.text('security', default=sub.security)
-        _check_endpoint(runtime, sub.kind, sub.service, security, push_url)
+        _check_endpoint(self._parts, sub.kind, sub.service, security, push_url)
         if push_url != sub.push_url:
             values['push_url'] = push_url
         if security != sub.security:
@@ -395,28 +350,22 @@ class SubscriptionResource(AdminResource):
         is_active = body.flag('is_active')
         if is_active is not None and is_active != sub.is_active:
             values['is_active'] = is_active
-        if values:
-            def work(conn: Any) -> None:
-                admin_ops.update_subscription(conn, sub.id, values)
-                bump(conn, SYNC_KEY)
-            run_transaction(runtime.engine, work)
-            runtime.broker.reload()
-        resp.media = {'is_ok': True, 'subscription': sub_details(runtime, find_sub(runtime, sub.id))}
+        self._topics.update_subscription(sub.id, values)
+        resp.media = {'is_ok': True, 'subscription': sub_details(self._queues, self._topics.subscription(sub.id))}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        sub = find_sub(self._runtime, sub_id)
-        self._runtime.broker.unsubscribe(sub.sub_key)
+        sub = self._topics.subscription(sub_id)
+        self._catalog.unsubscribe(sub.sub_key)
         resp.media = {'is_ok': True, 'deleted': sub.id}
 
 
-class _SetActive(AdminResource):
+class _SetActive(_PubSubResource):
     active = True
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        runtime = self._runtime
-        sub = find_sub(runtime, sub_id)
-        runtime.broker.set_active(sub.sub_key, self.active)
-        resp.media = {'is_ok': True, 'subscription': sub_details(runtime, find_sub(runtime, sub.id))}
+        sub = self._topics.subscription(sub_id)
+        self._catalog.set_active(sub.sub_key, self.active)
+        resp.media = {'is_ok': True, 'subscription': sub_details(self._queues, self._topics.subscription(sub.id))}
 
 
 class PauseResource(_SetActive):
@@ -438,7 +387,7 @@ class ResumeResource(_SetActive):
 # Publishing
 
 
-class PublishResource(AdminResource):
+class PublishResource(_PubSubResource):
     """POST /admin/publish: publish to a topic or service on behalf of a service or security definition."""
 
     openapi = {'post': operation(
@@ -457,8 +406,8 @@ class PublishResource(AdminResource):
         response={'msg_id': STR, 'topic_name': STR, 'overflowed': BOOL})}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        runtime = self._runtime
-        body = Body(req, runtime, {'topic', 'data', 'priority', 'expiration', 'has_gd', 'correl_id', 'in_reply_to',
+        parts = self._parts
+        body = Body(req, {'topic', 'data', 'priority', 'expiration', 'has_gd', 'correl_id', 'in_reply_to',
                                    'ext_client_id', 'mime_type', 'service', 'security'})
         target = body.text('topic', required=True, allow_empty=False)
         data = check_data(body.data.get('data'))
@@ -466,16 +415,16 @@ class PublishResource(AdminResource):
         service, security = body.text('service'), body.text('security')
         if service and security:
             raise BadRequest('publish on behalf of a service or of a security definition, not both')
-        if service and not runtime.store.has(service):
+        if service and not parts.store.has(service):
             raise InvalidInput('service', f'names no deployed service ({service!r})')
-        if security and not security_exists(runtime, security):
+        if security and not security_exists(parts, security):
             raise InvalidInput('security', f'names no security definition ({security!r})')
         publisher = f'service:{service}' if service else f'security:{security}' if security else 'admin'
-        msg_id = runtime.broker.publish(
+        msg_id = parts.broker.publish(
             target, data, priority=body.whole('priority', 0, 9, 5), expiration=body.seconds('expiration'),
             has_gd=body.flag('has_gd'), correl_id=body.text('correl_id') or None,
             in_reply_to=body.text('in_reply_to') or None, ext_client_id=body.text('ext_client_id') or None,
             mime_type=body.text('mime_type', max_len=100) or None, publisher=publisher)
-        topic = runtime.broker.resolve(target)
+        topic = parts.broker.resolve(target)
         resp.media = {'is_ok': True, 'cid': req.context.cid, 'msg_id': str(msg_id), 'topic_name': topic.name,
                       'overflowed': bool(getattr(msg_id, 'overflowed', False))}

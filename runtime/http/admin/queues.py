@@ -8,28 +8,25 @@
 - ``GET|DELETE .../dead-letters`` and ``GET|PATCH|DELETE .../dead-letters/{msg_id}``: the same for
   dead letters; ``POST .../redrive {msg_ids} | {all: true}`` puts them back into the queue.
 
-The SQL lives in ``runtime.pubsub.admin_ops``, whose docstring states what an edit and a re-drive
-guarantee.
+The work is ``runtime.pubsub.queue_admin``'s, whose docstring states what an edit and a re-drive
+guarantee; these resources read the input, call it and show its answer.
 """
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 import falcon
 
-from runtime.db.blocking import run_transaction
 from runtime.errors import BadRequest, InvalidInput, MessageTooLarge, ObjectNotFound
-from runtime.http.admin.base import AdminResource
+from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import PAGE_PARAMS, Body, check_data, check_numbers, has_bad_chars, page
-from runtime.http.admin.subscription_views import SUBSCRIPTION, find_sub, sub_details, sub_rows, sub_view
+from runtime.http.admin.subscription_views import SUBSCRIPTION, sub_details, sub_view
 from runtime.http.openapi import ANY, BOOL, INT, NULLABLE_STR, STR, TIME, arr, integer, obj, operation, string
-from runtime.pubsub import admin_ops
 from runtime.pubsub.broker import BASE64_SUFFIX, encode_data
+from runtime.pubsub.queue_admin import MAX_PAGE, message_view
 
 if TYPE_CHECKING:
-    from runtime.core import Runtime
     from runtime.pubsub.registry import SubInfo
 
 _T = ['admin: pub/sub']
@@ -50,34 +47,66 @@ MESSAGE_EDIT = obj({'data': {'description': 'New data (any JSON value but null)'
                                    'description': 'Seconds from now until it expires (capped by the topic)'}})
 
 
+class _QueueResource(AdminResource):
+    """A resource of queues: finds subscriptions, works on their queues, knows the message size limit."""
+
+    def __init__(self, parts: AdminParts) -> None:
+        self._topics = parts.topic_admin
+        self._queues = parts.queue_admin
+        self._settings = parts.settings
+
+    def _edit(self, req: falcon.Request, row: Any) -> dict[str, Any]:
+        """Validate an edit of a stored message's data, priority or expiration; the columns to change."""
+        body = Body(req, {'data', 'mime_type', 'priority', 'expiration'})
+        changes: dict[str, Any] = {}
+        if 'data' in body:
+            data = check_data(body.data['data'])
+            check_numbers(data, 'data')
+            current = row.mime_type[:-len(BASE64_SUFFIX)] if row.mime_type.endswith(BASE64_SUFFIX) else row.mime_type
+            text, mime = encode_data(data, body.text('mime_type', default=current, max_len=100) or None)
+            size = len(text.encode('utf-8'))
+            limit = self._settings.pubsub.max_message_size
+            if size > limit:
+                raise MessageTooLarge(size, limit)
+            changes.update(data=text, mime_type=mime, size=size)
+        elif 'mime_type' in body:
+            raise InvalidInput('mime_type', 'can only be changed together with data')
+        priority = body.whole('priority', 0, 9)
+        if priority is not None:
+            changes['priority'] = priority
+        expiration = body.seconds('expiration')
+        if expiration is not None:
+            changes['expiration_time'] = self._queues.expiration_time(row.topic_name, expiration)
+        if not changes:
+            raise BadRequest('nothing to change: give data, priority or expiration')
+        return changes
+
+
 # Queues
 
 
-class QueuesResource(AdminResource):
+class QueuesResource(_QueueResource):
     """GET /admin/queues: every queue's depth, oldest message and dead letters."""
 
     openapi = {'get': operation('Every queue: depth, oldest message, dead letters', tags=_T, errors=(),
                                 response={'queues': arr(SUBSCRIPTION)})}
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        broker = self._runtime.broker
-        broker.reload()  # a queue list must not miss subscriptions another worker just made
-        subs = sorted(broker.registry.subs.values(), key=lambda s: s.id)
-        stats, rows = run_transaction(broker.engine, lambda c: (admin_ops.queue_stats(c), sub_rows(c)), write=False)
+        subs, stats, rows = self._queues.queues()
         resp.media = {'is_ok': True, 'queues': [sub_view(s, stats.get(s.id), rows.get(s.id)) for s in subs]}
 
 
-class QueueResource(AdminResource):
+class QueueResource(_QueueResource):
     """GET /admin/queues/{id}: one queue's depth, oldest message and dead letters."""
 
     openapi = {'get': operation("A subscription's queue: depth, oldest message, dead letters", tags=_T,
                                 errors=(404,), response={'queue': SUBSCRIPTION})}
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        resp.media = {'is_ok': True, 'queue': sub_details(self._runtime, find_sub(self._runtime, sub_id))}
+        resp.media = {'is_ok': True, 'queue': sub_details(self._queues, self._topics.subscription(sub_id))}
 
 
-class QueueMessagesResource(AdminResource):
+class QueueMessagesResource(_QueueResource):
     """GET /admin/queues/{id}/messages: browse in delivery order; DELETE: purge the queue."""
 
     openapi = {
@@ -90,51 +119,19 @@ class QueueMessagesResource(AdminResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        sub = find_sub(self._runtime, sub_id)
+        sub = self._topics.subscription(sub_id)
         limit, offset = page(req)
-        messages, stats = run_transaction(self._runtime.engine, lambda c: (
-            admin_ops.browse_queue(c, sub.id, limit, offset), admin_ops.queue_stats(c, [sub.id])), write=False)
-        depth = stats[sub.id]['depth']
+        messages, depth = self._queues.browse(sub.id, limit, offset)
         resp.media = {'is_ok': True, 'messages': messages, 'depth': depth, 'limit': limit, 'offset': offset,
                       'next_offset': offset + limit if offset + limit < depth else None}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        sub = find_sub(self._runtime, sub_id)
-        deleted = run_transaction(self._runtime.engine, lambda c: admin_ops.purge_queue(c, sub.id))
+        sub = self._topics.subscription(sub_id)
+        deleted = self._queues.purge(sub.id)
         resp.media = {'is_ok': True, 'deleted': deleted}
 
 
-def _edit(runtime: Runtime, req: falcon.Request, row: Any) -> dict[str, Any]:
-    """Validate an edit of a stored message's data, priority or expiration; the columns to change."""
-    body = Body(req, runtime, {'data', 'mime_type', 'priority', 'expiration'})
-    changes: dict[str, Any] = {}
-    if 'data' in body:
-        data = check_data(body.data['data'])
-        check_numbers(data, 'data')
-        current = row.mime_type[:-len(BASE64_SUFFIX)] if row.mime_type.endswith(BASE64_SUFFIX) else row.mime_type
-        text, mime = encode_data(data, body.text('mime_type', default=current, max_len=100) or None)
-        size = len(text.encode('utf-8'))
-        limit = runtime.settings.pubsub.max_message_size
-        if size > limit:
-            raise MessageTooLarge(size, limit)
-        changes.update(data=text, mime_type=mime, size=size)
-    elif 'mime_type' in body:
-        raise InvalidInput('mime_type', 'can only be changed together with data')
-    priority = body.whole('priority', 0, 9)
-    if priority is not None:
-        changes['priority'] = priority
-    expiration = body.seconds('expiration')
-    if expiration is not None:
-        topic = runtime.broker.registry.topic(row.topic_name)
-        if topic is not None:
-            expiration = min(expiration, topic.limit_message_expiry)
-        changes['expiration_time'] = time.time() + expiration
-    if not changes:
-        raise BadRequest('nothing to change: give data, priority or expiration')
-    return changes
-
-
-class QueueMessageResource(AdminResource):
+class QueueMessageResource(_QueueResource):
     """GET /admin/queues/{id}/messages/{msg_id}; PATCH: edit in place; DELETE: remove from this queue."""
 
     openapi = {
@@ -149,31 +146,27 @@ class QueueMessageResource(AdminResource):
     }
 
     def _row(self, sub: SubInfo, msg_id: str) -> Any:
-        row = run_transaction(self._runtime.engine, lambda c: admin_ops.queue_message(c, sub.id, msg_id), write=False)
+        row = self._queues.message(sub.id, msg_id)
         if row is None:
             raise ObjectNotFound(f'message in the queue of subscription #{sub.id}', msg_id)
         return row
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
-        sub = find_sub(self._runtime, sub_id)
-        resp.media = {'is_ok': True, 'message': admin_ops.message_view(self._row(sub, msg_id))}
+        sub = self._topics.subscription(sub_id)
+        resp.media = {'is_ok': True, 'message': message_view(self._row(sub, msg_id))}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
-        sub = find_sub(self._runtime, sub_id)
+        sub = self._topics.subscription(sub_id)
         row = self._row(sub, msg_id)
-        changes = _edit(self._runtime, req, row)
-
-        def work(conn: Any) -> tuple[Any, int]:
-            admin_ops.edit_message(conn, row.message_id, changes)
-            return admin_ops.queue_message(conn, sub.id, msg_id), admin_ops.holders(conn, row.message_id)
-        new, held_by = run_transaction(self._runtime.engine, work)
+        changes = self._edit(req, row)
+        new, held_by = self._queues.edit_message(sub.id, msg_id, row.message_id, changes)
         if new is None:  # delivered while we edited
             raise ObjectNotFound(f'message in the queue of subscription #{sub.id}', msg_id)
-        resp.media = {'is_ok': True, 'message': admin_ops.message_view(new), 'held_by': held_by}
+        resp.media = {'is_ok': True, 'message': message_view(new), 'held_by': held_by}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
-        sub = find_sub(self._runtime, sub_id)
-        if not run_transaction(self._runtime.engine, lambda c: admin_ops.delete_queue_message(c, sub.id, msg_id)):
+        sub = self._topics.subscription(sub_id)
+        if not self._queues.delete_message(sub.id, msg_id):
             raise ObjectNotFound(f'message in the queue of subscription #{sub.id}', msg_id)
         resp.media = {'is_ok': True, 'deleted': msg_id}
 
@@ -181,7 +174,7 @@ class QueueMessageResource(AdminResource):
 # Dead letters
 
 
-class DeadLettersResource(AdminResource):
+class DeadLettersResource(_QueueResource):
     """GET /admin/queues/{id}/dead-letters: browse; DELETE: remove them all."""
 
     openapi = {
@@ -194,21 +187,19 @@ class DeadLettersResource(AdminResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        sub = find_sub(self._runtime, sub_id)
+        sub = self._topics.subscription(sub_id)
         limit, offset = page(req)
-        rows, count = run_transaction(self._runtime.engine, lambda c: (
-            admin_ops.browse_dead_letters(c, sub.id, limit, offset), admin_ops.dead_letter_count(c, sub.id)),
-            write=False)
+        rows, count = self._queues.browse_dead_letters(sub.id, limit, offset)
         resp.media = {'is_ok': True, 'dead_letters': rows, 'count': count, 'limit': limit, 'offset': offset,
                       'next_offset': offset + limit if offset + limit < count else None}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        sub = find_sub(self._runtime, sub_id)
-        deleted = run_transaction(self._runtime.engine, lambda c: admin_ops.delete_dead_letters(c, sub.id))
+        sub = self._topics.subscription(sub_id)
+        deleted = self._queues.delete_dead_letters(sub.id)
         resp.media = {'is_ok': True, 'deleted': deleted}
 
 
-class DeadLetterResource(AdminResource):
+class DeadLetterResource(_QueueResource):
     """GET /admin/queues/{id}/dead-letters/{msg_id}; PATCH: edit it; DELETE."""
 
     openapi = {
@@ -220,57 +211,53 @@ class DeadLetterResource(AdminResource):
     }
 
     def _row(self, sub: SubInfo, msg_id: str) -> Any:
-        row = run_transaction(self._runtime.engine, lambda c: admin_ops.dead_letter(c, sub.id, msg_id), write=False)
+        row = self._queues.dead_letter(sub.id, msg_id)
         if row is None:
             raise ObjectNotFound(f'dead letter of subscription #{sub.id}', msg_id)
         return row
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
-        sub = find_sub(self._runtime, sub_id)
-        resp.media = {'is_ok': True, 'dead_letter': admin_ops.message_view(self._row(sub, msg_id))}
+        sub = self._topics.subscription(sub_id)
+        resp.media = {'is_ok': True, 'dead_letter': message_view(self._row(sub, msg_id))}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
-        sub = find_sub(self._runtime, sub_id)
+        sub = self._topics.subscription(sub_id)
         row = self._row(sub, msg_id)
-        changes = _edit(self._runtime, req, row)
-
-        def work(conn: Any) -> tuple[Any, int]:
-            admin_ops.edit_message(conn, row.message_id, changes)
-            return admin_ops.dead_letter(conn, sub.id, msg_id), admin_ops.holders(conn, row.message_id)
-        new, held_by = run_transaction(self._runtime.engine, work)
+        changes = self._edit(req, row)
+        new, held_by = self._queues.edit_dead_letter(sub.id, msg_id, row.message_id, changes)
         if new is None:
             raise ObjectNotFound(f'dead letter of subscription #{sub.id}', msg_id)
-        resp.media = {'is_ok': True, 'dead_letter': admin_ops.message_view(new), 'held_by': held_by}
+        resp.media = {'is_ok': True, 'dead_letter': message_view(new), 'held_by': held_by}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
-        sub = find_sub(self._runtime, sub_id)
-        if not run_transaction(self._runtime.engine, lambda c: admin_ops.delete_dead_letters(c, sub.id, msg_id)):
+        sub = self._topics.subscription(sub_id)
+        if not self._queues.delete_dead_letters(sub.id, msg_id):
             raise ObjectNotFound(f'dead letter of subscription #{sub.id}', msg_id)
         resp.media = {'is_ok': True, 'deleted': msg_id}
 
 
-class RedriveResource(AdminResource):
+class RedriveResource(_QueueResource):
     """POST /admin/queues/{id}/redrive {msg_ids} or {all: true}: dead letters back into the queue."""
 
     openapi = {'post': operation(
         'Re-drive dead letters: back into the queue, delivery count reset, delivered again', tags=_T,
         errors=(400, 404),
-        body=obj({'msg_ids': arr(string(64), maxItems=admin_ops.MAX_PAGE), 'all': BOOL}),
+        body=obj({'msg_ids': arr(string(64), maxItems=MAX_PAGE), 'all': BOOL}),
         response={'redriven': arr(STR), 'count': INT, 'missing': arr(STR)})}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        sub = find_sub(self._runtime, sub_id)
-        body = Body(req, self._runtime, {'msg_ids', 'all'})
+        sub = self._topics.subscription(sub_id)
+        body = Body(req, {'msg_ids', 'all'})
         msg_ids = body.data.get('msg_ids')
         redrive_all = body.flag('all', False)
         if msg_ids is not None:
-            if (redrive_all or not isinstance(msg_ids, list) or len(msg_ids) > admin_ops.MAX_PAGE
+            if (redrive_all or not isinstance(msg_ids, list) or len(msg_ids) > MAX_PAGE
                     or not all(isinstance(m, str) and len(m) <= 64 and not has_bad_chars(m) for m in msg_ids)):
-                raise InvalidInput('msg_ids', f'must be a list of at most {admin_ops.MAX_PAGE} msg_ids, '
+                raise InvalidInput('msg_ids', f'must be a list of at most {MAX_PAGE} msg_ids, '
                                               'without all')
         elif not redrive_all:
             raise BadRequest("give msg_ids, or all: true to re-drive every dead letter")
-        done = run_transaction(self._runtime.engine, lambda c: admin_ops.redrive(c, sub.id, msg_ids))
+        done = self._queues.redrive(sub.id, msg_ids)
         missing = sorted(set(msg_ids) - set(done)) if msg_ids is not None else []
         if missing and not done:
             raise ObjectNotFound(f'dead letter of subscription #{sub.id}', missing[0])

@@ -7,21 +7,17 @@ resource writes, for the guard and the audit log of ``runtime.http.admin.audit``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import falcon
 
 from runtime.db.models import BasicAuthDef, Job, PubSubPermission, RestChannel, Subscription, Topic
 from runtime.http.admin import audit, jobs, objects, permissions, pubsub, queues, services, spark
 from runtime.http.admin.audit import DETACHABLE, Managed
-from runtime.http.admin.base import ADMIN_PREFIX, AdminResource
+from runtime.http.admin.base import ADMIN_PREFIX, AdminParts, AdminResource
 from runtime.http.admin.input import MAX_DB_INT
 from runtime.http.auth import AdminNotFound
 from runtime.pubsub.topics import normalize
-
-if TYPE_CHECKING:
-    from runtime.core import Runtime
-
 
 #: Every admin route and the resource class serving it, in the order they are mounted (and documented).
 ROUTES: tuple[tuple[str, type[AdminResource]], ...] = (
@@ -67,13 +63,13 @@ ROUTES: tuple[tuple[str, type[AdminResource]], ...] = (
 )
 
 
-def add_routes(app: falcon.App, runtime: Runtime) -> None:
-    """Mount the admin resources, and AdminNotFound under every other admin path."""
+def add_routes(app: falcon.App, parts: AdminParts) -> None:
+    """Mount the admin resources, each made with the parts, and AdminNotFound under every other admin path."""
     declare_writes()
     for path, resource_class in ROUTES:
         if not path.startswith(ADMIN_PREFIX + '/') or not issubclass(resource_class, AdminResource):
             raise ValueError(f'admin route {path} must be an AdminResource under {ADMIN_PREFIX}/')
-        app.add_route(path, resource_class(runtime))
+        app.add_route(path, resource_class(parts))
     # Unknown admin paths answer 404 only after the admin credentials, like known ones.
     not_found = AdminNotFound()
     app.add_route(ADMIN_PREFIX, not_found)

@@ -9,7 +9,7 @@ import falcon
 
 from runtime.db.blocking import run_transaction
 from runtime.errors import BadRequest, ConduitError, DeploymentError, ObjectInUse
-from runtime.http.admin.base import AdminResource
+from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.body import read_json
 from runtime.http.openapi import ANY, BOOL, INT, STR, TIME, arr, obj, operation, query, string
 from runtime.object_checks import service_users
@@ -23,26 +23,33 @@ def _service_dict(info: Any) -> dict[str, Any]:
             'methods': sorted(cls._verbs), 'doc': (cls.__doc__ or '').strip()}
 
 
-class ServicesResource(AdminResource):
+class _ServiceResource(AdminResource):
+    """A resource of services: the services of this worker, and the deployer that changes them everywhere."""
+
+    def __init__(self, parts: AdminParts) -> None:
+        self._parts = parts
+
+
+class ServicesResource(_ServiceResource):
     """GET /admin/services: every deployed service."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = {'is_ok': True, 'services': [_service_dict(i) for i in self._runtime.store.list()]}
+        resp.media = {'is_ok': True, 'services': [_service_dict(i) for i in self._parts.store.list()]}
 
 
-class ServiceResource(AdminResource):
+class ServiceResource(_ServiceResource):
     """GET /admin/services/{name}: one service; DELETE: undeploy it everywhere."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = {'is_ok': True, 'service': _service_dict(self._runtime.store.info(name))}
+        resp.media = {'is_ok': True, 'service': _service_dict(self._parts.store.info(name))}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         force = req.get_param_as_bool('force') or False
-        self._runtime.store.info(name)  # 404 before anything else
-        users = run_transaction(self._runtime.engine, lambda c: service_users(c, name), write=False)
+        self._parts.store.info(name)  # 404 before anything else
+        users = run_transaction(self._parts.engine, lambda c: service_users(c, name), write=False)
         if users and not force:
             raise ServiceInUse(name, users)
-        self._runtime.hot_deployer.undeploy(name)
+        self._parts.hot_deployer.undeploy(name)
         resp.media = {'is_ok': True, 'undeployed': name, 'now_pointing_nowhere': users}
 
 
@@ -55,14 +62,14 @@ class ServiceInUse(ObjectInUse):
                      f'pointing nowhere. Change or delete them first, or force it (force=true, --force)',)
 
 
-class InvokeResource(AdminResource):
+class InvokeResource(_ServiceResource):
     """POST /admin/services/{name}/invoke: run a service with the body as its payload."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         payload = read_json(req)
         timeout = req.get_param_as_float('timeout', min_value=0.001)
         try:
-            response = self._runtime.invoker.invoke(name, payload, timeout=timeout, cid=req.context.cid)
+            response = self._parts.invoker.invoke(name, payload, timeout=timeout, cid=req.context.cid)
         except ConduitError:
             raise
         except Exception as e:
@@ -96,7 +103,7 @@ def _deploy_entry(entry: Any, where: str) -> tuple[str, str, str]:
     return base[:-3], source, base
 
 
-class DeployResource(AdminResource):
+class DeployResource(_ServiceResource):
     """POST /admin/deploy {file_name, source} or {modules: [...]}: hot-deploy modules on every worker.
 
     Several modules are deployed together, all or none: a helper and the services that use it can
@@ -121,21 +128,21 @@ class DeployResource(AdminResource):
                 raise BadRequest(f'module {name!r} ({base}) is given twice')
             modules[name] = (source, base)
         try:
-            deployed = self._runtime.hot_deployer.deploy_many(modules)
+            deployed = self._parts.hot_deployer.deploy_many(modules)
         except DeploymentError as e:
             raise BadRequest(str(e)) from None
         resp.media = {'is_ok': True, 'services': [n for name, _, _ in parsed for n in deployed.services[name]],
                       'reloaded': deployed.reloaded}
 
 
-class StatusResource(AdminResource):
+class StatusResource(_ServiceResource):
     """GET /admin/status: what this worker runs."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        rt = self._runtime
-        resp.media = {'is_ok': True, 'pid': os.getpid(), 'master_pid': os.getppid(), 'services': len(rt.store.names()),
-                      'channels': len(rt.router.channels), 'database': rt.engine.url.get_backend_name(),
-                      'demo': rt.demo}
+        parts = self._parts
+        resp.media = {'is_ok': True, 'pid': os.getpid(), 'master_pid': os.getppid(),
+                      'services': len(parts.store.names()), 'channels': parts.channel_count(),
+                      'database': parts.engine.url.get_backend_name(), 'demo': parts.demo}
 
 
 # OpenAPI operations of the resources above (read by runtime.http.openapi).

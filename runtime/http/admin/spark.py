@@ -15,7 +15,7 @@ from __future__ import annotations
 import falcon
 
 from runtime.errors import BadRequest
-from runtime.http.admin.base import AdminResource
+from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.body import read_json
 from runtime.http.openapi import STR, arr, integer, obj, operation, query, string
 
@@ -29,12 +29,19 @@ MAX_WAIT_SECS = 600.0
 _SUBMIT_KEYS = {'pipeline', 'args', 'master', 'conf', 'timeout', 'callback'}
 
 
-class SparkJobsResource(AdminResource):
+class _SparkResource(AdminResource):
+    """A resource of Spark jobs."""
+
+    def __init__(self, parts: AdminParts) -> None:
+        self._spark = parts.spark
+
+
+class SparkJobsResource(_SparkResource):
     """GET /admin/spark/jobs: jobs, newest first; POST: submit one."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         limit = req.get_param_as_int('limit', min_value=1, max_value=10000) or 50
-        jobs = self._runtime.spark.jobs(req.get_param('status'), req.get_param('pipeline'), limit)
+        jobs = self._spark.jobs(req.get_param('status'), req.get_param('pipeline'), limit)
         resp.media = {'is_ok': True, 'jobs': jobs}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -44,7 +51,7 @@ class SparkJobsResource(AdminResource):
         unknown = sorted(set(body) - _SUBMIT_KEYS)
         if unknown:
             raise BadRequest(f'unknown key(s) in the submission: {", ".join(unknown)}')
-        spark = self._runtime.spark
+        spark = self._spark
         job_id = spark.submit(body.get('pipeline'), body.get('args'), master=body.get('master'),
                               conf=body.get('conf'), timeout=body.get('timeout'), callback=body.get('callback') or '',
                               service='admin', cid=req.context.cid)
@@ -52,45 +59,45 @@ class SparkJobsResource(AdminResource):
         resp.media = {'is_ok': True, 'job_id': job_id, 'job': spark.get(job_id, log_lines=0)}
 
 
-class SparkJobResource(AdminResource):
+class SparkJobResource(_SparkResource):
     """GET /admin/spark/jobs/{job_id}: one job with the tail of its log."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, job_id: str) -> None:
         lines = req.get_param_as_int('lines', min_value=0, max_value=MAX_LOG_LINES)
-        resp.media = {'is_ok': True, 'job': self._runtime.spark.get(job_id, log_lines=lines)}
+        resp.media = {'is_ok': True, 'job': self._spark.get(job_id, log_lines=lines)}
 
 
-class SparkJobLogResource(AdminResource):
+class SparkJobLogResource(_SparkResource):
     """GET /admin/spark/jobs/{job_id}/log: the last lines of the driver's log."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, job_id: str) -> None:
         lines = req.get_param_as_int('lines', min_value=1, max_value=MAX_LOG_LINES) or 200
-        spark = self._runtime.spark
+        spark = self._spark
         job = spark.get(job_id, log_lines=0)
         resp.media = {'is_ok': True, 'job_id': job_id, 'status': job['status'], 'log_path': job['log_path'],
                       'lines': spark.log(job_id, lines, job['log_path'])}
 
 
-class SparkJobKillResource(AdminResource):
+class SparkJobKillResource(_SparkResource):
     """POST /admin/spark/jobs/{job_id}/kill."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, job_id: str) -> None:
-        resp.media = {'is_ok': True, 'job': self._runtime.spark.kill(job_id, 'killed on request (admin API)')}
+        resp.media = {'is_ok': True, 'job': self._spark.kill(job_id, 'killed on request (admin API)')}
 
 
-class SparkJobWaitResource(AdminResource):
+class SparkJobWaitResource(_SparkResource):
     """POST /admin/spark/jobs/{job_id}/wait: the job once it ended, or as it is at the timeout."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, job_id: str) -> None:
         timeout = req.get_param_as_float('timeout', min_value=0.0, max_value=MAX_WAIT_SECS) or 60.0
-        resp.media = {'is_ok': True, 'job': self._runtime.spark.wait(job_id, timeout)}
+        resp.media = {'is_ok': True, 'job': self._spark.wait(job_id, timeout)}
 
 
-class SparkPipelinesResource(AdminResource):
+class SparkPipelinesResource(_SparkResource):
     """GET /admin/spark/pipelines: the pipelines that can be submitted."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        spark = self._runtime.spark
+        spark = self._spark
         resp.media = {'is_ok': True, 'pipelines': spark.pipelines(), 'master': spark.settings.master,
                       'directory': str(spark.pipelines_dir)}
 

@@ -1,0 +1,101 @@
+"""What the admin API works with: the collaborators its resources and its write middleware are given.
+
+``AdminParts`` names each of them; ``runtime.http.admin.routes`` hands it to every resource, and
+each family keeps only what it uses. No admin module sees the runtime as a whole: ``admin_parts``
+builds the parts from it, in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from runtime.audit import AuditLog
+from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
+from runtime.pubsub.permissions import PermissionAdmin
+from runtime.pubsub.queue_admin import QueueAdmin
+from runtime.pubsub.topic_admin import TopicAdmin
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from runtime.config import Settings
+    from runtime.hot_deploy import HotDeployer
+    from runtime.invoke import Invoker
+    from runtime.pubsub.broker import Broker
+    from runtime.pubsub.registry import SubInfo, TopicInfo
+    from runtime.scheduler import Scheduler
+    from runtime.security import SecurityRegistry
+    from runtime.spark.manager import SparkManager
+    from runtime.store import ServiceStore
+    from runtime.sync import Synchronizer
+
+
+class Catalog(Protocol):
+    """What the admin API asks of the pub/sub catalog: making topics and subscriptions, pausing them."""
+
+    def create_topic(self, name: str, origin: str = 'api', **attrs: Any) -> TopicInfo:
+        """Create a topic with the given attributes."""
+
+    def subscribe(self, pattern: str, kind: str, *, service: str = '', security: str = '', push_url: str = '',
+                  options: dict[str, Any] | None = None, origin: str = 'api') -> SubInfo:
+        """Subscribe to a topic or pattern."""
+
+    def unsubscribe(self, sub_key: str) -> None:
+        """Remove a subscription with its queue."""
+
+    def set_active(self, sub_key: str, is_active: bool) -> None:
+        """Pause or resume a subscription's delivery."""
+
+
+@dataclass(frozen=True)
+class AdminParts:
+    """The collaborators of the admin API, each named for what the resources use it for."""
+
+    settings: Settings
+    #: The database, for what has no layer of its own yet (security definitions, channels, service users).
+    engine: Engine
+    #: Creates topics; subscribes, unsubscribes, pauses and resumes subscriptions.
+    catalog: Catalog
+    #: Publishes on behalf of an endpoint and resolves a publication's target topic.
+    broker: Broker
+    topic_admin: TopicAdmin
+    queue_admin: QueueAdmin
+    #: Reads and changes the pub/sub permissions of security definitions.
+    permission_admin: PermissionAdmin
+    #: The services deployed in this worker.
+    store: ServiceStore
+    invoker: Invoker
+    hot_deployer: HotDeployer
+    scheduler: Scheduler
+    spark: SparkManager
+    #: This worker's copy of the security definitions.
+    security: SecurityRegistry
+    #: The audit log, and the stored objects it snapshots.
+    audit: AuditLog
+    #: Reloads a sync key's objects in this worker at once, after a change.
+    synchronizer: Synchronizer
+    #: The last publications of a topic this worker saw (some may be delivered and swept since), by topic id.
+    recent_publications: Callable[[int], list[dict[str, Any]]]
+    #: How many REST channels this worker serves (a reload replaces its router).
+    channel_count: Callable[[], int]
+    #: Whether the server runs the demo.
+    demo: bool
+
+
+def admin_parts(runtime: Any) -> AdminParts:
+    """The admin API's parts, taken from a runtime."""
+    broker = runtime.broker
+    metrics = getattr(runtime, 'metrics', None)
+    return AdminParts(
+        settings=runtime.settings, engine=runtime.engine, catalog=broker, broker=broker,
+        # The broker's registry is replaced by every reload: read it afresh each time.
+        topic_admin=TopicAdmin(runtime.engine, lambda: broker.registry, broker.reload),
+        queue_admin=QueueAdmin(runtime.engine, lambda: broker.registry, broker.reload),
+        permission_admin=PermissionAdmin(runtime.engine, lambda: runtime.synchronizer.changed(PERMISSIONS_KEY)),
+        store=runtime.store, invoker=runtime.invoker, hot_deployer=runtime.hot_deployer,
+        scheduler=runtime.scheduler, spark=runtime.spark, security=runtime.security,
+        audit=AuditLog(runtime.engine), synchronizer=runtime.synchronizer,
+        recent_publications=metrics.recent_publications if metrics is not None else lambda _topic_id: [],
+        channel_count=lambda: len(runtime.router.channels), demo=runtime.demo)

@@ -1,0 +1,393 @@
+"""Administration of stored pub/sub state: runtime details, browsing, editing, purging, re-driving.
+
+``QueueAdmin`` runs each operation in one transaction of its own; the functions below it are its
+statements, each taking an open ``Connection`` inside the caller's transaction (as
+``runtime.pubsub.store`` does), for callers that combine them (metrics). Nothing here knows HTTP:
+the admin API and any other console call the same methods.
+
+Guarantees:
+
+- Only stored entries are seen: non-GD messages a worker holds in memory for the subscriptions it
+  delivers are not visible (they are lost on restart anyway, as documented).
+- Editing a message changes the stored message in place, so its msg_id and its place in every
+  queue stay; a message published to several subscriptions is one stored message, so the edit is
+  seen by every queue and dead-letter queue that still holds it (answers say how many hold it).
+  The delivery loop reads messages afresh for every batch, so the next attempt sees the edit.
+- Re-driving a dead letter makes a new queue entry (delivery count reset, due at once) and removes
+  the dead letter, in one transaction; on PostgreSQL a NOTIFY wakes the owning worker, elsewhere
+  its poller sees the new queue id within ``pubsub.poll_interval_secs``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+from sqlalchemy import Connection, Engine, delete, func, insert, select, update
+
+from runtime.db.blocking import run_transaction
+from runtime.db.models import DeadLetter, Message, QueueEntry, Subscription, Topic
+from runtime.pubsub import store
+from runtime.pubsub.broker import decode_data
+
+if TYPE_CHECKING:
+    from runtime.pubsub.registry import Registry, SubInfo
+
+T = TypeVar('T')
+
+#: Characters of a message's stored text shown in lists (the full data is in a message's own view).
+PREVIEW_CHARS = 200
+
+#: Most rows one browse returns.
+MAX_PAGE = 1000
+
+_MSG = (Message.id.label('message_id'), Message.msg_id, Message.topic_name, Message.data, Message.mime_type,
+        Message.priority, Message.pub_time, Message.expiration_time, Message.publisher, Message.correl_id,
+        Message.in_reply_to, Message.ext_client_id, Message.has_gd, Message.size)
+_ENTRY = (QueueEntry.id.label('entry_id'), QueueEntry.delivery_count, QueueEntry.next_attempt_at,
+          QueueEntry.last_error, QueueEntry.recv_time, QueueEntry.ack_id)
+_DEAD = (DeadLetter.id.label('dead_id'), DeadLetter.delivery_count, DeadLetter.last_error, DeadLetter.reason,
+         DeadLetter.dead_at)
+
+
+def iso(ts: float | None) -> str | None:
+    """A UNIX time as ISO 8601 UTC, None kept."""
+    return datetime.fromtimestamp(ts, UTC).isoformat() if ts is not None else None
+
+
+def _data(row: Any) -> Any:
+    try:
+        return decode_data(row.data, row.mime_type)
+    except ValueError:  # stored text that is not what its mime type says: show it as it is
+        return row.data
+
+
+def message_view(row: Any, full: bool = True) -> dict[str, Any]:
+    """A stored message (with its queue entry or dead letter, when the row has one) as the admin API shows it."""
+    view: dict[str, Any] = {
+        'msg_id': row.msg_id, 'topic_name': row.topic_name, 'mime_type': row.mime_type, 'priority': row.priority,
+        'size': row.size, 'has_gd': row.has_gd, 'publisher': row.publisher, 'pub_time_iso': iso(row.pub_time),
+        'expiration_time_iso': iso(row.expiration_time), 'correl_id': row.correl_id,
+        'in_reply_to': row.in_reply_to, 'ext_client_id': row.ext_client_id,
+    }
+    if full:
+        view['data'] = _data(row)
+    else:
+        view['data_preview'] = row.data[:PREVIEW_CHARS]
+    mapping = row._mapping
+    if 'entry_id' in mapping:
+        view.update(delivery_count=row.delivery_count, last_error=row.last_error, recv_time_iso=iso(row.recv_time),
+                    next_attempt_time_iso=iso(row.next_attempt_at or row.recv_time),
+                    # The ack id is the pulling client's token: only say that the entry is leased.
+                    leased=row.ack_id is not None)
+    if 'dead_id' in mapping:
+        view.update(delivery_count=row.delivery_count, last_error=row.last_error, reason=row.reason,
+                    dead_time_iso=iso(row.dead_at))
+    if 'last_traceback' in mapping:
+        # Only one message's own view carries it: a list of tracebacks would be too big to page through.
+        view['last_traceback'] = row.last_traceback or None
+    return view
+
+
+# Runtime details
+
+
+def queue_stats(conn: Connection, sub_ids: list[int] | None = None) -> dict[int, dict[str, Any]]:
+    """Per subscription: queue depth, oldest message (msg_id, publication time, age) and dead-letter count."""
+    query = select(QueueEntry.sub_id, func.count(), func.min(QueueEntry.message_id)).group_by(QueueEntry.sub_id)
+    dead_query = select(DeadLetter.sub_id, func.count()).group_by(DeadLetter.sub_id)
+    if sub_ids is not None:
+        if not sub_ids:
+            return {}
+        query = query.where(QueueEntry.sub_id.in_(sub_ids))
+        dead_query = dead_query.where(DeadLetter.sub_id.in_(sub_ids))
+    rows = conn.execute(query).all()
+    oldest_ids = [r[2] for r in rows]
+    oldest = {r.id: r for r in conn.execute(select(Message.id, Message.msg_id, Message.pub_time)
+                                            .where(Message.id.in_(oldest_ids))).all()} if oldest_ids else {}
+    now = time.time()
+    stats: dict[int, dict[str, Any]] = {}
+    for sub_id in sub_ids or []:
+        stats[sub_id] = {'depth': 0, 'oldest_message': None, 'dead_letters': 0}
+    for sub_id, depth, oldest_id in rows:
+        msg = oldest.get(oldest_id)
+        stats.setdefault(sub_id, {'dead_letters': 0}).update(
+            depth=depth, oldest_message={'msg_id': msg.msg_id, 'pub_time_iso': iso(msg.pub_time),
+                                         'age_secs': round(now - msg.pub_time, 3)} if msg else None)
+    for sub_id, count in conn.execute(dead_query).all():
+        stats.setdefault(sub_id, {'depth': 0, 'oldest_message': None})['dead_letters'] = count
+    return stats
+
+
+def topic_depths(conn: Connection, topic_ids: list[int] | None = None) -> dict[int, dict[str, int]]:
+    """Per topic: messages waiting in it (accepted with no subscriber), GD and non-GD."""
+    query = (select(Message.topic_id, Message.has_gd, func.count()).where(Message.in_topic.is_(True))
+             .group_by(Message.topic_id, Message.has_gd))
+    if topic_ids is not None:
+        query = query.where(Message.topic_id.in_(topic_ids))
+    depths: dict[int, dict[str, int]] = {}
+    for topic_id, has_gd, count in conn.execute(query).all():
+        depths.setdefault(topic_id, {'gd': 0, 'non_gd': 0})['gd' if has_gd else 'non_gd'] += count
+    return depths
+
+
+def last_publications(conn: Connection, topic_id: int, limit: int) -> list[dict[str, Any]]:
+    """The newest messages of a topic still stored (waiting in it, in a queue or as a dead letter)."""
+    rows = conn.execute(select(*_MSG, Message.in_topic).where(Message.topic_id == topic_id)
+                        .order_by(Message.id.desc()).limit(limit)).all()
+    return [{**message_view(r, full=False), 'in_topic': r.in_topic} for r in rows]
+
+
+# Stored columns the registry does not hold
+
+
+def topic_rows(conn: Connection, topic_ids: list[int] | None = None) -> dict[int, Any]:
+    """Each topic's origin and creation time, by id."""
+    query = select(Topic.id, Topic.origin, Topic.created_at)
+    if topic_ids is not None:
+        query = query.where(Topic.id.in_(topic_ids))
+    return {r.id: r for r in conn.execute(query).all()}
+
+
+def subscription_rows(conn: Connection, sub_ids: list[int] | None = None) -> dict[int, Any]:
+    """Stored columns the registry does not hold (origin, creation time, options as given), by id."""
+    query = select(Subscription.id, Subscription.origin, Subscription.created_at, Subscription.options)
+    if sub_ids is not None:
+        if not sub_ids:
+            return {}
+        query = query.where(Subscription.id.in_(sub_ids))
+    return {r.id: r for r in conn.execute(query).all()}
+
+
+# Queues
+
+
+def browse_queue(conn: Connection, sub_id: int, limit: int, offset: int) -> list[dict[str, Any]]:
+    """A page of a queue in delivery order (priority high first, then publication), without full data."""
+    rows = conn.execute(select(*_ENTRY, *_MSG).join(Message, Message.id == QueueEntry.message_id)
+                        .where(QueueEntry.sub_id == sub_id)
+                        .order_by(QueueEntry.priority, QueueEntry.message_id, QueueEntry.id)
+                        .limit(min(limit, MAX_PAGE)).offset(offset)).all()
+    return [message_view(r, full=False) for r in rows]
+
+
+def queue_message(conn: Connection, sub_id: int, msg_id: str) -> Any | None:
+    """A queue entry with its message, or None."""
+    return conn.execute(select(*_ENTRY, QueueEntry.last_traceback, *_MSG)
+                        .join(Message, Message.id == QueueEntry.message_id)
+                        .where(QueueEntry.sub_id == sub_id, Message.msg_id == msg_id)
+                        .order_by(QueueEntry.id).limit(1)).first()
+
+
+def holders(conn: Connection, message_id: int) -> int:
+    """How many queue entries and dead letters hold a stored message."""
+    entries = conn.execute(select(func.count()).select_from(QueueEntry)
+                           .where(QueueEntry.message_id == message_id)).scalar_one()
+    dead = conn.execute(select(func.count()).select_from(DeadLetter)
+                        .where(DeadLetter.message_id == message_id)).scalar_one()
+    return entries + dead
+
+
+def edit_message(conn: Connection, message_id: int, changes: dict[str, Any]) -> None:
+    """Change a stored message in place: data (text, mime_type, size), priority, expiration_time.
+
+    A priority change also re-orders every queue entry of the message, so that the order queues
+    deliver in matches the priority subscribers see.
+    """
+    if changes:
+        conn.execute(update(Message).where(Message.id == message_id).values(**changes))
+    if 'priority' in changes:
+        conn.execute(update(QueueEntry).where(QueueEntry.message_id == message_id)
+                     .values(priority=-changes['priority']))
+
+
+def delete_queue_message(conn: Connection, sub_id: int, msg_id: str) -> int:
+    """Remove a message from one queue (the sweeper removes the message once nothing holds it)."""
+    message_ids = select(Message.id).where(Message.msg_id == msg_id).scalar_subquery()
+    return conn.execute(delete(QueueEntry).where(QueueEntry.sub_id == sub_id,
+                                                 QueueEntry.message_id.in_(message_ids))).rowcount
+
+
+def purge_queue(conn: Connection, sub_id: int) -> int:
+    """Remove every message of a queue; returns how many."""
+    return conn.execute(delete(QueueEntry).where(QueueEntry.sub_id == sub_id)).rowcount
+
+
+# Dead letters
+
+
+def browse_dead_letters(conn: Connection, sub_id: int, limit: int, offset: int) -> list[dict[str, Any]]:
+    """A page of a subscription's dead letters, oldest first, without full data."""
+    rows = conn.execute(select(*_DEAD, *_MSG).join(Message, Message.id == DeadLetter.message_id)
+                        .where(DeadLetter.sub_id == sub_id).order_by(DeadLetter.id)
+                        .limit(min(limit, MAX_PAGE)).offset(offset)).all()
+    return [message_view(r, full=False) for r in rows]
+
+
+def dead_letter_count(conn: Connection, sub_id: int) -> int:
+    """How many dead letters a subscription has."""
+    return conn.execute(select(func.count()).select_from(DeadLetter).where(DeadLetter.sub_id == sub_id)).scalar_one()
+
+
+def dead_letter(conn: Connection, sub_id: int, msg_id: str) -> Any | None:
+    """A dead letter with its message, or None."""
+    return conn.execute(select(*_DEAD, DeadLetter.last_traceback, *_MSG)
+                        .join(Message, Message.id == DeadLetter.message_id)
+                        .where(DeadLetter.sub_id == sub_id, Message.msg_id == msg_id)
+                        .order_by(DeadLetter.id).limit(1)).first()
+
+
+def delete_dead_letters(conn: Connection, sub_id: int, msg_id: str | None = None) -> int:
+    """Remove one dead letter (by msg_id) or all of a subscription's; returns how many."""
+    query = delete(DeadLetter).where(DeadLetter.sub_id == sub_id)
+    if msg_id is not None:
+        query = query.where(DeadLetter.message_id.in_(select(Message.id).where(Message.msg_id == msg_id)
+                                                      .scalar_subquery()))
+    return conn.execute(query).rowcount
+
+
+def redrive(conn: Connection, sub_id: int, msg_ids: list[str] | None = None) -> list[str]:
+    """Move dead letters (the given ones, or all) back into their queue; returns the msg_ids re-driven.
+
+    Each gets a new queue entry: delivery count reset, due at once, ordered by its priority and
+    publication like any other entry.
+    """
+    query = (select(DeadLetter.id, DeadLetter.message_id, Message.msg_id, Message.priority)
+             .join(Message, Message.id == DeadLetter.message_id).where(DeadLetter.sub_id == sub_id))
+    if msg_ids is not None:
+        if not msg_ids:
+            return []
+        query = query.where(Message.msg_id.in_(msg_ids))
+    rows = conn.execute(query.order_by(DeadLetter.id)).all()
+    if not rows:
+        return []
+    now = time.time()
+    conn.execute(insert(QueueEntry), [{'sub_id': sub_id, 'message_id': r.message_id, 'priority': -r.priority,
+                                       'next_attempt_at': 0.0, 'recv_time': now, 'delivery_count': 0,
+                                       'last_error': ''} for r in rows])
+    conn.execute(delete(DeadLetter).where(DeadLetter.id.in_([r.id for r in rows])))
+    store.notify_subscribers(conn, {sub_id})
+    return [r.msg_id for r in rows]
+
+
+# One transaction per operation
+
+
+class TopicDetails(NamedTuple):
+    """What a topic's details read from the database, in one transaction."""
+
+    #: The topic's origin and creation time (None if it went meanwhile).
+    row: Any
+    #: Messages waiting in it, GD and non-GD, by topic id.
+    depths: dict[int, dict[str, int]]
+    #: Its newest stored messages.
+    last_publications: list[dict[str, Any]]
+    #: Queue statistics of its subscriptions, by subscription id.
+    stats: dict[int, dict[str, Any]]
+    #: Stored columns of its subscriptions, by subscription id.
+    subscription_rows: dict[int, Any]
+
+
+class QueueAdmin:
+    """Runtime details of topics and queues, and what an operator does to queued messages and dead letters.
+
+    ``registry`` returns this worker's current topics and subscriptions (a reload replaces them),
+    and ``reload`` reloads them from the database.
+    """
+
+    def __init__(self, engine: Engine, registry: Callable[[], Registry], reload: Callable[[], None]) -> None:
+        self._engine = engine
+        self._registry = registry
+        self._reload = reload
+
+    def _read(self, work: Callable[[Connection], T]) -> T:
+        return run_transaction(self._engine, work, write=False)
+
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        return run_transaction(self._engine, work)
+
+    # Runtime details
+
+    def queues(self) -> tuple[list[SubInfo], dict[int, dict[str, Any]], dict[int, Any]]:
+        """Every subscription by id, with queue statistics and stored columns by subscription id."""
+        self._reload()  # a list of queues must not miss subscriptions another worker just made
+        subs = sorted(self._registry().subs.values(), key=lambda s: s.id)
+        stats, rows = self._read(lambda c: (queue_stats(c), subscription_rows(c)))
+        return subs, stats, rows
+
+    def subscription_stats(self, sub_ids: list[int]) -> tuple[dict[int, dict[str, Any]], dict[int, Any]]:
+        """Queue statistics and stored columns of some subscriptions, by id."""
+        return self._read(lambda c: (queue_stats(c, sub_ids), subscription_rows(c, sub_ids)))
+
+    def topic_stats(self) -> tuple[dict[int, Any], dict[int, dict[str, int]]]:
+        """Every topic's stored columns and the messages waiting in it, by topic id."""
+        return self._read(lambda c: (topic_rows(c), topic_depths(c)))
+
+    def topic_details(self, topic_id: int, sub_ids: list[int], last: int) -> TopicDetails:
+        """A topic's stored columns, depth, last publications, and its subscriptions' queues."""
+        return self._read(lambda c: TopicDetails(
+            topic_rows(c, [topic_id]).get(topic_id), topic_depths(c, [topic_id]),
+            last_publications(c, topic_id, last) if last else [], queue_stats(c, sub_ids),
+            subscription_rows(c, sub_ids)))
+
+    def expiration_time(self, topic_name: str, secs: float) -> float:
+        """When a message of a topic given secs more to live expires (capped by the topic's limit)."""
+        topic = self._registry().topic(topic_name)
+        if topic is not None:
+            secs = min(secs, topic.limit_message_expiry)
+        return time.time() + secs
+
+    # Queues
+
+    def browse(self, sub_id: int, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """A page of a queue in delivery order, and the queue's depth."""
+        messages, stats = self._read(lambda c: (browse_queue(c, sub_id, limit, offset), queue_stats(c, [sub_id])))
+        return messages, stats[sub_id]['depth']
+
+    def message(self, sub_id: int, msg_id: str) -> Any | None:
+        """A queue entry with its message (message_view shows it), or None."""
+        return self._read(lambda c: queue_message(c, sub_id, msg_id))
+
+    def edit_message(self, sub_id: int, msg_id: str, message_id: int,
+                     changes: dict[str, Any]) -> tuple[Any | None, int]:
+        """Edit a queued message in place: the entry as it is now (None if delivered meanwhile), and its holders."""
+        def work(conn: Connection) -> tuple[Any | None, int]:
+            edit_message(conn, message_id, changes)
+            return queue_message(conn, sub_id, msg_id), holders(conn, message_id)
+        return self._write(work)
+
+    def delete_message(self, sub_id: int, msg_id: str) -> int:
+        """Remove a message from one queue; how many entries went (0: it was not there)."""
+        return self._write(lambda c: delete_queue_message(c, sub_id, msg_id))
+
+    def purge(self, sub_id: int) -> int:
+        """Remove every message of a queue; returns how many."""
+        return self._write(lambda c: purge_queue(c, sub_id))
+
+    # Dead letters
+
+    def browse_dead_letters(self, sub_id: int, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """A page of a subscription's dead letters, oldest first, and how many it has."""
+        return self._read(lambda c: (browse_dead_letters(c, sub_id, limit, offset), dead_letter_count(c, sub_id)))
+
+    def dead_letter(self, sub_id: int, msg_id: str) -> Any | None:
+        """A dead letter with its message (message_view shows it), or None."""
+        return self._read(lambda c: dead_letter(c, sub_id, msg_id))
+
+    def edit_dead_letter(self, sub_id: int, msg_id: str, message_id: int,
+                         changes: dict[str, Any]) -> tuple[Any | None, int]:
+        """Edit a dead letter's message in place: the dead letter as it is now (or None), and its holders."""
+        def work(conn: Connection) -> tuple[Any | None, int]:
+            edit_message(conn, message_id, changes)
+            return dead_letter(conn, sub_id, msg_id), holders(conn, message_id)
+        return self._write(work)
+
+    def delete_dead_letters(self, sub_id: int, msg_id: str | None = None) -> int:
+        """Remove one dead letter (by msg_id) or all of a subscription's; returns how many."""
+        return self._write(lambda c: delete_dead_letters(c, sub_id, msg_id))
+
+    def redrive(self, sub_id: int, msg_ids: list[str] | None = None) -> list[str]:
+        """Move dead letters (the given ones, or all) back into their queue; returns the msg_ids re-driven."""
+        return self._write(lambda c: redrive(c, sub_id, msg_ids))
