@@ -14,18 +14,25 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, func, insert, select, update
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import AuditEntry
-
-if TYPE_CHECKING:
-    from runtime.objects import Change
+from runtime.timefmt import iso
 
 _log = logging.getLogger(__name__)
+
+
+class FileChange(Protocol):
+    """What the log records of one object an application of files changed (``runtime.objects.Change``)."""
+
+    action: str
+    kind: str
+    name: str
+    file: str
+    detail: str
 
 #: Shown instead of a secret.
 MASK = '***'
@@ -92,7 +99,7 @@ def record(conn: Connection, *, at: float, actor: str, client: str, method: str,
         after=_dump(mask(after) if after is not None else None)))
 
 
-def record_file_changes(conn: Connection, actor: str, changes: Iterable[Change], at: float) -> None:
+def record_file_changes(conn: Connection, actor: str, changes: Iterable[FileChange], at: float) -> None:
     """One entry per object an application of files created, updated or deleted."""
     for change in changes:
         if change.action == 'skip':
@@ -100,11 +107,6 @@ def record_file_changes(conn: Connection, actor: str, changes: Iterable[Change],
         record(conn, at=at, actor=actor, client='', method='FILE', path=change.file, kind=change.kind,
                name=change.name, action=change.action, status=200,
                after={'detail': change.detail} if change.detail else None)
-
-
-def iso(at: float) -> str:
-    """An entry's time as ISO 8601 UTC."""
-    return datetime.fromtimestamp(at, UTC).isoformat()
 
 
 def entry_view(row: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import gevent
 from sqlalchemy import Engine, select
 
+from runtime.audit import AuditLog
 from runtime.channels import Channel, ChannelRouter, parse_methods
 from runtime.config import Settings
 from runtime.db.engine import make_engine, make_psycopg_cooperative
@@ -29,6 +30,9 @@ from runtime.db.models import BasicAuthDef, RestChannel
 from runtime.errors import ConfigError
 from runtime.hot_deploy import SYNC_KEY as DEPLOYMENTS_KEY
 from runtime.hot_deploy import HotDeployer, services_directories
+from runtime.http.admin.parts import AdminParts
+from runtime.http.app import AppParts, make_app
+from runtime.http.pubsub_rest import RestParts
 from runtime.invoke import Invoker
 from runtime.json_limits import JsonLimits
 from runtime.metrics import Metrics
@@ -40,9 +44,11 @@ from runtime.pubsub.catalog import SYNC_KEY as PUBSUB_KEY
 from runtime.pubsub.objects import section_handlers as pubsub_sections
 from runtime.pubsub.observers import Observers
 from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
-from runtime.pubsub.permissions import Permissions
+from runtime.pubsub.permissions import PermissionAdmin, Permissions
 from runtime.pubsub.permissions import section_handler as permissions_section
+from runtime.pubsub.queue_admin import QueueAdmin
 from runtime.pubsub.subscribers import standard_subscribers
+from runtime.pubsub.topic_admin import TopicAdmin
 from runtime.scheduler import SYNC_KEY as SCHEDULER_KEY
 from runtime.scheduler import Scheduler
 from runtime.scheduler.objects import section_handler as scheduler_section
@@ -138,13 +144,19 @@ class Runtime:
                              overflow_dir=settings.path(settings.pubsub.overflow_dir), observers=observers,
                              json_limits=JsonLimits.from_settings(settings.http),
                              sub_allowed=self.permissions.sub_allowed)
-        #: Topic and subscription administration.
+        #: Topic and subscription administration: making them (catalog), changing them and their queues.
         self.catalog = self.broker.catalog
+        # The broker's registry is replaced by every reload: the layers read it afresh each time.
+        self.topic_admin = TopicAdmin(self.engine, lambda: self.broker.registry, self.broker.reload)
+        self.queue_admin = QueueAdmin(self.engine, lambda: self.broker.registry, self.broker.reload)
+        self.permission_admin = PermissionAdmin(self.engine, lambda: self.synchronizer.changed(PERMISSIONS_KEY))
+        #: Who changed what through the admin API and the CLI.
+        self.audit_log = AuditLog(self.engine)
         self.synchronizer.register(PUBSUB_KEY, self.broker.reload)
         self.synchronizer.register(PERMISSIONS_KEY, self.permissions.reload)
         self.scheduler = Scheduler(self.engine, settings.scheduler, spawn, self.store, self.invoker)
         self.spark = SparkManager(settings, self.engine, spawn, has_service=self.store.has, broker=self.broker,
-                                  archive=self.archive)
+                                  catalog=self.catalog, archive=self.archive)
         self.synchronizer.register(SCHEDULER_KEY, self.scheduler.wake)
         self.started = False
 
@@ -239,10 +251,19 @@ class Runtime:
 
     def make_app(self, **kwargs: Any) -> falcon.App:
         """The falcon WSGI app over this runtime's parts (kwargs go to falcon.App)."""
-        from runtime.http.app import AppParts, make_app
+        admin = AdminParts(
+            settings=self.settings, engine=self.engine, catalog=self.catalog, broker=self.broker,
+            topic_admin=self.topic_admin, queue_admin=self.queue_admin, permission_admin=self.permission_admin,
+            store=self.store, invoker=self.invoker, hot_deployer=self.hot_deployer, scheduler=self.scheduler,
+            spark=self.spark, security=self.security, audit=self.audit_log, synchronizer=self.synchronizer,
+            recent_publications=self.metrics.recent_publications, channel_count=lambda: len(self.router.channels),
+            demo=self.demo)
+        rest = RestParts(settings=self.settings, security=self.security, permissions=self.permissions,
+                         broker=self.broker, catalog=self.catalog, store=self.store)
         parts = AppParts(settings=self.settings, engine=self.engine, store=self.store, invoker=self.invoker,
-                         security=self.security, router=lambda: self.router, metrics=self.metrics)
-        return make_app(parts, self, **kwargs)
+                         security=self.security, router=lambda: self.router, metrics=self.metrics, admin=admin,
+                         pubsub_rest=rest)
+        return make_app(parts, **kwargs)
 
     # Pub/sub
 

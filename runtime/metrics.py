@@ -45,8 +45,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from runtime.db.blocking import run_transaction
-from runtime.pubsub import admin_ops
+from runtime.pubsub import queue_admin
 from runtime.pubsub.observers import PubSubObserver
+from runtime.timefmt import iso
 
 if TYPE_CHECKING:
     import falcon
@@ -160,7 +161,7 @@ class PubSubMetrics(PubSubObserver):
 
     def recent_publications(self, topic_id: int) -> list[dict[str, Any]]:
         """Publications of a topic this worker saw, newest first (no data: it is not kept)."""
-        return [{'msg_id': r[0], 'topic_name': r[1], 'pub_time_iso': admin_ops.iso(r[2]), 'priority': r[3],
+        return [{'msg_id': r[0], 'topic_name': r[1], 'pub_time_iso': iso(r[2]), 'priority': r[3],
                  'size': r[4], 'has_gd': r[5], 'publisher': r[6], 'mime_type': r[7], 'overflowed': r[8]}
                 for r in reversed(self.recent.get(topic_id, ()))]
 
@@ -243,8 +244,8 @@ class Metrics:
         """Per subscription (labels, depth, dead letters) and per topic (name, GD, non-GD); None if unread."""
         registry = self._registry()
         try:
-            stats, topic_depths = run_transaction(self._engine, lambda c: (admin_ops.queue_stats(c),
-                                                                          admin_ops.topic_depths(c)), write=False)
+            stats, topic_depths = run_transaction(self._engine, lambda c: (queue_admin.queue_stats(c),
+                                                                          queue_admin.topic_depths(c)), write=False)
         except Exception as e:
             _log.warning('metrics: queue depths not read (%s: %s)', type(e).__name__, e)
             return None, None

@@ -12,7 +12,7 @@ import functools
 import math
 from datetime import UTC, datetime
 
-__all__ = ['iso', 'iso_millis']
+__all__ = ['iso', 'iso_millis', 'iso_or_none']
 
 
 @functools.lru_cache(maxsize=4096)
@@ -41,3 +41,8 @@ def iso_millis(ts: float) -> str:
     """``datetime.fromtimestamp(ts, UTC).isoformat(timespec='milliseconds')``."""
     second, micros = _split(ts)
     return f'{_iso_second(second)}.{micros // 1000:03d}+00:00'
+
+
+def iso_or_none(ts: float | None) -> str | None:
+    """``iso(ts)``, None kept (a time not set yet)."""
+    return iso(ts) if ts is not None else None

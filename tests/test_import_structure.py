@@ -25,8 +25,6 @@ ROOT = 'runtime.core'
 ROOT_USERS = ('runtime.server', 'runtime.cli', 'runtime.testing')
 
 #: Why the two tests below may still fail on this branch (the merge of the other branches removes the marks).
-_PENDING = 'runtime/pubsub, runtime/http/admin and runtime/http/pubsub_rest.py still receive the Runtime'
-
 
 def module_files(root: Path = RUNTIME) -> dict[str, Path]:
     """Every module under root by dotted name (a package by its own name, for its __init__.py)."""
@@ -124,7 +122,6 @@ def test_the_admin_api_and_cli_packages_have_no_import_cycle() -> None:
         assert cycles(graph, members) == [], f'import cycles in {package}'
 
 
-@pytest.mark.xfail(strict=False, reason=_PENDING)
 def test_only_the_server_cli_and_test_kit_import_the_composition_root() -> None:
     modules = module_files()
     graph = import_graph(modules)
@@ -134,7 +131,6 @@ def test_only_the_server_cli_and_test_kit_import_the_composition_root() -> None:
     assert importers == [], f'modules importing {ROOT}: {importers}'
 
 
-@pytest.mark.xfail(strict=False, reason=_PENDING)
 def test_the_runtime_has_no_import_cycle() -> None:
     graph = import_graph(module_files())
     assert len(graph) > 50, 'the runtime package was not read'

@@ -17,7 +17,6 @@ from runtime.admin_credentials import admin_password
 from runtime.errors import BadRequest
 from runtime.http import auth, errors, pubsub_rest
 from runtime.http.admin.audit import AdminWrites
-from runtime.http.admin.parts import admin_parts
 from runtime.http.admin.routes import add_routes as add_admin_routes
 from runtime.http.body import InputLimits
 from runtime.http.channel_sink import ChannelSink
@@ -32,6 +31,8 @@ if TYPE_CHECKING:
 
     from runtime.channels import ChannelRouter
     from runtime.config import Settings
+    from runtime.http.admin.parts import AdminParts
+    from runtime.http.pubsub_rest import RestParts
     from runtime.invoke import Invoker
     from runtime.metrics import Metrics
     from runtime.store import ServiceStore
@@ -45,7 +46,7 @@ ADMIN_DEFINITION = 'conduit.admin'
 
 @dataclass(frozen=True, slots=True)
 class AppParts:
-    """The parts of a runtime the falcon app serves (besides the admin and pub/sub REST resources)."""
+    """The parts of a runtime the falcon app serves."""
 
     settings: Settings
     engine: Engine
@@ -56,6 +57,10 @@ class AppParts:
     #: The channel router now: it is replaced whole when channels change.
     router: Callable[[], ChannelRouter]
     metrics: Metrics
+    #: What the admin API works with.
+    admin: AdminParts
+    #: What the pub/sub REST API works with.
+    pubsub_rest: RestParts
 
 
 class _CidMiddleware:
@@ -104,15 +109,15 @@ class HealthResource:
                       'services': len(self._store.names())}
 
 
-def make_app(parts: AppParts, runtime: Any, **kwargs: Any) -> falcon.App:
-    """Build the WSGI app of a started runtime: parts it serves; runtime for the admin and pub/sub REST resources."""
+def make_app(parts: AppParts, **kwargs: Any) -> falcon.App:
+    """Build the WSGI app of a started runtime's parts (kwargs go to falcon.App)."""
     http = parts.settings.http
     throttle = auth.SignInThrottle(http.auth_max_failures, http.auth_failure_window_secs)
     failures_log = FailedSignInLog(parts.settings.logging.auth_failures_per_minute)
     route_auth = auth.RouteAuth(_admin_credentials(parts.settings), parts.security, throttle, failures_log)
     # Metrics first: its process_response times every request, those the others refuse too.
     app = falcon.App(middleware=[parts.metrics.http_middleware(), _CidMiddleware(), _NulGuard(),
-                                 InputLimits.from_settings(http), route_auth, AdminWrites(runtime)], **kwargs)
+                                 InputLimits.from_settings(http), route_auth, AdminWrites(parts.admin)], **kwargs)
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)
     app.add_route('/health', HealthResource(parts.engine, parts.store))
@@ -120,8 +125,8 @@ def make_app(parts: AppParts, runtime: Any, **kwargs: Any) -> falcon.App:
     app.add_route('/metrics', MetricsResource(parts.metrics, auth.PUBLIC if http.metrics_public else auth.ADMIN))
     app.add_route('/openapi.json', OpenApiResource(app, parts.router,
                                                    auth.PUBLIC if http.openapi_public else auth.ADMIN))
-    add_admin_routes(app, runtime)
-    for path, resource in pubsub_rest.routes(runtime).items():
+    add_admin_routes(app, parts.admin)
+    for path, resource in pubsub_rest.routes(parts.pubsub_rest).items():
         app.add_route(path, resource)
     app.add_sink(ChannelSink(parts.router, parts.security, parts.store, parts.invoker), prefix='/')
     auth.check_routes(app)

@@ -39,6 +39,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -74,10 +75,31 @@ from runtime.pubsub.topics import normalize, validate_topic_name
 from runtime.timefmt import iso
 
 if TYPE_CHECKING:
-    from runtime.core import Runtime
-    from runtime.security import BasicAuth
+    from runtime.config import Settings
+    from runtime.pubsub.broker import Broker
+    from runtime.pubsub.catalog import Catalog
+    from runtime.pubsub.permissions import Permissions
+    from runtime.security import BasicAuth, SecurityRegistry
+    from runtime.store import ServiceStore
 
 _log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RestParts:
+    """What the pub/sub REST resources work with."""
+
+    settings: Settings
+    #: The Basic Auth definitions: a caller is one of them.
+    security: SecurityRegistry
+    #: The callers' pub=/sub= permissions.
+    permissions: Permissions
+    #: Publishes; its registry names the topics and subscriptions; pulls read its queues.
+    broker: Broker
+    #: Makes service topics and subscriptions, and removes subscriptions.
+    catalog: Catalog
+    #: The services deployed in this worker (a publication may name one).
+    store: ServiceStore
 
 #: Realm of the Basic Auth challenge of the pub/sub API.
 REALM = CALLER_REALM
@@ -148,41 +170,41 @@ _META = {'type': 'object', 'properties': {
     'ack_id': {'type': 'string', 'description': 'manual mode only'}}}
 
 
-def _caller(runtime: Runtime, req: falcon.Request) -> BasicAuth:
+def _caller(parts: RestParts, req: falcon.Request) -> BasicAuth:
     """The active Basic Auth definition of the caller, or Unauthorized (401)."""
-    return runtime.security.authenticate(req.get_header('Authorization'), realm=REALM)
+    return parts.security.authenticate(req.get_header('Authorization'), realm=REALM)
 
 
-def _zato_codes(runtime: Runtime) -> bool:
-    return runtime.settings.pubsub.rest_status_codes == ZATO_CODES
+def _zato_codes(parts: RestParts) -> bool:
+    return parts.settings.pubsub.rest_status_codes == ZATO_CODES
 
 
-def _check_permission(runtime: Runtime, caller: BasicAuth, action: str, topic: str) -> None:
+def _check_permission(parts: RestParts, caller: BasicAuth, action: str, topic: str) -> None:
     """Raise unless the caller has the permission for topic (given by either of its names)."""
-    check: Callable[[str, str], bool] = runtime.permissions.can_pub if action == PUB else runtime.permissions.can_sub
+    check: Callable[[str, str], bool] = parts.permissions.can_pub if action == PUB else parts.permissions.can_sub
     if check(caller.name, topic):
         return
     canonical = canonical_topic_name(topic)
     if canonical != topic and check(caller.name, canonical):
         return
     denied = PermissionDenied(caller.name, action, topic)
-    if not _zato_codes(runtime):
+    if not _zato_codes(parts):
         raise denied
     _log.info('%s (answered 401 %s)', denied, PERMISSION_DENIED)
     raise AccessDenied(REALM, PERMISSION_DENIED)
 
 
-def _no_subscription(runtime: Runtime) -> ConduitError:
+def _no_subscription(parts: RestParts) -> ConduitError:
     """The error for a caller with no subscription to read from."""
-    return AccessDenied(REALM, NO_SUBSCRIPTION) if _zato_codes(runtime) else NoSubscription()
+    return AccessDenied(REALM, NO_SUBSCRIPTION) if _zato_codes(parts) else NoSubscription()
 
 
-def _inactive(runtime: Runtime, name: str) -> ConduitError:
+def _inactive(parts: RestParts, name: str) -> ConduitError:
     """The error for a publication to an inactive topic (403 either way; Zato's text by default)."""
-    return TopicInactive(name, f'Topic {name} is inactive' if _zato_codes(runtime) else None)
+    return TopicInactive(name, f'Topic {name} is inactive' if _zato_codes(parts) else None)
 
 
-def _object_body(runtime: Runtime, req: falcon.Request) -> dict[str, Any]:
+def _object_body(parts: RestParts, req: falcon.Request) -> dict[str, Any]:
     """The JSON object sent (an empty body is an empty object)."""
     body = read_json(req)
     if body is None:
@@ -223,7 +245,7 @@ def _optional_str(body: dict[str, Any], key: str) -> str | None:
 
 
 class _PubSubResource:
-    """Base of the pub/sub resources: the runtime, and lookups of topics and the caller's subscriptions."""
+    """Base of the pub/sub resources: their parts, and lookups of topics and the caller's subscriptions."""
 
     #: Each responder authenticates its caller first (the definition is the subscriber's identity).
     auth = CALLER
@@ -231,30 +253,30 @@ class _PubSubResource:
     #: OpenAPI 3.1 Operation objects by lower-case HTTP method (read by the /openapi.json builder).
     openapi: dict[str, dict[str, Any]] = {}
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
+    def __init__(self, parts: RestParts) -> None:
+        self._parts = parts
         self._reloaded_at = 0.0
 
     def _topic(self, name: str) -> TopicInfo:
-        topic = self._runtime.broker.registry.topic(name)
+        topic = self._parts.broker.registry.topic(name)
         if topic is None:
             raise TopicNotFound(name)
         return topic
 
     def _publish_topic(self, name: str) -> TopicInfo:
         """A topic to publish to; a deployed service's topic is made on first use, as in-process publishing does."""
-        broker = self._runtime.broker
+        broker = self._parts.broker
         topic = broker.registry.topic(name)
         if topic is not None:
             return topic
         service = aliased_service(name)
         if service is None and normalize(name).startswith(SERVICE_TOPIC_PREFIX):
             # /zato/s/to/<name>: dots became underscores, so find the service by its topic's name.
-            service = next((s for s in self._runtime.store.names()
+            service = next((s for s in self._parts.store.names()
                             if normalize(service_topic_name(s)) == normalize(name)), None)
-        if service is not None and self._runtime.store.has(service):
+        if service is not None and self._parts.store.has(service):
             with pull.storage_errors():
-                return self._runtime.catalog.ensure_service_topic(service)
+                return self._parts.catalog.ensure_service_topic(service)
         raise TopicNotFound(name)
 
     def _subs(self, caller: BasicAuth, sub_key: str | None, kinds: tuple[str, ...] = (KIND_PULL,),
@@ -263,7 +285,7 @@ class _PubSubResource:
         # One made by another worker may not be in this worker's registry yet: look again after a
         # reload, at most once a second, so that forged keys cost little.
         for attempt in range(2):
-            registry = self._runtime.broker.registry
+            registry = self._parts.broker.registry
             if sub_key is not None:
                 one = registry.subs_by_key.get(sub_key)
                 found = [one] if one is not None else []
@@ -276,7 +298,7 @@ class _PubSubResource:
                 return sorted(found, key=lambda s: s.id)
             self._reloaded_at = now
             with pull.storage_errors():
-                self._runtime.broker.reload()
+                self._parts.broker.reload()
         return []
 
 
@@ -309,21 +331,21 @@ class PublishResource(_PubSubResource):
     }}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, topic: str) -> None:
-        runtime = self._runtime
-        caller = _caller(runtime, req)
+        parts = self._parts
+        caller = _caller(parts, req)
         validate_topic_name(topic)
-        _check_permission(runtime, caller, PUB, topic)
+        _check_permission(parts, caller, PUB, topic)
         info = self._publish_topic(topic)
         if not info.is_active:
-            raise _inactive(runtime, info.name)
-        body = _object_body(runtime, req)
+            raise _inactive(parts, info.name)
+        body = _object_body(parts, req)
         if body.get('data') is None:
             raise InvalidMessage('data', 'is required (it is null or missing)')
-        options = _publish_options(body, runtime.settings.pubsub.default_expiration_secs)
+        options = _publish_options(body, parts.settings.pubsub.default_expiration_secs)
         if options['correl_id'] is None:
             options['correl_id'] = req.context.cid  # as Zato does: the publication is traceable to its request
         with pull.storage_errors():
-            msg_id = runtime.broker.publish(info.name, body['data'], publisher=f'rest:{caller.name}', **options)
+            msg_id = parts.broker.publish(info.name, body['data'], publisher=f'rest:{caller.name}', **options)
         answer = _ok(req, msg_id=str(msg_id))
         if getattr(msg_id, 'overflowed', False):
             answer['overflowed'] = True
@@ -392,15 +414,15 @@ class SubscribeResource(_PubSubResource):
     }}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, topic: str) -> None:
-        runtime = self._runtime
-        caller = _caller(runtime, req)
+        parts = self._parts
+        caller = _caller(parts, req)
         validate_topic_name(topic)
-        _check_permission(runtime, caller, SUB, topic)
+        _check_permission(parts, caller, SUB, topic)
         info = self._topic(topic)
         if not info.is_api_sub_allowed:
             raise Forbidden(f'topic {info.name!r} does not allow subscriptions through the API '
                             f'(is_api_sub_allowed is false)')
-        catalog = runtime.catalog
+        catalog = parts.catalog
         existing = self._subs(caller, None, topic=info.name)
         with pull.storage_errors():
             sub = existing[0] if existing else catalog.subscribe(info.name, KIND_PULL, security=caller.name)
@@ -426,18 +448,18 @@ class UnsubscribeResource(_PubSubResource):
     }}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, topic: str) -> None:
-        runtime = self._runtime
-        caller = _caller(runtime, req)
+        parts = self._parts
+        caller = _caller(parts, req)
         validate_topic_name(topic)
-        sub_key = _object_body(runtime, req).get('sub_key')
+        sub_key = _object_body(parts, req).get('sub_key')
         if sub_key is not None and not isinstance(sub_key, str):
             raise BadRequest("'sub_key' must be a string")
         subs = self._subs(caller, sub_key or None, (KIND_PULL, KIND_REST_PUSH), topic=canonical_topic_name(topic))
-        if not subs and (sub_key or not _zato_codes(runtime)):
+        if not subs and (sub_key or not _zato_codes(parts)):
             raise SubscriptionNotFound()  # Zato answers 200 when the caller is not subscribed at all
         with pull.storage_errors():
             for sub in subs:
-                runtime.catalog.unsubscribe(sub.sub_key)
+                parts.catalog.unsubscribe(sub.sub_key)
         resp.media = _ok(req, unsubscribed=len(subs))
 
 
@@ -476,9 +498,9 @@ class MessagesGetResource(_PubSubResource):
     }}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        runtime = self._runtime
-        caller = _caller(runtime, req)
-        body = _object_body(runtime, req)
+        parts = self._parts
+        caller = _caller(parts, req)
+        body = _object_body(parts, req)
         sub_key = body.get('sub_key')
         if sub_key is not None and not isinstance(sub_key, str):
             raise BadRequest("'sub_key' must be a string")
@@ -493,12 +515,12 @@ class MessagesGetResource(_PubSubResource):
         deadline = _number(body, 'ack_deadline', pull.DEFAULT_ACK_DEADLINE_SECS, 0.001, pull.MAX_ACK_DEADLINE_SECS)
         subs = self._subs(caller, sub_key or None)
         if not subs:
-            raise SubscriptionNotFound() if sub_key else _no_subscription(runtime)
+            raise SubscriptionNotFound() if sub_key else _no_subscription(parts)
         active = [s for s in subs if s.is_active]  # a paused subscription keeps its messages
-        pulled = pull.take(runtime.broker, active, min(max_messages, pull.MAX_MESSAGES),
-                           min(max_len, _max_pull_chars(runtime)),
+        pulled = pull.take(parts.broker, active, min(max_messages, pull.MAX_MESSAGES),
+                           min(max_len, _max_pull_chars(parts)),
                            deadline if mode == pull.ACK_MANUAL else None,
-                           runtime.permissions.may_read) if active else []
+                           parts.permissions.may_read) if active else []
         # Each message was rendered before it left the queue (or was leased); the answer only joins
         # those texts, so nothing can fail once they are gone.
         parts = [json.dumps(_ok(req, message_count=len(pulled)), ensure_ascii=False)[:-1].encode(),
@@ -510,9 +532,9 @@ class MessagesGetResource(_PubSubResource):
         resp.content_type = falcon.MEDIA_JSON
 
 
-def _max_pull_chars(runtime: Runtime) -> int:
+def _max_pull_chars(parts: RestParts) -> int:
     """Most characters of data one pull answer carries: the configured cap, never below one whole message."""
-    pubsub = runtime.settings.pubsub
+    pubsub = parts.settings.pubsub
     # A message larger than the cap would stay at the head of its queue for ever.
     return max(pubsub.max_pull_chars, pubsub.max_message_size)
 
@@ -537,9 +559,9 @@ class MessagesAckResource(_PubSubResource):
     }}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        runtime = self._runtime
-        caller = _caller(runtime, req)
-        body = _object_body(runtime, req)
+        parts = self._parts
+        caller = _caller(parts, req)
+        body = _object_body(parts, req)
         sub_key = body.get('sub_key')
         if sub_key is not None and not isinstance(sub_key, str):
             raise BadRequest("'sub_key' must be a string")
@@ -549,19 +571,19 @@ class MessagesAckResource(_PubSubResource):
             raise BadRequest(f"'ack_ids' must be a list of 1 to {pull.MAX_ACK_IDS} ack_id strings")
         subs = self._subs(caller, sub_key or None)
         if not subs:
-            raise SubscriptionNotFound() if sub_key else _no_subscription(runtime)
+            raise SubscriptionNotFound() if sub_key else _no_subscription(parts)
         wanted = list(dict.fromkeys(ack_ids))
         # Only ack_ids as this server makes them can match: others (a NUL, megabytes) never reach SQL.
-        acked = pull.ack(runtime.broker, subs, [a for a in wanted if pull.is_ack_id(a)])
+        acked = pull.ack(parts.broker, subs, [a for a in wanted if pull.is_ack_id(a)])
         resp.media = _ok(req, acked=len(acked), not_found=[a for a in wanted if a not in acked])
 
 
-def routes(runtime: Runtime) -> dict[str, Any]:
+def routes(parts: RestParts) -> dict[str, Any]:
     """The pub/sub API's routes, for runtime.http.app.make_app."""
     return {
-        '/pubsub/topic/{topic:path}': PublishResource(runtime),
-        '/pubsub/subscribe/topic/{topic:path}': SubscribeResource(runtime),
-        '/pubsub/unsubscribe/topic/{topic:path}': UnsubscribeResource(runtime),
-        '/pubsub/messages/get': MessagesGetResource(runtime),
-        '/pubsub/messages/ack': MessagesAckResource(runtime),
+        '/pubsub/topic/{topic:path}': PublishResource(parts),
+        '/pubsub/subscribe/topic/{topic:path}': SubscribeResource(parts),
+        '/pubsub/unsubscribe/topic/{topic:path}': UnsubscribeResource(parts),
+        '/pubsub/messages/get': MessagesGetResource(parts),
+        '/pubsub/messages/ack': MessagesAckResource(parts),
     }

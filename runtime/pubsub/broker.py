@@ -34,23 +34,20 @@ from runtime.db.blocking import run_transaction
 from runtime.errors import ConfigError, StorageUnavailable, TopicFull, TopicInactive, TopicNotFound
 from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub import message, store
-from runtime.pubsub.catalog import SYNC_KEY, Catalog
+from runtime.pubsub.catalog import Catalog
 from runtime.pubsub.dead_letters import DeadLetterer
 from runtime.pubsub.delivery import DeliveryLoop
 from runtime.pubsub.group_commit import GroupCommitter
 from runtime.pubsub.leases import LeaseManager
 from runtime.pubsub.limits import OverflowLog, QueueDepths, TopicDepths, within_queue_limits
-from runtime.pubsub.message import BASE64_SUFFIX, MSG_ID_PREFIX, MsgId, Publication, decode_data, encode_data
+from runtime.pubsub.message import MSG_ID_PREFIX, MsgId, Publication
 from runtime.pubsub.observers import Observers
 from runtime.pubsub.queue_backend import SqlQueueBackend
 from runtime.pubsub.registry import Registry, SubInfo, TopicInfo, aliased_service
-from runtime.pubsub.subscribers import Context, Subscriber
+from runtime.pubsub.subscribers.base import Context, Subscriber
 from runtime.pubsub.sweeper import SWEEPER_LEASE, Sweeper
 from runtime.pubsub.topics import validate_topic_name
 from runtime.pubsub.wakeups import Wakeups
-
-# Names other modules import from here.
-__all__ = ['BASE64_SUFFIX', 'SYNC_KEY', 'Broker', 'MsgId', 'decode_data', 'encode_data', 'lease_name']
 
 _log = logging.getLogger(__name__)
 
@@ -164,24 +161,6 @@ class Broker:
                 self._stop_loop(sub_id)
             else:
                 loop.sub = sub
-
-    # The catalog's, for callers that reach it through the broker (the admin API, Spark).
-
-    def create_topic(self, name: str, origin: str = 'api', **attrs: Any) -> TopicInfo:
-        """``catalog.create_topic``."""
-        return self.catalog.create_topic(name, origin, **attrs)
-
-    def subscribe(self, pattern: str, *kind: str, **fields: Any) -> SubInfo:
-        """``catalog.subscribe``."""
-        return self.catalog.subscribe(pattern, *kind, **fields)
-
-    def unsubscribe(self, sub_key: str) -> None:
-        """``catalog.unsubscribe``."""
-        self.catalog.unsubscribe(sub_key)
-
-    def set_active(self, sub_key: str, is_active: bool) -> None:
-        """``catalog.set_active``."""
-        self.catalog.set_active(sub_key, is_active)
 
     def resolve(self, target: str, publisher: str = '') -> TopicInfo:
         """The topic a publication goes to: a topic by name, else a service's own topic."""

@@ -34,7 +34,7 @@ from runtime.sync import bump
 
 if TYPE_CHECKING:
     from runtime.config import PubSubSection
-    from runtime.pubsub.subscribers import Subscriber
+    from runtime.pubsub.subscribers.base import Subscriber
 
 #: Sync key bumped whenever topics or subscriptions change.
 SYNC_KEY = 'pubsub'

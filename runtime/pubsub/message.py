@@ -26,7 +26,7 @@ from typing import Any
 from runtime import json_limits
 from runtime.errors import InvalidMessage, MessageTooLarge, UnrenderableMessage
 from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
-from runtime.timefmt import iso
+from runtime.timefmt import iso, iso_or_none
 
 #: Every msg_id starts with it, as Zato 4.1's do (its clients and load scripts check the prefix).
 MSG_ID_PREFIX = 'zpsm'
@@ -295,3 +295,42 @@ def push_view(d: Delivery, data: Any) -> dict[str, Any]:
     if d.mime_type != 'application/json':
         body['mime_type'] = d.mime_type  # text as published, or base64 ('...;base64') for bytes
     return body
+
+
+#: How much of a message's data the admin API's lists show.
+PREVIEW_CHARS = 200
+
+
+def _stored_data(row: Any) -> Any:
+    try:
+        return decode_data(row.data, row.mime_type)
+    except ValueError:  # stored text that is not what its mime type says: show it as it is
+        return row.data
+
+
+def admin_view(row: Any, full: bool = True) -> dict[str, Any]:
+    """A stored message (with its queue entry or dead letter, when the row has one) as the admin API shows it."""
+    view: dict[str, Any] = {
+        'msg_id': row.msg_id, 'topic_name': row.topic_name, 'mime_type': row.mime_type, 'priority': row.priority,
+        'size': row.size, 'has_gd': row.has_gd, 'publisher': row.publisher, 'pub_time_iso': iso_or_none(row.pub_time),
+        'expiration_time_iso': iso_or_none(row.expiration_time), 'correl_id': row.correl_id,
+        'in_reply_to': row.in_reply_to, 'ext_client_id': row.ext_client_id,
+    }
+    if full:
+        view['data'] = _stored_data(row)
+    else:
+        view['data_preview'] = row.data[:PREVIEW_CHARS]
+    mapping = row._mapping
+    if 'entry_id' in mapping:
+        view.update(delivery_count=row.delivery_count, last_error=row.last_error,
+                    recv_time_iso=iso_or_none(row.recv_time),
+                    next_attempt_time_iso=iso_or_none(row.next_attempt_at or row.recv_time),
+                    # The ack id is the pulling client's token: only say that the entry is leased.
+                    leased=row.ack_id is not None)
+    if 'dead_id' in mapping:
+        view.update(delivery_count=row.delivery_count, last_error=row.last_error, reason=row.reason,
+                    dead_time_iso=iso_or_none(row.dead_at))
+    if 'last_traceback' in mapping:
+        # Only one message's own view carries it: a list of tracebacks would be too big to page through.
+        view['last_traceback'] = row.last_traceback or None
+    return view

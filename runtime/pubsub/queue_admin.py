@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
@@ -30,7 +29,8 @@ from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 from runtime.db.blocking import run_transaction
 from runtime.db.models import DeadLetter, Message, QueueEntry, Subscription, Topic
 from runtime.pubsub import store
-from runtime.pubsub.broker import decode_data
+from runtime.pubsub.message import admin_view
+from runtime.timefmt import iso
 
 if TYPE_CHECKING:
     from runtime.pubsub.registry import Registry, SubInfo
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 T = TypeVar('T')
 
 #: Characters of a message's stored text shown in lists (the full data is in a message's own view).
-PREVIEW_CHARS = 200
 
 #: Most rows one browse returns.
 MAX_PAGE = 1000
@@ -50,45 +49,6 @@ _ENTRY = (QueueEntry.id.label('entry_id'), QueueEntry.delivery_count, QueueEntry
           QueueEntry.last_error, QueueEntry.recv_time, QueueEntry.ack_id)
 _DEAD = (DeadLetter.id.label('dead_id'), DeadLetter.delivery_count, DeadLetter.last_error, DeadLetter.reason,
          DeadLetter.dead_at)
-
-
-def iso(ts: float | None) -> str | None:
-    """A UNIX time as ISO 8601 UTC, None kept."""
-    return datetime.fromtimestamp(ts, UTC).isoformat() if ts is not None else None
-
-
-def _data(row: Any) -> Any:
-    try:
-        return decode_data(row.data, row.mime_type)
-    except ValueError:  # stored text that is not what its mime type says: show it as it is
-        return row.data
-
-
-def message_view(row: Any, full: bool = True) -> dict[str, Any]:
-    """A stored message (with its queue entry or dead letter, when the row has one) as the admin API shows it."""
-    view: dict[str, Any] = {
-        'msg_id': row.msg_id, 'topic_name': row.topic_name, 'mime_type': row.mime_type, 'priority': row.priority,
-        'size': row.size, 'has_gd': row.has_gd, 'publisher': row.publisher, 'pub_time_iso': iso(row.pub_time),
-        'expiration_time_iso': iso(row.expiration_time), 'correl_id': row.correl_id,
-        'in_reply_to': row.in_reply_to, 'ext_client_id': row.ext_client_id,
-    }
-    if full:
-        view['data'] = _data(row)
-    else:
-        view['data_preview'] = row.data[:PREVIEW_CHARS]
-    mapping = row._mapping
-    if 'entry_id' in mapping:
-        view.update(delivery_count=row.delivery_count, last_error=row.last_error, recv_time_iso=iso(row.recv_time),
-                    next_attempt_time_iso=iso(row.next_attempt_at or row.recv_time),
-                    # The ack id is the pulling client's token: only say that the entry is leased.
-                    leased=row.ack_id is not None)
-    if 'dead_id' in mapping:
-        view.update(delivery_count=row.delivery_count, last_error=row.last_error, reason=row.reason,
-                    dead_time_iso=iso(row.dead_at))
-    if 'last_traceback' in mapping:
-        # Only one message's own view carries it: a list of tracebacks would be too big to page through.
-        view['last_traceback'] = row.last_traceback or None
-    return view
 
 
 # Runtime details
@@ -137,7 +97,7 @@ def last_publications(conn: Connection, topic_id: int, limit: int) -> list[dict[
     """The newest messages of a topic still stored (waiting in it, in a queue or as a dead letter)."""
     rows = conn.execute(select(*_MSG, Message.in_topic).where(Message.topic_id == topic_id)
                         .order_by(Message.id.desc()).limit(limit)).all()
-    return [{**message_view(r, full=False), 'in_topic': r.in_topic} for r in rows]
+    return [{**admin_view(r, full=False), 'in_topic': r.in_topic} for r in rows]
 
 
 # Stored columns the registry does not hold
@@ -170,7 +130,7 @@ def browse_queue(conn: Connection, sub_id: int, limit: int, offset: int) -> list
                         .where(QueueEntry.sub_id == sub_id)
                         .order_by(QueueEntry.priority, QueueEntry.message_id, QueueEntry.id)
                         .limit(min(limit, MAX_PAGE)).offset(offset)).all()
-    return [message_view(r, full=False) for r in rows]
+    return [admin_view(r, full=False) for r in rows]
 
 
 def queue_message(conn: Connection, sub_id: int, msg_id: str) -> Any | None:
@@ -223,7 +183,7 @@ def browse_dead_letters(conn: Connection, sub_id: int, limit: int, offset: int) 
     rows = conn.execute(select(*_DEAD, *_MSG).join(Message, Message.id == DeadLetter.message_id)
                         .where(DeadLetter.sub_id == sub_id).order_by(DeadLetter.id)
                         .limit(min(limit, MAX_PAGE)).offset(offset)).all()
-    return [message_view(r, full=False) for r in rows]
+    return [admin_view(r, full=False) for r in rows]
 
 
 def dead_letter_count(conn: Connection, sub_id: int) -> int:
@@ -347,7 +307,7 @@ class QueueAdmin:
         return messages, stats[sub_id]['depth']
 
     def message(self, sub_id: int, msg_id: str) -> Any | None:
-        """A queue entry with its message (message_view shows it), or None."""
+        """A queue entry with its message (admin_view shows it), or None."""
         return self._read(lambda c: queue_message(c, sub_id, msg_id))
 
     def edit_message(self, sub_id: int, msg_id: str, message_id: int,
@@ -373,7 +333,7 @@ class QueueAdmin:
         return self._read(lambda c: (browse_dead_letters(c, sub_id, limit, offset), dead_letter_count(c, sub_id)))
 
     def dead_letter(self, sub_id: int, msg_id: str) -> Any | None:
-        """A dead letter with its message (message_view shows it), or None."""
+        """A dead letter with its message (admin_view shows it), or None."""
         return self._read(lambda c: dead_letter(c, sub_id, msg_id))
 
     def edit_dead_letter(self, sub_id: int, msg_id: str, message_id: int,

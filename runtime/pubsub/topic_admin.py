@@ -21,7 +21,7 @@ from runtime.db.models import Message, Subscription, Topic
 from runtime.errors import SubscriptionNotFound, TopicNotFound
 from runtime.object_checks import topic_missing
 from runtime.pubsub import store
-from runtime.pubsub.broker import SYNC_KEY
+from runtime.pubsub.catalog import SYNC_KEY
 from runtime.pubsub.queue_admin import subscription_rows
 from runtime.pubsub.registry import parse_options
 from runtime.pubsub.topics import normalize

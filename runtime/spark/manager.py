@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from runtime.config import Settings
     from runtime.pubsub.archive import MessageArchive
     from runtime.pubsub.broker import Broker
+    from runtime.pubsub.catalog import Catalog
 
 _log = logging.getLogger(__name__)
 
@@ -105,7 +106,8 @@ class SparkManager:
     """Submits and tracks this worker's Spark jobs; reads and kills any job of the cluster."""
 
     def __init__(self, settings: Settings, engine: Engine, spawn: Callable[..., gevent.Greenlet], *,
-                 has_service: Callable[[str], bool], broker: Broker, archive: MessageArchive | None) -> None:
+                 has_service: Callable[[str], bool], broker: Broker, catalog: Catalog,
+                 archive: MessageArchive | None) -> None:
         """settings: the server's (paths resolve against it); archive: flushed before each job, None when off."""
         self._server_settings = settings
         self.settings = settings.spark
@@ -113,6 +115,7 @@ class SparkManager:
         self._spawn = spawn
         self._has_service = has_service
         self._broker = broker
+        self._catalog = catalog
         self._archive = archive
         #: Runs one job to its end; tests replace it with runtime.testing.FakeSparkSubmitter.
         self.submitter: Any = SparkSubmitter(self.settings.spark_submit, self.settings.kill_grace_secs)
@@ -142,11 +145,10 @@ class SparkManager:
 
     def ensure_topics(self) -> None:
         """Create spark.job.completed and spark.job.failed unless they exist (e.g. from config)."""
-        broker = self._broker
         for name in (TOPIC_COMPLETED, TOPIC_FAILED):
-            if broker.registry.topic(name) is None:
+            if self._broker.registry.topic(name) is None:
                 try:
-                    broker.create_topic(name, origin='spark')
+                    self._catalog.create_topic(name, origin='spark')
                 except ConfigError:
                     pass  # another worker created it at the same moment
 

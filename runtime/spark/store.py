@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, Row, delete, func, insert, select, update
@@ -17,14 +16,10 @@ from sqlalchemy import Connection, Row, delete, func, insert, select, update
 from runtime.db.models import SparkJob
 from runtime.errors import SparkJobNotFound
 from runtime.spark.submit import ACTIVE_STATUSES, RUNNING, SUBMITTED, JobOutcome
+from runtime.timefmt import iso_or_none
 
 #: Spark setting names whose values are secrets (e.g. spark.hadoop.fs.s3a.secret.key).
 _SECRET_KEY = re.compile(r'secret|password|passwd|token|credential|access\.key|\.key$', re.IGNORECASE)
-
-
-def iso(t: float | None) -> str | None:
-    """Epoch seconds as ISO 8601 UTC, or None."""
-    return datetime.fromtimestamp(t, UTC).isoformat() if t is not None else None
 
 
 def masked_conf(conf: dict[str, str]) -> dict[str, str]:
@@ -37,7 +32,8 @@ def job_dict(row: Any) -> dict[str, Any]:
     end = row.ended_at
     return {'job_id': row.job_id, 'pipeline': row.pipeline, 'arguments': json.loads(row.arguments),
             'status': row.status, 'master': row.master, 'conf': masked_conf(json.loads(row.conf)),
-            'submitted_at': iso(row.submitted_at), 'started_at': iso(row.started_at), 'ended_at': iso(end),
+            'submitted_at': iso_or_none(row.submitted_at), 'started_at': iso_or_none(row.started_at),
+            'ended_at': iso_or_none(end),
             'duration_secs': round(end - row.started_at, 3) if end is not None and row.started_at else None,
             'timeout_secs': row.timeout_secs or None, 'service': row.service, 'callback': row.callback,
             'cid': row.cid, 'owner': row.owner, 'pid': row.pid, 'exit_code': row.exit_code,

@@ -15,7 +15,8 @@ from sqlalchemy import Connection, delete, insert, select
 from runtime.db.blocking import run_transaction
 from runtime.db.models import DeadLetter, Message, QueueEntry, SyncState, Topic
 from runtime.errors import SubscriptionNotFound, TopicNotFound
-from runtime.pubsub.broker import SYNC_KEY, encode_data
+from runtime.pubsub.catalog import SYNC_KEY
+from runtime.pubsub.message import encode_data
 from runtime.pubsub.queue_admin import QueueAdmin, message_view
 from runtime.pubsub.registry import KIND_PULL, SubInfo
 from runtime.pubsub.topic_admin import TopicAdmin
@@ -36,8 +37,8 @@ def _layer(rt: TestRuntime) -> tuple[QueueAdmin, TopicAdmin]:
 
 def _pull_queue(rt: TestRuntime, topic: str, count: int) -> tuple[SubInfo, list[str]]:
     """A service pull queue (nothing delivers it) holding count stored messages, priority 1, 2, ..."""
-    rt.broker.create_topic(topic, has_gd=True)
-    sub = rt.broker.subscribe(topic, KIND_PULL, service='qa.puller')
+    rt.catalog.create_topic(topic, has_gd=True)
+    sub = rt.catalog.subscribe(topic, KIND_PULL, service='qa.puller')
     msg_ids = [str(rt.broker.publish(topic, {'n': n}, priority=1 + n % 9, has_gd=True)) for n in range(count)]
     return sub, msg_ids
 
@@ -133,9 +134,9 @@ def test_dead_letters_are_browsed_edited_and_redriven(rt: TestRuntime) -> None:
 def test_topic_changes_bump_the_sync_key_and_reload(rt: TestRuntime) -> None:
     queues, topics = _layer(rt)
     sub, _msg_ids = _pull_queue(rt, 'qa.topic', 2)
-    rt.broker.create_topic('other.waiting', has_gd=True)
+    rt.catalog.create_topic('other.waiting', has_gd=True)
     rt.broker.publish('other.waiting', 'held', has_gd=True)  # no subscriber: it waits in the topic
-    pattern_sub = rt.broker.subscribe('qa.**', KIND_PULL, service='qa.puller')
+    pattern_sub = rt.catalog.subscribe('qa.**', KIND_PULL, service='qa.puller')
     topic = topics.topic('qa.topic')
 
     version = _sync_version(rt)

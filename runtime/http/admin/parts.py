@@ -1,8 +1,8 @@
 """What the admin API works with: the collaborators its resources and its write middleware are given.
 
 ``AdminParts`` names each of them; ``runtime.http.admin.routes`` hands it to every resource, and
-each family keeps only what it uses. No admin module sees the runtime as a whole: ``admin_parts``
-builds the parts from it, in one place.
+each family keeps only what it uses. No admin module sees the runtime as a whole: the composition
+root (``runtime.core``) builds the parts.
 """
 
 from __future__ import annotations
@@ -11,20 +11,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runtime.audit import AuditLog
-from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
-from runtime.pubsub.permissions import PermissionAdmin
-from runtime.pubsub.queue_admin import QueueAdmin
-from runtime.pubsub.topic_admin import TopicAdmin
-
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
+    from runtime.audit import AuditLog
     from runtime.config import Settings
     from runtime.hot_deploy import HotDeployer
     from runtime.invoke import Invoker
     from runtime.pubsub.broker import Broker
+    from runtime.pubsub.permissions import PermissionAdmin
+    from runtime.pubsub.queue_admin import QueueAdmin
     from runtime.pubsub.registry import SubInfo, TopicInfo
+    from runtime.pubsub.topic_admin import TopicAdmin
     from runtime.scheduler import Scheduler
     from runtime.security import SecurityRegistry
     from runtime.spark.manager import SparkManager
@@ -82,20 +80,3 @@ class AdminParts:
     channel_count: Callable[[], int]
     #: Whether the server runs the demo.
     demo: bool
-
-
-def admin_parts(runtime: Any) -> AdminParts:
-    """The admin API's parts, taken from a runtime."""
-    broker = runtime.broker
-    metrics = getattr(runtime, 'metrics', None)
-    return AdminParts(
-        settings=runtime.settings, engine=runtime.engine, catalog=broker, broker=broker,
-        # The broker's registry is replaced by every reload: read it afresh each time.
-        topic_admin=TopicAdmin(runtime.engine, lambda: broker.registry, broker.reload),
-        queue_admin=QueueAdmin(runtime.engine, lambda: broker.registry, broker.reload),
-        permission_admin=PermissionAdmin(runtime.engine, lambda: runtime.synchronizer.changed(PERMISSIONS_KEY)),
-        store=runtime.store, invoker=runtime.invoker, hot_deployer=runtime.hot_deployer,
-        scheduler=runtime.scheduler, spark=runtime.spark, security=runtime.security,
-        audit=AuditLog(runtime.engine), synchronizer=runtime.synchronizer,
-        recent_publications=metrics.recent_publications if metrics is not None else lambda _topic_id: [],
-        channel_count=lambda: len(runtime.router.channels), demo=runtime.demo)

@@ -49,7 +49,6 @@ from runtime.http.openapi import (
     query,
     string,
 )
-from runtime.pubsub.queue_admin import iso
 from runtime.pubsub.registry import (
     KIND_PULL,
     KIND_REST_PUSH,
@@ -60,6 +59,7 @@ from runtime.pubsub.registry import (
     check_topic_attributes,
 )
 from runtime.pubsub.topics import validate_pattern, validate_topic_name
+from runtime.timefmt import iso
 
 #: Default and largest number of last publications in a topic's details.
 DEFAULT_LAST = 10

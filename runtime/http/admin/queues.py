@@ -23,8 +23,8 @@ from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import PAGE_PARAMS, Body, check_data, check_numbers, has_bad_chars, page
 from runtime.http.admin.subscription_views import SUBSCRIPTION, sub_details, sub_view
 from runtime.http.openapi import ANY, BOOL, INT, NULLABLE_STR, STR, TIME, arr, integer, obj, operation, string
-from runtime.pubsub.broker import BASE64_SUFFIX, encode_data
-from runtime.pubsub.queue_admin import MAX_PAGE, message_view
+from runtime.pubsub.message import BASE64_SUFFIX, admin_view, encode_data
+from runtime.pubsub.queue_admin import MAX_PAGE
 
 if TYPE_CHECKING:
     from runtime.pubsub.registry import SubInfo
@@ -153,7 +153,7 @@ class QueueMessageResource(_QueueResource):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
         sub = self._topics.subscription(sub_id)
-        resp.media = {'is_ok': True, 'message': message_view(self._row(sub, msg_id))}
+        resp.media = {'is_ok': True, 'message': admin_view(self._row(sub, msg_id))}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
         sub = self._topics.subscription(sub_id)
@@ -162,7 +162,7 @@ class QueueMessageResource(_QueueResource):
         new, held_by = self._queues.edit_message(sub.id, msg_id, row.message_id, changes)
         if new is None:  # delivered while we edited
             raise ObjectNotFound(f'message in the queue of subscription #{sub.id}', msg_id)
-        resp.media = {'is_ok': True, 'message': message_view(new), 'held_by': held_by}
+        resp.media = {'is_ok': True, 'message': admin_view(new), 'held_by': held_by}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
         sub = self._topics.subscription(sub_id)
@@ -218,7 +218,7 @@ class DeadLetterResource(_QueueResource):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
         sub = self._topics.subscription(sub_id)
-        resp.media = {'is_ok': True, 'dead_letter': message_view(self._row(sub, msg_id))}
+        resp.media = {'is_ok': True, 'dead_letter': admin_view(self._row(sub, msg_id))}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
         sub = self._topics.subscription(sub_id)
@@ -227,7 +227,7 @@ class DeadLetterResource(_QueueResource):
         new, held_by = self._queues.edit_dead_letter(sub.id, msg_id, row.message_id, changes)
         if new is None:
             raise ObjectNotFound(f'dead letter of subscription #{sub.id}', msg_id)
-        resp.media = {'is_ok': True, 'dead_letter': message_view(new), 'held_by': held_by}
+        resp.media = {'is_ok': True, 'dead_letter': admin_view(new), 'held_by': held_by}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
         sub = self._topics.subscription(sub_id)

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from runtime.http.openapi import BOOL, INT, STR, TIME, obj
-from runtime.pubsub.queue_admin import iso
 from runtime.pubsub.registry import KINDS
+from runtime.timefmt import iso
 
 if TYPE_CHECKING:
     from runtime.pubsub.queue_admin import QueueAdmin

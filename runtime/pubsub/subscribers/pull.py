@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
     from runtime.pubsub.observers import Observers
     from runtime.pubsub.registry import Registry, SubInfo
-    from runtime.pubsub.subscribers import Context, Deliverer
+    from runtime.pubsub.subscribers.base import Context, Deliverer
 
 _log = logging.getLogger(__name__)
 

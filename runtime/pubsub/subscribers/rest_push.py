@@ -56,7 +56,7 @@ from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import Delivery, pull_meta, push_view
 from runtime.pubsub.registry import KIND_REST_PUSH, SubInfo
-from runtime.pubsub.subscribers import Context, Deliverer, RunService
+from runtime.pubsub.subscribers.base import Context, Deliverer, RunService
 from runtime.pubsub.subscribers.service import prepare
 
 _log = logging.getLogger(__name__)

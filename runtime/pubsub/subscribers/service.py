@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from runtime.errors import ConfigError
 from runtime.pubsub.message import service_view
 from runtime.pubsub.registry import KIND_SERVICE
-from runtime.pubsub.subscribers import Context, Deliverer, RunService
+from runtime.pubsub.subscribers.base import Context, Deliverer, RunService
 
 if TYPE_CHECKING:
     from runtime.pubsub.message import Delivery

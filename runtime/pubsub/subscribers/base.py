@@ -1,0 +1,53 @@
+"""What every subscriber plug-in implements, and what the broker lends it (see the package's docstring)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
+
+if TYPE_CHECKING:
+    from runtime.pubsub.delivery import Deliver, DeliverBatch
+    from runtime.pubsub.registry import SubInfo, TopicInfo
+
+#: Runs a named service with data: run(service, data, channel, raw_request) -> its response payload.
+RunService = Callable[[str, Any, str, 'dict[str, Any] | None'], Any]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the broker lends its subscriber plug-ins when they build a delivery."""
+
+    #: The topic of a name, as the broker's registry has it now (None if there is none).
+    topic: Callable[[str], TopicInfo | None]
+    #: Whether a subscription may receive a topic's messages (pub/sub permissions); None allows all.
+    sub_allowed: Callable[[SubInfo, TopicInfo], bool] | None = None
+    #: What JSON data may hold when rendered for subscribers.
+    json_limits: JsonLimits = DEFAULT_LIMITS
+
+
+class Deliverer(NamedTuple):
+    """What a subscription's delivery loop calls: one of deliver and deliver_batch, and what closes it."""
+
+    deliver: Deliver | None = None
+    deliver_batch: DeliverBatch | None = None
+    close: Callable[[], None] | None = None
+
+
+class Subscriber(Protocol):
+    """One kind of subscriber."""
+
+    #: The kind's name, as subscriptions store it.
+    kind: str
+    #: Whether a worker delivers the kind's subscriptions under a lease (else their clients read them).
+    delivered: bool
+    #: Whether the kind's queues obey their topics' max depths (``runtime.pubsub.limits``).
+    queue_limited: bool
+
+    def check(self, where: str, service: str, push_url: str) -> None:
+        """ConfigError unless a new subscription of this kind has what it needs."""
+
+    def deliverer(self, ctx: Context, sub: SubInfo) -> Deliverer:
+        """What a delivery loop of sub calls (delivered kinds only)."""
