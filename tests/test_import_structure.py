@@ -12,8 +12,6 @@ import ast
 from collections.abc import Iterable
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parent.parent
 RUNTIME = REPO / 'runtime'
 

@@ -36,6 +36,7 @@ from runtime.errors import (
 )
 from runtime.pubsub import queue_admin
 from runtime.pubsub.broker import lease_name
+from runtime.pubsub.message import admin_view
 from runtime.pubsub.subscribers.pull import get_messages
 from runtime.pubsub.subscribers.service import CHANNEL_HOOK, CHANNEL_PUBSUB
 from runtime.pubsub.topics import InvalidTopicName
@@ -535,7 +536,7 @@ def test_a_waiting_retry_shows_its_traceback_in_the_queue_message_view(make_rt: 
 
     def view() -> dict[str, Any] | None:
         row = run_transaction(rt.engine, lambda c: queue_admin.queue_message(c, sub.id, msg_id), write=False)
-        return queue_admin.message_view(row) if row is not None and row.last_error else None
+        return admin_view(row) if row is not None and row.last_error else None
 
     shown = wait_until(view, TIMEOUT, message='first attempt stored')
     assert shown['last_error'] == 'ValueError: cannot digest this poison pill'

@@ -16,8 +16,8 @@ from runtime.db.blocking import run_transaction
 from runtime.db.models import DeadLetter, Message, QueueEntry, SyncState, Topic
 from runtime.errors import SubscriptionNotFound, TopicNotFound
 from runtime.pubsub.catalog import SYNC_KEY
-from runtime.pubsub.message import encode_data
-from runtime.pubsub.queue_admin import QueueAdmin, message_view
+from runtime.pubsub.message import admin_view, encode_data
+from runtime.pubsub.queue_admin import QueueAdmin
 from runtime.pubsub.registry import KIND_PULL, SubInfo
 from runtime.pubsub.topic_admin import TopicAdmin
 from runtime.testing import TestRuntime
@@ -74,7 +74,7 @@ def test_browse_a_queue_in_delivery_order_with_stats(rt: TestRuntime) -> None:
     assert [m['msg_id'] for m in rest] == [msg_ids[2], msg_ids[1], msg_ids[0]]
 
     row = queues.message(sub.id, msg_ids[0])
-    assert message_view(row)['data'] == {'n': 0} and message_view(row)['leased'] is False
+    assert admin_view(row)['data'] == {'n': 0} and admin_view(row)['leased'] is False
     assert queues.message(sub.id, 'no-such-msg') is None
 
     subs, stats, rows = queues.queues()
@@ -95,7 +95,7 @@ def test_edit_delete_and_purge_a_queue(rt: TestRuntime) -> None:
     new, held_by = queues.edit_message(sub.id, msg_ids[0], row.message_id,
                                        {'data': text, 'mime_type': mime, 'size': len(text), 'priority': 9})
     assert held_by == 1
-    assert message_view(new)['data'] == 'changed' and message_view(new)['priority'] == 9
+    assert admin_view(new)['data'] == 'changed' and admin_view(new)['priority'] == 9
     # The new priority re-orders the queue: the edited message comes first now.
     assert queues.browse(sub.id, 1, 0)[0][0]['msg_id'] == msg_ids[0]
 
@@ -114,10 +114,10 @@ def test_dead_letters_are_browsed_edited_and_redriven(rt: TestRuntime) -> None:
     assert count == 3 and {m['msg_id'] for m in page} == set(msg_ids[:3])
     assert page[0]['reason'] == 'max_attempts' and page[0]['last_error'] == 'boom'
     dead = queues.dead_letter(sub.id, msg_ids[0])
-    assert message_view(dead)['last_traceback'] == 'Traceback: boom'
+    assert admin_view(dead)['last_traceback'] == 'Traceback: boom'
 
     new, held_by = queues.edit_dead_letter(sub.id, msg_ids[0], dead.message_id, {'priority': 0})
-    assert held_by == 1 and message_view(new)['priority'] == 0
+    assert held_by == 1 and admin_view(new)['priority'] == 0
 
     assert queues.redrive(sub.id, [msg_ids[0], 'no-such-msg']) == [msg_ids[0]]
     stats, _rows = queues.subscription_stats([sub.id])
