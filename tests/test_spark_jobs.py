@@ -324,7 +324,7 @@ def test_a_sweeper_killed_inside_a_database_call_stops_quietly(runtime_factory, 
         return []
 
     monkeypatch.setattr(rt.spark, 'sweep', sweep_in_a_database_call)
-    sweeper = gevent.spawn(rt.spark._sweep_forever)
+    sweeper = gevent.spawn(rt.spark.sweep_forever)
     wait_until(lambda: entered, message='sweep entered')
     sweeper.kill(timeout=5)
     assert sweeper.dead
