@@ -1,7 +1,7 @@
 """A service run by an ``Invoker`` alone: no runtime and no database, only the context it is given.
 
 ``invoke``, ``invoke_async``, ``patterns``, ``publish``, ``pubsub`` and ``config`` of a service all go
-through ``svc._context``, the invoker's ``ServiceContext``: what the tests give the invoker is all a
+through the service's context, the invoker's ``ServiceContext``: what the tests give the invoker is all a
 service can reach.
 """
 
