@@ -1,4 +1,4 @@
-"""Fixtures shared by the suite: database backends and real servers.
+"""Fixtures shared by the suite: database backends, real servers, and what in-process services saw.
 
 Every test that takes ``db_url`` runs twice: on SQLite and on PostgreSQL (127.0.0.1:5432,
 database ``test``, trust auth; override with CONDUIT_TEST_PG_URL). Each PostgreSQL test gets a
@@ -18,6 +18,7 @@ import pytest
 from psycopg import sql
 
 from tests.live_server import LiveServer
+from tests.recorder import Recorder
 
 pytest_plugins = ['runtime.testing']
 
@@ -76,3 +77,11 @@ def server_factory(tmp_path: Path, db_url: str) -> Iterator[Callable[..., LiveSe
 def server(server_factory: Callable[..., LiveServer]) -> LiveServer:
     """One started server with one worker."""
     return server_factory().start()
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    """A fresh Recorder for this test's services (bind them with recorder.bind); cleared at the end."""
+    made = Recorder()
+    yield made
+    made.clear()

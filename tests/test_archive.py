@@ -107,10 +107,10 @@ def test_records_are_flushed_periodically_and_when_the_broker_stops(runtime_fact
     archive = tmp_path / 'rt' / 'var' / 'archive'
     wait_until(lambda: len(_records(archive)) == 3, TIMEOUT, message='three records flushed by the timer')
     assert all('data' not in r and r['mime_type'] == 'text/plain' for r in _records(archive))
-    rt.archive._flusher.kill()  # from here on, only the stop writes
+    rt.archive.stop_flusher()  # from here on, only the stop writes
     wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT)
     rt.broker.publish('crm.sync', 'last one', mime_type='text/plain')
-    wait_until(lambda: rt.archive._buffer, TIMEOUT, message='the last record buffered')
+    wait_until(lambda: rt.archive.buffered, TIMEOUT, message='the last record buffered')
     rt.stop()
     assert len(_records(archive)) == 4
 

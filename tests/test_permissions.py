@@ -30,6 +30,7 @@ from runtime.pubsub.subscribers import pull
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.live_server import LiveServer
+from tests.recorder import Recorder as Recording
 
 # The matrix
 
@@ -126,23 +127,20 @@ pubsub_subscription:
     topic_list: ['orders.**']
 '''
 
-RECEIVED: list[Any] = []
-
-
 class Recorder(Service):
-    """Records every message it receives."""
+    """Records every message it receives (on 'received' of the recorder make_rt binds it to)."""
 
     name = 'test.recorder'
+    recorder: Recording
 
     def handle(self) -> None:
-        RECEIVED.append(self.request.payload)
+        self.recorder.add('received', self.request.payload)
 
 
 @pytest.fixture
-def make_rt(db_url: str, runtime_factory: Callable[..., TestRuntime],
-            tmp_path: Path) -> Iterator[Callable[..., TestRuntime]]:
+def make_rt(db_url: str, runtime_factory: Callable[..., TestRuntime], tmp_path: Path,
+            recorder: Recording) -> Iterator[Callable[..., TestRuntime]]:
     """A started runtime whose object files hold text (db_url first: the database outlives the runtime)."""
-    RECEIVED.clear()
     counter = itertools.count()
 
     def make(text: str) -> TestRuntime:
@@ -154,7 +152,7 @@ def make_rt(db_url: str, runtime_factory: Callable[..., TestRuntime],
         objects = Path(settings.objects.dir)
         objects.mkdir(parents=True)
         (objects / 'objects.yaml').write_text(text)
-        return runtime_factory(Recorder, settings=settings)
+        return runtime_factory(recorder.bind(Recorder), settings=settings)
 
     yield make
 
@@ -176,7 +174,8 @@ def take(rt: TestRuntime, sub: SubInfo) -> list[str]:
     return [p.delivery.topic_name for p in got]
 
 
-def test_a_pattern_subscription_gets_only_topics_its_definition_may_read(make_rt: Callable[..., TestRuntime]) -> None:
+def test_a_pattern_subscription_gets_only_topics_its_definition_may_read(
+        make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     rt = make_rt(OBJECTS + SUBSCRIPTION)
     sub = sub_of(rt, 'erp.client')
     for topic in ('orders.public.new', 'orders.secret.new', 'orders.public.old'):
@@ -185,8 +184,9 @@ def test_a_pattern_subscription_gets_only_topics_its_definition_may_read(make_rt
     assert rt.catalog.queue_depth(sub.sub_key) == 2
     assert take(rt, sub) == ['orders.public.new', 'orders.public.old']
     # The service subscribed to the same pattern has no permissions at all and gets everything.
-    wait_until(lambda: len(RECEIVED) == 3, message='three deliveries to the service')
-    assert sorted(r['topic'] for r in RECEIVED) == ['orders.public.new', 'orders.public.old', 'orders.secret.new']
+    wait_until(lambda: recorder.count('received') == 3, message='three deliveries to the service')
+    assert sorted(r['topic'] for r in recorder['received']) == [
+        'orders.public.new', 'orders.public.old', 'orders.secret.new']
 
 
 def test_a_backlog_handed_to_a_pattern_subscription_is_filtered_when_pulled(

@@ -1,6 +1,6 @@
 """The broker's semantics, in-process, on SQLite and on PostgreSQL.
 
-Services record what they receive in ``EVENTS`` (cleared before every test); background delivery
+Services record what they receive in the test's recorder (``events``); background delivery
 is awaited with ``wait_until``, never with timing assertions. Retry waits are 0.05 s and leases
 are renewed every 0.1 s so that the whole file stays fast. Where a test needs several messages
 in one queue before delivery starts, it pauses the subscription (``set_active(sub_key, False)``),
@@ -42,6 +42,7 @@ from runtime.pubsub.subscribers.service import CHANNEL_HOOK, CHANNEL_PUBSUB
 from runtime.pubsub.topics import InvalidTopicName
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
+from tests.recorder import Recorder as Recording
 
 #: Broker settings of every runtime here: short waits, quick lease renewal.
 FAST = {'wait_non_sock_err': 0.05, 'wait_sock_err': 0.05, 'max_wait_secs': 1.0, 'lease_renew_secs': 0.1,
@@ -64,35 +65,27 @@ class Seen:
         return self.meta['delivery_count']
 
 
-#: What services under test received, in order; cleared before every test.
-EVENTS: list[Seen] = []
+def seen(recorder: Recording, service: str) -> list[Seen]:
+    """What one service received, in order."""
+    return [e for e in recorder['events'] if e.service == service]
 
 
-def seen(service: str) -> list[Seen]:
-    return [e for e in EVENTS if e.service == service]
-
-
-def payloads(service: str) -> list[Any]:
-    return [e.payload for e in seen(service)]
-
-
-@pytest.fixture(autouse=True)
-def _clear() -> None:
-    EVENTS.clear()
-    InFlight.now = InFlight.peak = 0
+def payloads(recorder: Recording, service: str) -> list[Any]:
+    return [e.payload for e in seen(recorder, service)]
 
 
 # Services
 
 
 class Recorder(Service):
-    """Records every message it receives."""
+    """Records every message it receives (on 'events' of the recorder make_rt binds it to)."""
 
     name = 'ps.recorder'
+    recorder: Recording
 
     def handle(self) -> None:
         meta = dict(self.request.raw_request or {})
-        EVENTS.append(Seen(self.name, self.channel, self.request.payload, meta))
+        self.recorder.add('events', Seen(self.name, self.channel, self.request.payload, meta))
 
 
 class RecorderB(Recorder):
@@ -106,8 +99,8 @@ class Flaky(Recorder):
 
     def handle(self) -> None:
         super().handle()
-        if len(seen(self.name)) < 3:
-            raise ValueError(f'not yet (attempt {len(seen(self.name))})')
+        if len(seen(self.recorder, self.name)) < 3:
+            raise ValueError(f'not yet (attempt {len(seen(self.recorder, self.name))})')
 
 
 class Publisher(Service):
@@ -140,7 +133,7 @@ class AlwaysFails(Recorder):
 
 
 class InFlight(Recorder):
-    """Takes 0.3 s; counts how many of its invocations run at once."""
+    """Takes 0.3 s; counts how many of its invocations run at once (on the class make_rt deploys)."""
 
     name = 'ps.in.flight'
     now = 0
@@ -172,10 +165,11 @@ class Hook(Service):
     """A topic's hook: the 'hook' key of the data says what to do with the message."""
 
     name = 'ps.hook'
+    recorder: Recording
 
     def handle(self) -> None:
         data, meta = self.request.payload['data'], self.request.payload['meta']
-        EVENTS.append(Seen(self.name, self.channel, data, meta))
+        self.recorder.add('events', Seen(self.name, self.channel, data, meta))
         action = data.get('hook')
         if action == 'delete':
             self.response.payload = {'action': 'delete'}
@@ -226,16 +220,18 @@ def stop_runtime(rt: TestRuntime) -> None:
 
 
 @pytest.fixture
-def make_rt(settings_factory: Callable[..., Settings],
-            runtime_factory: Callable[..., TestRuntime]) -> Iterator[Callable[..., TestRuntime]]:
+def make_rt(settings_factory: Callable[..., Settings], runtime_factory: Callable[..., TestRuntime],
+            recorder: Recording) -> Iterator[Callable[..., TestRuntime]]:
     """A started runtime with the given services deployed (pubsub settings as keyword arguments).
+
+    The services are bound to the test's recorder (``recorder.bind``), which they record to.
 
     settings_factory (and so the database) comes first: torn down last, after the runtimes stopped.
     """
     made: list[TestRuntime] = []
 
     def make(*services: type[Service], settings: Settings | None = None, **pubsub: Any) -> TestRuntime:
-        rt = runtime_factory(*services, settings=settings or settings_factory(**pubsub))
+        rt = runtime_factory(*recorder.bind_all(services), settings=settings or settings_factory(**pubsub))
         made.append(rt)
         return rt
 
@@ -263,7 +259,8 @@ def paused_subscription(rt: TestRuntime, topic: str, service: str, **options: An
 # Publishing to a service
 
 
-def test_publish_to_service_retries_until_the_handler_succeeds(make_rt: Callable[..., TestRuntime]) -> None:
+def test_publish_to_service_retries_until_the_handler_succeeds(
+        make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     rt = make_rt(Flaky, Publisher)
     msg_id = rt.invoke('ps.publisher', {'target': 'ps.flaky.target', 'data': {'order': 1},
                                         'kw': {'has_gd': False, 'correl_id': 'c-1'}})
@@ -273,10 +270,10 @@ def test_publish_to_service_retries_until_the_handler_succeeds(make_rt: Callable
     assert sub is not None
     assert sub.pattern == '/zato/s/to/ps_flaky_target'
     assert rt.broker.registry.topic('/zato/s/to/ps_flaky_target').is_service_topic
-    wait_until(lambda: len(seen('ps.flaky.target')) >= 3, TIMEOUT, message='three attempts')
+    wait_until(lambda: len(seen(recorder, 'ps.flaky.target')) >= 3, TIMEOUT, message='three attempts')
     wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
 
-    attempts = seen('ps.flaky.target')
+    attempts = seen(recorder, 'ps.flaky.target')
     assert len(attempts) == 3
     assert [e.count for e in attempts] == [1, 2, 3]
     assert {e.channel for e in attempts} == {CHANNEL_PUBSUB}
@@ -293,23 +290,23 @@ def test_publish_to_service_retries_until_the_handler_succeeds(make_rt: Callable
 
 
 def test_a_crash_mid_delivery_means_redelivery_with_the_attempt_counted(
-        make_rt: Callable[..., TestRuntime]) -> None:
+        make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     first = make_rt(Stalling)
     first.broker.publish('ps.stalling', {'n': 1})
-    wait_until(lambda: seen('ps.stalling'), TIMEOUT, message='first attempt started')
+    wait_until(lambda: seen(recorder, 'ps.stalling'), TIMEOUT, message='first attempt started')
     stop_runtime(first)  # the handler is killed mid-delivery: nothing was acknowledged
 
     second = make_rt(Stalling)  # another server on the same database
-    wait_until(lambda: len(seen('ps.stalling')) >= 2, TIMEOUT, message='redelivery')
+    wait_until(lambda: len(seen(recorder, 'ps.stalling')) >= 2, TIMEOUT, message='redelivery')
     sub = second.broker.registry.service_subscription('ps.stalling')
     wait_until(lambda: second.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
-    assert [(e.payload, e.count) for e in seen('ps.stalling')] == [({'n': 1}, 1), ({'n': 1}, 2)]
+    assert [(e.payload, e.count) for e in seen(recorder, 'ps.stalling')] == [({'n': 1}, 1), ({'n': 1}, 2)]
 
 
 # Order, expiration, topic backlog and depth
 
 
-def test_priority_first_then_publication_order(make_rt: Callable[..., TestRuntime]) -> None:
+def test_priority_first_then_publication_order(make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     rt = make_rt(Recorder)
     sub = paused_subscription(rt, 'ps.prio', 'ps.recorder')
     for i, priority in enumerate([1, 9, 5, 9]):
@@ -317,13 +314,13 @@ def test_priority_first_then_publication_order(make_rt: Callable[..., TestRuntim
     assert rt.catalog.queue_depth(sub.sub_key) == 4  # queued while paused, not left in the topic
     rt.catalog.set_active(sub.sub_key, True)
 
-    wait_until(lambda: len(seen('ps.recorder')) == 4, TIMEOUT, message='four deliveries')
-    order = [(e.payload['i'], e.meta['priority']) for e in seen('ps.recorder')]
+    wait_until(lambda: len(seen(recorder, 'ps.recorder')) == 4, TIMEOUT, message='four deliveries')
+    order = [(e.payload['i'], e.meta['priority']) for e in seen(recorder, 'ps.recorder')]
     assert order == [(1, 9), (3, 9), (2, 5), (0, 1)]
 
 
 def test_a_lease_gained_for_a_paused_subscription_starts_no_delivery(
-        make_rt: Callable[..., TestRuntime]) -> None:
+        make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     # The lease refresher computes the leases it wants, then talks to the database: a pause that
     # lands meanwhile must not be overridden by the lease it then gains.
     rt = make_rt(Recorder)
@@ -333,7 +330,7 @@ def test_a_lease_gained_for_a_paused_subscription_starts_no_delivery(
 
 
 def test_an_expired_message_is_never_delivered_and_is_dead_lettered(
-        make_rt: Callable[..., TestRuntime]) -> None:
+        make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     rt = make_rt(Recorder)
     sub = paused_subscription(rt, 'ps.expiring', 'ps.recorder')
     short = rt.broker.publish('ps.expiring', 'short-lived', expiration=0.3)
@@ -341,8 +338,8 @@ def test_an_expired_message_is_never_delivered_and_is_dead_lettered(
     gevent.sleep(0.4)  # let the first one expire
     rt.catalog.set_active(sub.sub_key, True)
 
-    wait_until(lambda: seen('ps.recorder'), TIMEOUT, message='the live message delivered')
-    assert payloads('ps.recorder') == ['long-lived']
+    wait_until(lambda: seen(recorder, 'ps.recorder'), TIMEOUT, message='the live message delivered')
+    assert payloads(recorder, 'ps.recorder') == ['long-lived']
     wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
     [dead] = rt.catalog.dead_letters(sub.sub_key)
     assert dead['msg_id'] == short
@@ -351,7 +348,7 @@ def test_an_expired_message_is_never_delivered_and_is_dead_lettered(
 
 
 def test_a_message_expiring_between_retries_is_dead_lettered_with_its_last_error(
-        make_rt: Callable[..., TestRuntime]) -> None:
+        make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     rt = make_rt(AlwaysFails, wait_non_sock_err=0.4)
     msg_id = rt.broker.publish('ps.always.fails', {'order': 7}, expiration=1)
     sub = rt.broker.registry.service_subscription('ps.always.fails')
@@ -361,12 +358,12 @@ def test_a_message_expiring_between_retries_is_dead_lettered_with_its_last_error
     assert dead['reason'] == 'expired'
     assert 'RuntimeError: downstream rejected the order' in dead['last_error']
     assert "raise RuntimeError('downstream rejected the order')" in dead['last_traceback']
-    assert dead['delivery_count'] == len(seen('ps.always.fails')) >= 1
+    assert dead['delivery_count'] == len(seen(recorder, 'ps.always.fails')) >= 1
     assert rt.catalog.queue_depth(sub.sub_key) == 0
 
 
 def test_the_sweeper_dead_letters_expired_queue_entries_and_drops_expired_topic_messages(
-        make_rt: Callable[..., TestRuntime]) -> None:
+        make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     rt = make_rt(Recorder)
     sub = paused_subscription(rt, 'ps.sweep.queued', 'ps.recorder')
     queued = rt.broker.publish('ps.sweep.queued', 'in a queue', expiration=0.3)
@@ -385,7 +382,7 @@ def test_the_sweeper_dead_letters_expired_queue_entries_and_drops_expired_topic_
 
 
 def test_on_no_subs_accept_hands_the_backlog_to_the_first_subscription(
-        make_rt: Callable[..., TestRuntime]) -> None:
+        make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     rt = make_rt(Recorder, RecorderB)
     rt.catalog.create_topic('ps.accepting')  # on_no_subs='accept' is the default
     rt.catalog.create_topic('ps.dropping', on_no_subs='drop')
@@ -398,10 +395,10 @@ def test_on_no_subs_accept_hands_the_backlog_to_the_first_subscription(
     rt.catalog.subscribe('ps.dropping', 'service', service='ps.recorder.b')
     rt.broker.publish('ps.dropping', {'n': 3})
 
-    wait_until(lambda: seen('ps.recorder') and seen('ps.recorder.b'), TIMEOUT, message='deliveries')
-    assert [(e.payload, e.meta['msg_id']) for e in seen('ps.recorder')] == [({'n': 1}, kept)]
+    wait_until(lambda: seen(recorder, 'ps.recorder') and seen(recorder, 'ps.recorder.b'), TIMEOUT, message='deliveries')
+    assert [(e.payload, e.meta['msg_id']) for e in seen(recorder, 'ps.recorder')] == [({'n': 1}, kept)]
     wait_until(lambda: rt.catalog.queue_depth(first.sub_key) == 0, TIMEOUT, message='empty queue')
-    assert payloads('ps.recorder.b') == [{'n': 3}]  # {'n': 2} was dropped, so it came before nothing
+    assert payloads(recorder, 'ps.recorder.b') == [{'n': 3}]  # {'n': 2} was dropped, so it came before nothing
 
 
 def test_a_pattern_subscription_takes_the_backlog_of_every_matching_topic(
@@ -482,7 +479,8 @@ def test_a_topic_emptied_by_a_hand_over_takes_publications_again(make_rt: Callab
 # Failures
 
 
-def test_a_poison_message_is_dead_lettered_while_later_ones_flow(make_rt: Callable[..., TestRuntime]) -> None:
+def test_a_poison_message_is_dead_lettered_while_later_ones_flow(
+        make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     rt = make_rt(Poisoned)
     sub = paused_subscription(rt, 'ps.poison.flow', 'ps.poisoned', max_attempts=3, err_should_block=False,
                               wait_non_sock_err=0.05)
@@ -500,7 +498,7 @@ def test_a_poison_message_is_dead_lettered_while_later_ones_flow(make_rt: Callab
     assert 'ValueError: cannot digest this poison pill' in dead['last_error']
     assert (dead['data'], dead['mime_type']) == ('poison', 'text/plain')
 
-    order = [(e.payload, e.count) for e in seen('ps.poisoned')]
+    order = [(e.payload, e.count) for e in seen(recorder, 'ps.poisoned')]
     assert sorted(order) == [('a', 1), ('b', 1), ('poison', 1), ('poison', 2), ('poison', 3)]
     assert order.index(('a', 1)) < order.index(('poison', 2))
     assert order.index(('b', 1)) < order.index(('poison', 2))
@@ -546,7 +544,8 @@ def test_a_waiting_retry_shows_its_traceback_in_the_queue_message_view(make_rt: 
     assert [m['msg_id'] for m in listed] == [msg_id] and 'last_traceback' not in listed[0]
 
 
-def test_a_poison_message_blocks_later_ones_until_dead_lettered(make_rt: Callable[..., TestRuntime]) -> None:
+def test_a_poison_message_blocks_later_ones_until_dead_lettered(
+        make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     rt = make_rt(Poisoned)
     sub = paused_subscription(rt, 'ps.poison.block', 'ps.poisoned', max_attempts=3, wait_non_sock_err=0.05)
     assert sub.options.err_should_block is True  # the default
@@ -555,31 +554,33 @@ def test_a_poison_message_blocks_later_ones_until_dead_lettered(make_rt: Callabl
     rt.broker.publish('ps.poison.block', 'b')
     rt.catalog.set_active(sub.sub_key, True)
 
-    wait_until(lambda: len(seen('ps.poisoned')) >= 5, TIMEOUT, message='five deliveries')
+    wait_until(lambda: len(seen(recorder, 'ps.poisoned')) >= 5, TIMEOUT, message='five deliveries')
     wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
-    assert [(e.payload, e.count) for e in seen('ps.poisoned')] == [
+    assert [(e.payload, e.count) for e in seen(recorder, 'ps.poisoned')] == [
         ('poison', 1), ('poison', 2), ('poison', 3), ('a', 1), ('b', 1)]
     [dead] = rt.catalog.dead_letters(sub.sub_key)
     assert (dead['reason'], dead['delivery_count']) == ('max_attempts', 3)
 
 
-def test_max_in_flight_processes_messages_concurrently(make_rt: Callable[..., TestRuntime]) -> None:
+def test_max_in_flight_processes_messages_concurrently(
+        make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     rt = make_rt(InFlight)
     sub = paused_subscription(rt, 'ps.parallel', 'ps.in.flight', max_in_flight=3)
     for i in range(6):
         rt.broker.publish('ps.parallel', i)
     rt.catalog.set_active(sub.sub_key, True)
 
-    wait_until(lambda: len(seen('ps.in.flight')) == 6, TIMEOUT, message='six deliveries')
-    assert sorted(payloads('ps.in.flight')) == list(range(6))
-    assert 2 <= InFlight.peak <= 3
+    wait_until(lambda: len(seen(recorder, 'ps.in.flight')) == 6, TIMEOUT, message='six deliveries')
+    assert sorted(payloads(recorder, 'ps.in.flight')) == list(range(6))
+    assert 2 <= recorder.bind(InFlight).peak <= 3
     wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
 
 
 # Patterns and hooks
 
 
-def test_a_pattern_subscription_receives_topics_created_later(make_rt: Callable[..., TestRuntime]) -> None:
+def test_a_pattern_subscription_receives_topics_created_later(
+        make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     rt = make_rt(Recorder, RecorderB)
     deep = rt.catalog.subscribe('orders.**', 'service', service='ps.recorder')
     one_level = rt.catalog.subscribe('orders.*', 'service', service='ps.recorder.b')
@@ -590,14 +591,15 @@ def test_a_pattern_subscription_receives_topics_created_later(make_rt: Callable[
     assert rt.catalog.queue_depth(one_level.sub_key) == 0  # '*' is one segment only
     rt.broker.publish('orders.apac', {'id': 2})
 
-    wait_until(lambda: len(seen('ps.recorder')) == 2 and seen('ps.recorder.b'), TIMEOUT, message='deliveries')
-    assert [(e.payload, e.meta['topic_name']) for e in seen('ps.recorder')] == [
+    wait_until(lambda: len(seen(recorder, 'ps.recorder')) == 2 and seen(recorder, 'ps.recorder.b'), TIMEOUT,
+               message='deliveries')
+    assert [(e.payload, e.meta['topic_name']) for e in seen(recorder, 'ps.recorder')] == [
         ({'id': 1}, 'orders.emea.created'), ({'id': 2}, 'orders.apac')]
-    assert [e.meta['sub_key'] for e in seen('ps.recorder')] == [deep.sub_key] * 2
-    assert [(e.payload, e.meta['topic_name']) for e in seen('ps.recorder.b')] == [({'id': 2}, 'orders.apac')]
+    assert [e.meta['sub_key'] for e in seen(recorder, 'ps.recorder')] == [deep.sub_key] * 2
+    assert [(e.payload, e.meta['topic_name']) for e in seen(recorder, 'ps.recorder.b')] == [({'id': 2}, 'orders.apac')]
 
 
-def test_a_topic_hook_transforms_deletes_and_skips(make_rt: Callable[..., TestRuntime]) -> None:
+def test_a_topic_hook_transforms_deletes_and_skips(make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     rt = make_rt(Recorder, Hook)
     rt.catalog.create_topic('ps.hooked', hook_service='ps.hook')
     sub = rt.catalog.subscribe('ps.hooked', 'service', service='ps.recorder')
@@ -607,26 +609,27 @@ def test_a_topic_hook_transforms_deletes_and_skips(make_rt: Callable[..., TestRu
     rt.broker.publish('ps.hooked', {'hook': 'deliver', 'n': 3})
     rt.catalog.set_active(sub.sub_key, True)
 
-    wait_until(lambda: len(seen('ps.recorder')) == 2, TIMEOUT, message='two deliveries')
+    wait_until(lambda: len(seen(recorder, 'ps.recorder')) == 2, TIMEOUT, message='two deliveries')
     wait_until(lambda: rt.catalog.queue_depth(sub.sub_key) == 0, TIMEOUT, message='empty queue')
-    assert [(e.payload, e.count) for e in seen('ps.recorder')] == [
+    assert [(e.payload, e.count) for e in seen(recorder, 'ps.recorder')] == [
         ({'hook': 'skip', 'n': 2, 'enriched': True}, 2),  # skipped once, delivered on the next attempt
         ({'hook': 'deliver', 'n': 3, 'enriched': True}, 1)]
     assert rt.catalog.dead_letters(sub.sub_key) == []
-    hook_calls = seen('ps.hook')
+    hook_calls = seen(recorder, 'ps.hook')
     assert {e.channel for e in hook_calls} == {CHANNEL_HOOK}
     assert [e.payload['n'] for e in hook_calls] == [1, 2, 2, 3]
 
 
-def test_a_subscription_hook_applies_to_its_own_queue_only(make_rt: Callable[..., TestRuntime]) -> None:
+def test_a_subscription_hook_applies_to_its_own_queue_only(
+        make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     rt = make_rt(Recorder, RecorderB, Hook)
     rt.catalog.create_topic('ps.sub.hooked')
     rt.catalog.subscribe('ps.sub.hooked', 'service', service='ps.recorder', options={'hook_service': 'ps.hook'})
     rt.catalog.subscribe('ps.sub.hooked', 'service', service='ps.recorder.b')
     rt.broker.publish('ps.sub.hooked', {'hook': 'deliver', 'n': 1})
-    wait_until(lambda: seen('ps.recorder') and seen('ps.recorder.b'), TIMEOUT, message='deliveries')
-    assert payloads('ps.recorder') == [{'hook': 'deliver', 'n': 1, 'enriched': True}]
-    assert payloads('ps.recorder.b') == [{'hook': 'deliver', 'n': 1}]
+    wait_until(lambda: seen(recorder, 'ps.recorder') and seen(recorder, 'ps.recorder.b'), TIMEOUT, message='deliveries')
+    assert payloads(recorder, 'ps.recorder') == [{'hook': 'deliver', 'n': 1, 'enriched': True}]
+    assert payloads(recorder, 'ps.recorder.b') == [{'hook': 'deliver', 'n': 1}]
 
 
 # Validation
@@ -729,7 +732,7 @@ pubsub_subscription:
 
 
 def test_config_objects_declare_topics_and_subscriptions(
-        make_rt: Callable[..., TestRuntime], settings_factory: Callable[..., Settings]) -> None:
+        make_rt: Callable[..., TestRuntime], settings_factory: Callable[..., Settings], recorder: Recording) -> None:
     settings = settings_factory()
     objects_dir = settings.path(settings.objects.dir)
     assert objects_dir.is_relative_to(settings.base_dir)
@@ -744,7 +747,7 @@ def test_config_objects_declare_topics_and_subscriptions(
     assert (sub.kind, sub.service, sub.options.max_attempts) == ('service', 'ps.recorder', 7)
     assert sub.options.err_should_block is True
     rt.broker.publish('cfg.orders', {'n': 1})
-    wait_until(lambda: payloads('ps.recorder') == [{'n': 1}], TIMEOUT, message='delivery')
+    wait_until(lambda: payloads(recorder, 'ps.recorder') == [{'n': 1}], TIMEOUT, message='delivery')
 
     path.write_text(OBJECTS.replace('max_attempts: 7', 'max_attempts: 2\n    err_should_block: false'),
                     encoding='utf-8')
@@ -792,13 +795,14 @@ def test_a_greenlet_killed_mid_transaction_leaves_its_thread_the_connection(tmp_
     assert outcome == [1]
 
 
-def test_a_subscription_paused_and_resumed_at_once_delivers_again(make_rt: Callable[..., TestRuntime]) -> None:
+def test_a_subscription_paused_and_resumed_at_once_delivers_again(
+        make_rt: Callable[..., TestRuntime], recorder: Recording) -> None:
     rt = make_rt(Recorder, lease_renew_secs=2.0)  # both changes fall between two lease refreshes
     rt.catalog.create_topic('ps.resume')
     sub = rt.catalog.subscribe('ps.resume', 'service', service='ps.recorder')
     rt.broker.publish('ps.resume', {'i': 0})
-    wait_until(lambda: len(seen('ps.recorder')) == 1, TIMEOUT, message='first delivery')
+    wait_until(lambda: len(seen(recorder, 'ps.recorder')) == 1, TIMEOUT, message='first delivery')
     rt.catalog.set_active(sub.sub_key, False)
     rt.catalog.set_active(sub.sub_key, True)
     rt.broker.publish('ps.resume', {'i': 1})
-    wait_until(lambda: len(seen('ps.recorder')) == 2, TIMEOUT, message='delivery after the resume')
+    wait_until(lambda: len(seen(recorder, 'ps.recorder')) == 2, TIMEOUT, message='delivery after the resume')

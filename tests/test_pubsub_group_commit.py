@@ -12,12 +12,12 @@ from runtime.testing import make_settings
 
 def test_concurrent_publishers_share_commits(runtime_factory, tmp_path, db_url, monkeypatch):
     batches: list[int] = []
-    write = GroupCommitter._write
+    write = GroupCommitter.write_publications
 
     def counting_write(conn, pubs):  # type: ignore[no-untyped-def]
         batches.append(len(pubs))
         return write(conn, pubs)
-    monkeypatch.setattr(GroupCommitter, '_write', staticmethod(counting_write))
+    monkeypatch.setattr(GroupCommitter, 'write_publications', staticmethod(counting_write))
     (tmp_path / 'rt').mkdir()
     rt = runtime_factory(settings=make_settings(tmp_path / 'rt', db_url))
     rt.catalog.create_topic('gc.topic')

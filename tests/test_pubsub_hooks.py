@@ -6,18 +6,16 @@ from runtime import Service
 from runtime.pubsub.observers import PubSubObserver
 from runtime.testing import make_settings, wait_until
 
-handled: list[int] = []
-
 
 class Flaky(Service):
-    """Fails for n == 0, succeeds otherwise."""
+    """Fails for n == 0, succeeds otherwise (recording n on 'handled' of its recorder)."""
 
     name = 'hooks.flaky'
 
     def handle(self):
         if self.request.payload['n'] == 0:
             raise ValueError('no zero')
-        handled.append(self.request.payload['n'])
+        self.recorder.add('handled', self.request.payload['n'])
 
 
 class Recording(PubSubObserver):
@@ -48,14 +46,13 @@ class Broken(PubSubObserver):
     after_deliver = after_dead_letter = after_publish  # type: ignore[assignment]
 
 
-def test_observers_see_publications_attempts_and_dead_letters(runtime_factory, tmp_path, db_url, caplog):
+def test_observers_see_publications_attempts_and_dead_letters(runtime_factory, tmp_path, db_url, caplog, recorder):
     (tmp_path / 'rt').mkdir()
     settings = make_settings(tmp_path / 'rt', db_url)
     settings.pubsub.wait_non_sock_err = 0.02
     settings.pubsub.max_attempts = 2
     settings.pubsub.err_should_block = False
-    handled.clear()
-    rt = runtime_factory(Flaky, settings=settings)
+    rt = runtime_factory(recorder.bind(Flaky), settings=settings)
     recording = Recording()
     rt.broker.observers.add(recording)
     rt.broker.observers.add(Broken())
@@ -63,7 +60,7 @@ def test_observers_see_publications_attempts_and_dead_letters(runtime_factory, t
     bad = rt.broker.publish('hooks.flaky', {'n': 0})
     good = rt.broker.publish('hooks.flaky', {'n': 1})
     wait_until(lambda: ('dead', bad, 'max_attempts') in recording.calls, message='dead letter seen by the observer')
-    assert handled == [1], 'the broken observer changed nothing'
+    assert recorder['handled'] == [1], 'the broken observer changed nothing'
     assert ('publish', bad, False) in recording.calls and ('publish', good, False) in recording.calls
     assert ('deliver', good, True, None) in recording.calls
     assert recording.calls.count(('deliver', bad, False, 'ValueError')) == 2
@@ -71,7 +68,7 @@ def test_observers_see_publications_attempts_and_dead_letters(runtime_factory, t
     assert any('pub/sub observer' in r.message and r.levelname == 'CRITICAL' for r in caplog.records)
 
 
-def test_the_former_names_of_observers_still_work(runtime_factory, tmp_path, db_url):
+def test_the_former_names_of_observers_still_work(runtime_factory, tmp_path, db_url, recorder):
     from runtime.pubsub.hooks import DeliveryHook, HookChain
 
     class Old(DeliveryHook):
@@ -81,7 +78,7 @@ def test_the_former_names_of_observers_still_work(runtime_factory, tmp_path, db_
         def after_publish(self, pub, overflowed):  # type: ignore[no-untyped-def]
             self.published.append(pub.msg_id)
 
-    rt = runtime_factory(Flaky, db_url=db_url)
+    rt = runtime_factory(recorder.bind(Flaky), db_url=db_url)
     old = Old()
     rt.broker.hooks.add(old)
     msg_id = rt.broker.publish('hooks.flaky', {'n': 1})

@@ -8,27 +8,24 @@ from runtime import Service
 from runtime.db.models import Message
 from runtime.testing import make_settings, wait_until
 
-seen: list[tuple[int, int]] = []
-
 
 class Target(Service):
-    """Records (n, delivery_count); n == 2 always fails."""
+    """Records (n, delivery_count) on 'seen' of its recorder; n == 2 always fails."""
 
     name = 'ngd.target'
 
     def handle(self):
-        seen.append((self.request.payload['n'], self.request.raw_request['delivery_count']))
+        self.recorder.add('seen', (self.request.payload['n'], self.request.raw_request['delivery_count']))
         if self.request.payload['n'] == 2:
             raise ValueError('poison')
 
 
-def _runtime(runtime_factory, tmp_path, db_url):  # type: ignore[no-untyped-def]
+def _runtime(runtime_factory, tmp_path, db_url, recorder):  # type: ignore[no-untyped-def]
     (tmp_path / 'rt').mkdir()
     settings = make_settings(tmp_path / 'rt', db_url)
     settings.pubsub.wait_non_sock_err = 0.02
     settings.pubsub.lease_renew_secs = 0.1
-    seen.clear()
-    return runtime_factory(Target, settings=settings)
+    return runtime_factory(recorder.bind(Target), settings=settings)
 
 
 def _stored_messages(rt) -> int:  # type: ignore[no-untyped-def]
@@ -36,8 +33,8 @@ def _stored_messages(rt) -> int:  # type: ignore[no-untyped-def]
         return conn.execute(select(func.count()).select_from(Message)).scalar_one()
 
 
-def test_non_gd_messages_stay_in_memory_and_keep_priority_order(runtime_factory, tmp_path, db_url):
-    rt = _runtime(runtime_factory, tmp_path, db_url)
+def test_non_gd_messages_stay_in_memory_and_keep_priority_order(runtime_factory, tmp_path, db_url, recorder):
+    rt = _runtime(runtime_factory, tmp_path, db_url, recorder)
     rt.catalog.create_topic('ngd.topic', has_gd=False)
     sub = rt.catalog.subscribe('ngd.topic', 'service', service='ngd.target',
                               options={'max_attempts': 2, 'err_should_block': False})
@@ -47,7 +44,8 @@ def test_non_gd_messages_stay_in_memory_and_keep_priority_order(runtime_factory,
     assert _stored_messages(rt) == 0
 
     wait_until(lambda: len(rt.catalog.dead_letters(sub.sub_key)) == 1, message='poison message dead-lettered')
-    wait_until(lambda: len([s for s in seen if s[0] != 2]) == 4, message='the others delivered')
+    wait_until(lambda: len([s for s in recorder['seen'] if s[0] != 2]) == 4, message='the others delivered')
+    seen = recorder['seen']
     assert seen[0] == (4, 1), 'priority 9 first'
     assert [n for n, _ in seen if n != 2] == [4, 0, 1, 3]
     dead = rt.catalog.dead_letters(sub.sub_key)[0]
@@ -56,8 +54,8 @@ def test_non_gd_messages_stay_in_memory_and_keep_priority_order(runtime_factory,
     assert _stored_messages(rt) == 1
 
 
-def test_gd_flag_on_publication_overrides_topic_default(runtime_factory, tmp_path, db_url):
-    rt = _runtime(runtime_factory, tmp_path, db_url)
+def test_gd_flag_on_publication_overrides_topic_default(runtime_factory, tmp_path, db_url, recorder):
+    rt = _runtime(runtime_factory, tmp_path, db_url, recorder)
     rt.catalog.create_topic('ngd.topic', has_gd=False)
     sub = rt.catalog.subscribe('ngd.topic', 'service', service='ngd.target')
     rt.catalog.set_active(sub.sub_key, False)  # keep it queued so that it can be counted
@@ -65,8 +63,9 @@ def test_gd_flag_on_publication_overrides_topic_default(runtime_factory, tmp_pat
     assert _stored_messages(rt) == 1
 
 
-def test_a_subscription_with_stored_options_now_invalid_does_not_stop_the_others(runtime_factory, tmp_path, db_url):
-    rt = _runtime(runtime_factory, tmp_path, db_url)
+def test_a_subscription_with_stored_options_now_invalid_does_not_stop_the_others(runtime_factory, tmp_path, db_url,
+                                                                                recorder):
+    rt = _runtime(runtime_factory, tmp_path, db_url, recorder)
     rt.catalog.create_topic('ngd.bad')
     good = rt.catalog.subscribe('ngd.bad', 'service', service='ngd.target')
     bad = rt.catalog.subscribe('ngd.bad', 'pull', service='ngd.target')

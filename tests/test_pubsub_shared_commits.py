@@ -21,28 +21,28 @@ from runtime.db.models import Message
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
 from runtime.timefmt import iso, iso_millis
-
-HANDLED: list[int] = []
+from tests.recorder import Recorder
 
 
 class Sink(Service):
-    """Records the number of every message it gets."""
+    """Records the number of every message it gets (on 'handled' of the recorder make_rt binds it to)."""
 
     name = 'commits.sink'
+    recorder: Recorder
 
     def handle(self) -> None:
-        HANDLED.append(self.request.payload['n'])
+        self.recorder.add('handled', self.request.payload['n'])
 
 
 @pytest.fixture
-def make_rt(runtime_factory: Callable[..., TestRuntime], tmp_path: Path, db_url: str) -> Callable[..., TestRuntime]:
+def make_rt(runtime_factory: Callable[..., TestRuntime], tmp_path: Path, db_url: str,
+            recorder: Recorder) -> Callable[..., TestRuntime]:
     def make() -> TestRuntime:
         base = tmp_path / f'rt{len(list(tmp_path.iterdir()))}'
         base.mkdir()
         settings = make_settings(base, db_url)
         settings.archive.enabled = False
-        return runtime_factory(Sink, settings=settings)
-    HANDLED.clear()
+        return runtime_factory(recorder.bind(Sink), settings=settings)
     return make
 
 
@@ -51,10 +51,11 @@ def _queue_empty(rt: TestRuntime) -> bool:
     return sub is not None and rt.catalog.queue_depth(sub.sub_key) == 0
 
 
-def test_a_batch_is_acked_in_the_transaction_that_takes_the_next(make_rt: Callable[..., TestRuntime]) -> None:
+def test_a_batch_is_acked_in_the_transaction_that_takes_the_next(
+        make_rt: Callable[..., TestRuntime], recorder: Recorder) -> None:
     rt = make_rt()
     rt.broker.publish('commits.sink', {'n': -1})  # the implicit topic and its subscription
-    wait_until(lambda: HANDLED == [-1] and _queue_empty(rt), 10, message='warm-up delivered')
+    wait_until(lambda: recorder['handled'] == [-1] and _queue_empty(rt), 10, message='warm-up delivered')
     sub = rt.broker.registry.service_subscription('commits.sink')
     assert sub is not None and sub.options.delivery_batch_size == 100
     rt.catalog.set_active(sub.sub_key, False)
@@ -74,24 +75,25 @@ def test_a_batch_is_acked_in_the_transaction_that_takes_the_next(make_rt: Callab
     event.listen(rt.engine, 'commit', count)
     try:
         rt.catalog.set_active(sub.sub_key, True)
-        wait_until(lambda: len(HANDLED) == total + 1 and _queue_empty(rt), 20, message='all delivered and acked')
+        wait_until(lambda: recorder.count('handled') == total + 1 and _queue_empty(rt), 20,
+                   message='all delivered and acked')
     finally:
         event.remove(rt.engine, 'commit', count)
         event.remove(rt.engine, 'before_cursor_execute', written)
-    assert sorted(HANDLED[1:]) == list(range(total)), 'each message delivered once'
+    assert sorted(recorder['handled'][1:]) == list(range(total)), 'each message delivered once'
     # Resuming, then three batches: take 1; ack 1 + take 2; ack 2 + take 3; ack 3. With a transaction
     # to count attempts and another to ack each batch, this took 7; one spare for a lease renewal.
     assert len(writes) <= 6, f'{len(writes)} write transactions to deliver {total} messages in 3 batches'
 
 
-def test_a_failing_work_item_fails_alone(make_rt: Callable[..., TestRuntime]) -> None:
+def test_a_failing_work_item_fails_alone(make_rt: Callable[..., TestRuntime], recorder: Recorder) -> None:
     rt = make_rt()
     committer = rt.broker.committer
     assert committer is not None
 
     rt.broker.publish('commits.sink', {'n': -1})  # makes the implicit topic, so the next ones just queue
-    wait_until(lambda: HANDLED == [-1] and _queue_empty(rt), 10, message='warm-up delivered')
-    HANDLED.clear()
+    wait_until(lambda: recorder['handled'] == [-1] and _queue_empty(rt), 10, message='warm-up delivered')
+    recorder.clear('handled')
 
     def broken(conn: object) -> None:
         raise ValueError('broken work')
@@ -116,14 +118,14 @@ def test_a_failing_work_item_fails_alone(make_rt: Callable[..., TestRuntime]) ->
     with rt.engine.connect() as conn:
         stored = set(conn.execute(select(Message.msg_id).where(Message.msg_id.in_(msg_ids))).scalars())
     assert stored == msg_ids
-    wait_until(lambda: sorted(HANDLED) == list(range(5)), 10, message='all delivered')
+    wait_until(lambda: sorted(recorder['handled']) == list(range(5)), 10, message='all delivered')
 
 
 def test_a_loop_that_cannot_be_claimed_delays_nothing(make_rt: Callable[..., TestRuntime],
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                      monkeypatch: pytest.MonkeyPatch, recorder: Recorder) -> None:
     rt = make_rt()
     rt.broker.publish('commits.sink', {'n': -1})
-    wait_until(lambda: HANDLED == [-1] and _queue_empty(rt), 10, message='warm-up delivered')
+    wait_until(lambda: recorder['handled'] == [-1] and _queue_empty(rt), 10, message='warm-up delivered')
     sub = rt.broker.registry.service_subscription('commits.sink')
     assert sub is not None
     loop = rt.broker.loops[sub.id]
@@ -134,14 +136,16 @@ def test_a_loop_that_cannot_be_claimed_delays_nothing(make_rt: Callable[..., Tes
     # The publication is stored and answered; the loop, not claimed, takes the message in its own cycle.
     for n in range(3):
         rt.broker.publish('commits.sink', {'n': n})
-    wait_until(lambda: sorted(HANDLED[1:]) == [0, 1, 2] and _queue_empty(rt), 10, message='delivered unclaimed')
+    wait_until(lambda: sorted(recorder['handled'][1:]) == [0, 1, 2] and _queue_empty(rt), 10,
+               message='delivered unclaimed')
 
 
-def test_message_ids_keep_growing_after_the_newest_are_swept(make_rt: Callable[..., TestRuntime]) -> None:
+def test_message_ids_keep_growing_after_the_newest_are_swept(
+        make_rt: Callable[..., TestRuntime], recorder: Recorder) -> None:
     rt = make_rt()
     for n in range(3):
         rt.broker.publish('commits.sink', {'n': n})
-    wait_until(lambda: len(HANDLED) == 3 and _queue_empty(rt), 10, message='delivered')
+    wait_until(lambda: recorder.count('handled') == 3 and _queue_empty(rt), 10, message='delivered')
     with rt.engine.connect() as conn:
         newest = conn.execute(select(func.max(Message.id))).scalar_one()
     assert rt.broker.sweeper.sweep()['consumed'] == 3  # every message consumed: the table is empty

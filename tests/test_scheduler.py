@@ -23,20 +23,22 @@ from runtime.objects import ObjectsApplier
 from runtime.scheduler.jobs import JobDefinition, first_fire, make_trigger, next_fire_after, plan_firing
 from runtime.scheduler.objects import section_handler
 from runtime.testing import make_settings, wait_until
+from tests.recorder import Recorder
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: Every invocation of the services below: (service name, payload, raw_request).
-CALLS: list[tuple[str, Any, Any]] = []
+# The services below record every invocation, (service name, payload, raw_request), on 'calls' of
+# the recorder make_rt binds them to.
 
 
 class Record(Service):
     """Records its invocation; sleeps payload['sleep'] seconds if asked."""
 
     name = 'test.record'
+    recorder: Recorder
 
     def handle(self) -> None:
-        CALLS.append((self.name, self.request.payload, self.request.raw_request))
+        self.recorder.add('calls', (self.name, self.request.payload, self.request.raw_request))
         if isinstance(self.request.payload, dict) and self.request.payload.get('sleep'):
             gevent.sleep(self.request.payload['sleep'])
         self.response.payload = {'done': True}
@@ -46,9 +48,10 @@ class Fail(Service):
     """Always raises."""
 
     name = 'test.fail'
+    recorder: Recorder
 
     def handle(self) -> None:
-        CALLS.append((self.name, self.request.payload, self.request.raw_request))
+        self.recorder.add('calls', (self.name, self.request.payload, self.request.raw_request))
         raise RuntimeError('ledger unavailable')
 
 
@@ -56,22 +59,18 @@ class OnError(Service):
     """An on_error / on_success callback: records what it was told."""
 
     name = 'test.callback'
+    recorder: Recorder
 
     def handle(self) -> None:
-        CALLS.append((self.name, self.request.payload, None))
+        self.recorder.add('calls', (self.name, self.request.payload, None))
 
 
 SERVICES = (Record, Fail, OnError)
 T0 = datetime(2030, 1, 7, 9, 0, tzinfo=UTC).timestamp()  # a Monday, in the future, so nothing fires by itself
 
 
-@pytest.fixture(autouse=True)
-def _clear_calls() -> None:
-    CALLS.clear()
-
-
 @pytest.fixture
-def make_rt(runtime_factory, tmp_path, db_url):  # type: ignore[no-untyped-def]
+def make_rt(runtime_factory, tmp_path, db_url, recorder):  # type: ignore[no-untyped-def]
     """Runtimes on the test database; the scheduler loop is off unless enabled=True."""
     made = []
 
@@ -83,15 +82,15 @@ def make_rt(runtime_factory, tmp_path, db_url):  # type: ignore[no-untyped-def]
         settings.scheduler.poll_interval_secs = 0.05
         for key, value in scheduler.items():
             setattr(settings.scheduler, key, value)
-        rt = runtime_factory(*SERVICES, settings=settings)
+        rt = runtime_factory(*recorder.bind_all(SERVICES), settings=settings)
         made.append(rt)
         return rt
     return make
 
 
-def calls(name: str = 'test.record') -> list[tuple[str, Any, Any]]:
+def calls(recorder: Recorder, name: str = 'test.record') -> list[tuple[str, Any, Any]]:
     """Invocations of one service."""
-    return [c for c in CALLS if c[0] == name]
+    return [c for c in recorder['calls'] if c[0] == name]
 
 
 def job(**values: Any) -> dict[str, Any]:
@@ -191,21 +190,21 @@ def test_missed_firings_are_coalesced_unless_catch_up():
 # Firing through the database (both backends)
 
 
-def test_interval_job_fires_the_expected_number_of_times(make_rt):
+def test_interval_job_fires_the_expected_number_of_times(make_rt, recorder):
     rt = make_rt(enabled=True)
     rt.scheduler.create({'name': 'often', 'service': 'test.record', 'job_type': 'interval_based', 'seconds': 0.5})
     gevent.sleep(3.2)  # firings at +0.5 ... +3.0: six
-    assert 4 <= len(calls()) <= 7, f'{len(calls())} runs in 3.2 s of a 0.5 s interval job'
-    assert {c[2]['kind'] for c in calls()} == {'schedule'}
-    assert len({c[2]['fire_time'] for c in calls()}) == len(calls())
+    assert 4 <= len(calls(recorder)) <= 7, f'{len(calls(recorder))} runs in 3.2 s of a 0.5 s interval job'
+    assert {c[2]['kind'] for c in calls(recorder)} == {'schedule'}
+    assert len({c[2]['fire_time'] for c in calls(recorder)}) == len(calls(recorder))
 
 
-def test_repeats_stop_an_interval_job(make_rt):
+def test_repeats_stop_an_interval_job(make_rt, recorder):
     rt = make_rt()
     rt.scheduler.create(job(repeats=3, extra={'n': 1}))
     for k in range(6):
         tick(rt, T0 + 10 * k)
-    assert [c[1] for c in calls()] == [{'n': 1}] * 3
+    assert [c[1] for c in calls(recorder)] == [{'n': 1}] * 3
     state = rt.scheduler.get('j')
     assert (state['run_count'], state['next_run_time']) == (3, None)
 
@@ -226,25 +225,25 @@ def test_editing_the_schedule_keeps_the_run_count_and_history(make_rt):
     assert (state['run_count'], state['next_run_time']) == (4, None)
 
 
-def test_one_time_job_fires_once(make_rt):
+def test_one_time_job_fires_once(make_rt, recorder):
     rt = make_rt()
     rt.scheduler.create(job(job_type='one_time'))
     tick(rt, T0 - 1)
-    assert calls() == []
+    assert calls(recorder) == []
     for k in range(3):
         tick(rt, T0 + k)
-    assert len(calls()) == 1
+    assert len(calls(recorder)) == 1
     assert rt.scheduler.get('j')['next_run_time'] is None
 
 
-def test_one_time_job_runs_however_late(make_rt):
+def test_one_time_job_runs_however_late(make_rt, recorder):
     rt = make_rt()
     rt.scheduler.create(job(job_type='one_time'))
     tick(rt, T0 + 3600)  # the server was down at its time
-    assert len(calls()) == 1
+    assert len(calls(recorder)) == 1
 
 
-def test_two_schedulers_claim_each_firing_once(make_rt):
+def test_two_schedulers_claim_each_firing_once(make_rt, recorder):
     """Two runtimes on one database, eight concurrent ticks each per firing: one run per firing."""
     a, b = make_rt(), make_rt()
     a.scheduler.create(job(seconds=1))
@@ -252,14 +251,14 @@ def test_two_schedulers_claim_each_firing_once(make_rt):
         now = T0 + k
         gevent.joinall([gevent.spawn(rt.scheduler.tick, now) for _ in range(8) for rt in (a, b)], raise_error=True)
         assert a.scheduler.join(10) and b.scheduler.join(10)
-    fire_times = [c[2]['fire_time'] for c in calls()]
+    fire_times = [c[2]['fire_time'] for c in calls(recorder)]
     assert len(fire_times) == 5 and len(set(fire_times)) == 5
     with a.engine.connect() as conn:
         outcomes = conn.execute(select(JobRun.outcome, JobRun.owner)).all()
     assert [o for o, _ in outcomes] == ['ok'] * 5
 
 
-def test_failing_service_records_the_error_and_calls_on_error(make_rt):
+def test_failing_service_records_the_error_and_calls_on_error(make_rt, recorder):
     rt = make_rt()
     rt.scheduler.create(job(service='test.fail', on_error='test.callback', on_success='test.record',
                             extra={'period': '2030-01'}))
@@ -267,21 +266,21 @@ def test_failing_service_records_the_error_and_calls_on_error(make_rt):
     [run] = rt.scheduler.runs('j')
     assert run['outcome'] == 'error' and run['error'] == 'RuntimeError: ledger unavailable'
     assert run['started_at'] and run['ended_at']
-    [(_, told, _)] = calls('test.callback')
+    [(_, told, _)] = calls(recorder, 'test.callback')
     assert (told['job_name'], told['outcome'], told['error'], told['run_id']) == \
         ('j', 'error', 'RuntimeError: ledger unavailable', run['id'])
-    assert calls('test.record') == []  # on_success is not called
+    assert calls(recorder, 'test.record') == []  # on_success is not called
 
 
-def test_success_calls_on_success(make_rt):
+def test_success_calls_on_success(make_rt, recorder):
     rt = make_rt()
     rt.scheduler.create(job(on_success='test.callback', on_error='test.fail'))
     tick(rt, T0)
-    [(_, told, _)] = calls('test.callback')
+    [(_, told, _)] = calls(recorder, 'test.callback')
     assert (told['outcome'], told['response']) == ('ok', {'done': True})
 
 
-def test_overrun_is_recorded_as_timeout(make_rt):
+def test_overrun_is_recorded_as_timeout(make_rt, recorder):
     rt = make_rt()
     rt.scheduler.create(job(extra={'sleep': 5}, max_execution_time=0.3, on_error='test.callback'))
     started = time.monotonic()
@@ -289,10 +288,10 @@ def test_overrun_is_recorded_as_timeout(make_rt):
     assert time.monotonic() - started < 3
     [run] = rt.scheduler.runs('j')
     assert run['outcome'] == 'timeout' and 'did not finish within 0.3 s' in run['error']
-    assert calls('test.callback')[0][1]['outcome'] == 'timeout'
+    assert calls(recorder, 'test.callback')[0][1]['outcome'] == 'timeout'
 
 
-def test_skip_if_running_skips_a_firing_while_the_last_run_goes_on(make_rt):
+def test_skip_if_running_skips_a_firing_while_the_last_run_goes_on(make_rt, recorder):
     rt = make_rt()
     rt.scheduler.create(job(extra={'sleep': 1.0}, skip_if_running=True, repeats=2))
     rt.scheduler.tick(now=T0)
@@ -304,10 +303,10 @@ def test_skip_if_running_skips_a_firing_while_the_last_run_goes_on(make_rt):
     assert 'still running' in runs[0]['error']
     assert rt.scheduler.get('j')['run_count'] == 1  # a skipped firing does not count towards repeats
     tick(rt, T0 + 20)
-    assert len(calls()) == 2 and rt.scheduler.get('j')['next_run_time'] is None
+    assert len(calls(recorder)) == 2 and rt.scheduler.get('j')['next_run_time'] is None
 
 
-def test_restart_continues_without_a_burst(make_rt):
+def test_restart_continues_without_a_burst(make_rt, recorder):
     rt = make_rt()
     rt.scheduler.create(job())
     tick(rt, T0)
@@ -316,7 +315,7 @@ def test_restart_continues_without_a_burst(make_rt):
     # A new runtime (a restart) on the same database, 45 s later: one run, the missed ones skipped.
     rt2 = make_rt(misfire_grace_secs=30)
     tick(rt2, T0 + 55)
-    assert len(calls()) == 3
+    assert len(calls(recorder)) == 3
     runs = rt2.scheduler.runs('j')
     assert [r['outcome'] for r in runs] == ['ok', 'skipped', 'ok', 'ok']
     assert runs[1]['error'].startswith('3 firing(s) missed')
@@ -324,20 +323,20 @@ def test_restart_continues_without_a_burst(make_rt):
         timespec='milliseconds')
 
 
-def test_catch_up_runs_each_missed_firing(make_rt):
+def test_catch_up_runs_each_missed_firing(make_rt, recorder):
     rt = make_rt()
     rt.scheduler.create(job(catch_up=True))
     for _ in range(5):
         tick(rt, T0 + 35)
-    assert len(calls()) == 4  # T0, +10, +20, +30
+    assert len(calls(recorder)) == 4  # T0, +10, +20, +30
 
 
-def test_pause_resume_edit_and_run_now(make_rt):
+def test_pause_resume_edit_and_run_now(make_rt, recorder):
     rt = make_rt()
     rt.scheduler.create(job())
     rt.scheduler.set_active('j', False)
     tick(rt, T0)
-    assert calls() == [] and rt.scheduler.get('j')['next_run_time'] is None
+    assert calls(recorder) == [] and rt.scheduler.get('j')['next_run_time'] is None
     run_id, greenlet = rt.scheduler.run_now('j')  # works on a paused job
     greenlet.join(5)
     assert rt.scheduler.run(run_id)['kind'] == 'manual' and rt.scheduler.run(run_id)['outcome'] == 'ok'
@@ -444,10 +443,10 @@ def test_demo_payroll_job_is_declared_and_runs(make_rt, tmp_path):
     assert [m['employee'] for m in result['mismatches']] == ['E-1003', 'E-1004', 'E-1005']
 
 
-def test_wait_until_scheduler_loop_picks_up_changes(make_rt):
+def test_wait_until_scheduler_loop_picks_up_changes(make_rt, recorder):
     """A job created while the loop sleeps fires without waiting for a poll (the change wakes it)."""
     rt = make_rt(enabled=True, poll_interval_secs=5.0)
     gevent.sleep(0.1)
     rt.scheduler.create({'name': 'soon', 'service': 'test.record', 'job_type': 'one_time',
                          'start_date': datetime.fromtimestamp(time.time() + 0.3, UTC).isoformat()})
-    wait_until(lambda: calls(), timeout=2, message='the one-time job ran')
+    wait_until(lambda: calls(recorder), timeout=2, message='the one-time job ran')

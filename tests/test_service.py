@@ -10,31 +10,27 @@ from __future__ import annotations
 import logging
 import types
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 
 from runtime.errors import InvalidInput, InvalidOutput, InvalidService, MethodNotAllowed, RequestRejected
 from runtime.invoke import CHANNEL_INVOKE, CHANNEL_REST
 from runtime.service import HttpInfo, Service, derive_name
+from tests.recorder import Recorder
 
-#: What services under test saw or did, in order; cleared before every test.
-EVENTS: list[Any] = []
-
-
-@pytest.fixture(autouse=True)
-def _clear_events() -> None:
-    EVENTS.clear()
+# What services under test saw or did goes, in order, to the test's recorder ('events'): each test
+# deploys them bound to it (recorder.bind).
 
 
 class Counter(Service):
     """Keeps a count on the instance: a fresh instance per call must always start from zero."""
 
     name = 'svc.counter'
+    recorder: Recorder
 
     def handle(self) -> None:
         self.count = getattr(self, 'count', 0) + 1
-        EVENTS.append(id(self))
+        self.recorder.add('events', id(self))
         self.response.payload = {'count': self.count}
 
 
@@ -52,11 +48,12 @@ class WithInput(Service):
     """Declares two required input fields and an optional one."""
 
     name = 'svc.with-input'
+    recorder: Recorder
     input = 'name', 'email', '-phone'
 
     def handle(self) -> None:
         self.response.payload = dict(self.request.input)
-        EVENTS.append(self.request.input.email)  # attribute access works too
+        self.recorder.add('events', self.request.input.email)  # attribute access works too
 
 
 class WithOutput(Service):
@@ -73,12 +70,13 @@ class Picky(Service):
     """Accepts only requests with ok=True."""
 
     name = 'svc.picky'
+    recorder: Recorder
 
     def accept(self) -> bool:
         return bool(self.request.payload and self.request.payload.get('ok'))
 
     def handle(self) -> None:
-        EVENTS.append('handle')
+        self.recorder.add('events', 'handle')
         self.response.payload = 'accepted'
 
 
@@ -86,9 +84,10 @@ class Hooked(Service):
     """Records its hooks; the payload names the steps that raise."""
 
     name = 'svc.hooked'
+    recorder: Recorder
 
     def _step(self, step: str) -> None:
-        EVENTS.append(step)
+        self.recorder.add('events', step)
         if step in (self.request.payload or {}).get('fail', ()):
             raise RuntimeError(f'{step} failed on purpose')
 
@@ -140,13 +139,14 @@ class CreateCustomerRecord(Service):
 # A fresh instance per call
 
 
-def test_every_call_gets_a_fresh_instance(runtime_factory):
-    rt = runtime_factory(Counter)
+def test_every_call_gets_a_fresh_instance(runtime_factory, recorder):
+    counter = recorder.bind(Counter)
+    rt = runtime_factory(counter)
     assert rt.invoke('svc.counter') == {'count': 1}
     assert rt.invoke('svc.counter') == {'count': 1}
-    first, second = (rt.invoker.run(Counter) for _ in range(2))
+    first, second = (rt.invoker.run(counter) for _ in range(2))
     assert first is not second
-    assert not hasattr(Counter, 'count')
+    assert not hasattr(counter, 'count') and not hasattr(Counter, 'count')
 
 
 def test_cid_channel_and_invocation_time_are_set(runtime_factory):
@@ -173,15 +173,15 @@ def test_run_uses_the_given_cid_channel_and_raw_request(runtime_factory):
 # Input and output declarations
 
 
-def test_declared_input_fills_request_input(runtime_factory):
-    rt = runtime_factory(WithInput)
+def test_declared_input_fills_request_input(runtime_factory, recorder):
+    rt = runtime_factory(recorder.bind(WithInput))
     payload = {'name': 'Ada', 'email': 'ada@example.com', 'phone': '123', 'extra': 'ignored'}
     assert rt.invoke('svc.with-input', payload) == {'name': 'Ada', 'email': 'ada@example.com', 'phone': '123'}
-    assert EVENTS == ['ada@example.com']
+    assert recorder['events'] == ['ada@example.com']
 
 
-def test_optional_input_may_be_missing(runtime_factory):
-    rt = runtime_factory(WithInput)
+def test_optional_input_may_be_missing(runtime_factory, recorder):
+    rt = runtime_factory(recorder.bind(WithInput))
     assert rt.invoke('svc.with-input', {'name': 'Ada', 'email': 'a@x'}) == {
         'name': 'Ada', 'email': 'a@x', 'phone': None}
 
@@ -192,28 +192,28 @@ def test_optional_input_may_be_missing(runtime_factory):
     {'name': 'Ada', 'email': ''},
     {'name': '', 'email': 'a@x'},
 ])
-def test_missing_required_input_names_the_field(runtime_factory, payload):
-    rt = runtime_factory(WithInput)
+def test_missing_required_input_names_the_field(runtime_factory, payload, recorder):
+    rt = runtime_factory(recorder.bind(WithInput))
     missing = 'email' if payload.get('name') else 'name'
     with pytest.raises(InvalidInput) as info:
         rt.invoke('svc.with-input', payload)
     assert info.value.field == missing
     assert repr(missing) in str(info.value)
-    assert EVENTS == []
+    assert recorder['events'] == []
 
 
 @pytest.mark.parametrize('payload', [{}, {'phone': '123'}, {'name': None, 'email': ''}, None])
-def test_every_missing_required_input_field_is_named(runtime_factory, payload):
-    rt = runtime_factory(WithInput)
+def test_every_missing_required_input_field_is_named(runtime_factory, payload, recorder):
+    rt = runtime_factory(recorder.bind(WithInput))
     with pytest.raises(InvalidInput) as info:
         rt.invoke('svc.with-input', payload)
     assert info.value.fields == ('name', 'email')
     assert "input fields 'name', 'email' are required" in str(info.value)
-    assert EVENTS == []
+    assert recorder['events'] == []
 
 
-def test_required_input_needs_an_object_payload(runtime_factory):
-    rt = runtime_factory(WithInput)
+def test_required_input_needs_an_object_payload(runtime_factory, recorder):
+    rt = runtime_factory(recorder.bind(WithInput))
     for payload in (None, ['name', 'email'], 'name=Ada'):
         with pytest.raises(InvalidInput) as info:
             rt.invoke('svc.with-input', payload)
@@ -244,49 +244,49 @@ def test_missing_required_output_names_the_field(runtime_factory, payload):
 # accept() and the hooks
 
 
-def test_accept_false_rejects_the_request(runtime_factory):
-    rt = runtime_factory(Picky)
+def test_accept_false_rejects_the_request(runtime_factory, recorder):
+    rt = runtime_factory(recorder.bind(Picky))
     with pytest.raises(RequestRejected) as info:
         rt.invoke('svc.picky', {'ok': False})
     assert info.value.service == 'svc.picky'
-    assert EVENTS == []
+    assert recorder['events'] == []
     assert rt.invoke('svc.picky', {'ok': True}) == 'accepted'
-    assert EVENTS == ['handle']
+    assert recorder['events'] == ['handle']
 
 
-def test_hooks_run_in_order(runtime_factory):
-    rt = runtime_factory(Hooked)
+def test_hooks_run_in_order(runtime_factory, recorder):
+    rt = runtime_factory(recorder.bind(Hooked))
     assert rt.invoke('svc.hooked', {}) == 'done'
-    assert EVENTS == ['before_handle', 'handle', 'after_handle', 'finalize_handle']
+    assert recorder['events'] == ['before_handle', 'handle', 'after_handle', 'finalize_handle']
 
 
 @pytest.mark.parametrize('hook', ['before_handle', 'after_handle', 'finalize_handle'])
-def test_a_failing_hook_is_logged_not_raised(runtime_factory, caplog, hook):
-    rt = runtime_factory(Hooked)
+def test_a_failing_hook_is_logged_not_raised(runtime_factory, caplog, hook, recorder):
+    rt = runtime_factory(recorder.bind(Hooked))
     with caplog.at_level(logging.ERROR):
         assert rt.invoke('svc.hooked', {'fail': [hook]}) == 'done'
-    assert EVENTS == ['before_handle', 'handle', 'after_handle', 'finalize_handle']
+    assert recorder['events'] == ['before_handle', 'handle', 'after_handle', 'finalize_handle']
     [record] = [r for r in caplog.records if r.exc_info]
     assert hook in record.getMessage() and 'svc.hooked' in record.getMessage()
     assert str(record.exc_info[1]) == f'{hook} failed on purpose'
 
 
-def test_finalize_handle_runs_when_handle_raises(runtime_factory):
-    rt = runtime_factory(Hooked)
+def test_finalize_handle_runs_when_handle_raises(runtime_factory, recorder):
+    rt = runtime_factory(recorder.bind(Hooked))
     with pytest.raises(RuntimeError, match='handle failed on purpose'):
         rt.invoke('svc.hooked', {'fail': ['handle']})
-    assert EVENTS == ['before_handle', 'handle', 'finalize_handle']
+    assert recorder['events'] == ['before_handle', 'handle', 'finalize_handle']
 
 
-def test_finalize_handle_runs_when_input_is_invalid(runtime_factory):
+def test_finalize_handle_runs_when_input_is_invalid(runtime_factory, recorder):
     class Strict(Hooked):
         name = 'svc.strict'
         input = 'needed',
 
-    rt = runtime_factory(Strict)
+    rt = runtime_factory(recorder.bind(Strict))
     with pytest.raises(InvalidInput):
         rt.invoke('svc.strict', {})
-    assert EVENTS == ['finalize_handle']
+    assert recorder['events'] == ['finalize_handle']
 
 
 # Dispatch by HTTP verb

@@ -37,6 +37,7 @@ from runtime.spark import TOPIC_COMPLETED, TOPIC_FAILED, SparkService
 from runtime.spark.submit import find_spark_submit
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.live_server import poll
+from tests.recorder import Recorder
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -50,17 +51,16 @@ SPARK_TIMEOUT = 240.0
 
 TOPICS = ('orders.created', 'crm.customer.sync')
 
-succeeded: Counter = Counter()
-failed: Counter = Counter()
-reports: list[dict] = []
-failures: list[dict] = []
+# The services below record on the recorder they are bound to: (topic, service) of every handled
+# message on 'succeeded' and of every failed attempt on 'failed', and the events they read on
+# 'reports' and 'failures'.
 
 
 class TrafficOk(Service):
     name = 'traffic.ok'
 
     def handle(self):
-        succeeded[self.request.raw_request['topic_name'], self.name] += 1
+        self.recorder.add('succeeded', (self.request.raw_request['topic_name'], self.name))
 
 
 class TrafficFlaky(Service):
@@ -71,9 +71,9 @@ class TrafficFlaky(Service):
     def handle(self):
         topic = self.request.raw_request['topic_name']
         if self.request.payload['n'] % 4 == 0 and self.request.raw_request['delivery_count'] == 1:
-            failed[topic, self.name] += 1
+            self.recorder.add('failed', (topic, self.name))
             raise ValueError('first attempt fails')
-        succeeded[topic, self.name] += 1
+        self.recorder.add('succeeded', (topic, self.name))
 
 
 class TrafficPoison(Service):
@@ -82,7 +82,7 @@ class TrafficPoison(Service):
     name = 'traffic.poison'
 
     def handle(self):
-        failed[self.request.raw_request['topic_name'], self.name] += 1
+        self.recorder.add('failed', (self.request.raw_request['topic_name'], self.name))
         raise RuntimeError('poison')
 
 
@@ -100,7 +100,7 @@ class ReportReader(Service):
 
     def handle(self):
         event = self.request.payload
-        reports.append({**event, 'rows': _rows(event['output_location'], 'by_subscriber'),
+        self.recorder.add('reports', {**event, 'rows': _rows(event['output_location'], 'by_subscriber'),
                         'topics': _rows(event['output_location'], 'by_topic')})
 
 
@@ -108,7 +108,7 @@ class FailureReader(Service):
     name = 'traffic.failure-reader'
 
     def handle(self):
-        failures.append(self.request.payload)
+        self.recorder.add('failures', self.request.payload)
 
 
 def _rows(output: str, name: str) -> list[dict]:
@@ -137,12 +137,13 @@ def _settings(base: Path, pipelines: Path = REPO / 'spark_pipeline'):
 
 @pytest.fixture(scope='module')
 def traffic(tmp_path_factory):
-    """A runtime after real traffic, and the figures the analytics must find (per topic and subscriber)."""
+    """A runtime after real traffic, the figures the analytics must find (per topic and subscriber), its recorder."""
     base = tmp_path_factory.mktemp('traffic')
+    recorder = Recorder()  # the module's tests share this runtime, and so what its services recorded
     rt = TestRuntime(_settings(base))
     rt.start(watch=False)
     try:
-        rt.deploy(TrafficOk, TrafficFlaky, TrafficPoison, TrafficReport, ReportReader)
+        rt.deploy(*recorder.bind_all((TrafficOk, TrafficFlaky, TrafficPoison, TrafficReport, ReportReader)))
         for topic in TOPICS:
             rt.catalog.create_topic(topic)
         subs = [rt.catalog.subscribe('orders.created', service='traffic.ok'),
@@ -159,6 +160,7 @@ def traffic(tmp_path_factory):
         dead = len(rt.catalog.dead_letters(poison.sub_key))
         assert dead == 10
         rt.archive.flush()
+        succeeded, failed = Counter(recorder['succeeded']), Counter(recorder['failed'])
         records = [json.loads(line) for path in (base / 'var' / 'archive').rglob('*.jsonl')
                    for line in path.read_text(encoding='utf-8').splitlines()]
         expected = {}
@@ -172,7 +174,7 @@ def traffic(tmp_path_factory):
                              'latency_max_ms': max(latencies) if latencies else None}
         assert expected[('orders.created', 'traffic.flaky')]['failed_attempts'] == 10
         assert expected[('crm.customer.sync', 'traffic.poison')]['failed_attempts'] == 20
-        yield rt, expected
+        yield rt, expected, recorder
     finally:
         rt.stop()
 
@@ -192,7 +194,7 @@ def _check_figures(rows: list[dict], expected: dict) -> None:
 
 
 def test_traffic_through_the_broker_is_analysed_on_local_spark(traffic):
-    rt, expected = traffic
+    rt, expected, recorder = traffic
     lags: list[float] = []
 
     def ticker():
@@ -206,10 +208,10 @@ def test_traffic_through_the_broker_is_analysed_on_local_spark(traffic):
     answer = rt.invoke('traffic.report')
     assert time.monotonic() - started < 1.0, 'submitting waited for Spark'
     job_id = answer['job_id']
-    wait_until(lambda: reports, SPARK_TIMEOUT, interval=0.2, message='spark.job.completed delivered')
+    wait_until(lambda: recorder['reports'], SPARK_TIMEOUT, interval=0.2, message='spark.job.completed delivered')
     watch.kill()
 
-    event = reports[0]
+    event = recorder['reports'][0]
     job = rt.spark.get(job_id)
     assert event['job_id'] == job_id and event['outcome'] == 'succeeded', (event, job['log_tail'])
     assert event['pipeline'] == 'traffic_analytics' and event['service'] == 'traffic.report'
@@ -274,7 +276,7 @@ def _free_port() -> int:
 
 
 def test_the_same_pipeline_on_a_standalone_cluster_gives_the_same_figures(traffic, standalone_cluster):
-    rt, expected = traffic
+    rt, expected, _ = traffic
     url, master_log = standalone_cluster
     job_id = rt.spark.submit('traffic_analytics', {'topic': list(TOPICS)}, master=url,
                              conf={'spark.executor.memory': '1g', 'spark.cores.max': 2,
@@ -290,7 +292,7 @@ def test_the_same_pipeline_on_a_standalone_cluster_gives_the_same_figures(traffi
     assert 'Launching executor' in log
 
 
-def test_a_failing_pipeline_and_a_timed_out_one(runtime_factory, tmp_path):
+def test_a_failing_pipeline_and_a_timed_out_one(runtime_factory, tmp_path, recorder):
     pipelines = tmp_path / 'pipelines'
     pipelines.mkdir()
     (pipelines / 'invoice_check.py').write_text(
@@ -301,7 +303,7 @@ def test_a_failing_pipeline_and_a_timed_out_one(runtime_factory, tmp_path):
         "    raise ValueError(f'invoice batch {args[0]} is malformed ({rows} rows read)')\n")
     (pipelines / 'endless.py').write_text('import time\n\n\ndef main(args):\n    time.sleep(600)\n')
     (tmp_path / 'rt').mkdir()
-    rt = runtime_factory(FailureReader, settings=_settings(tmp_path / 'rt', pipelines))
+    rt = runtime_factory(recorder.bind(FailureReader), settings=_settings(tmp_path / 'rt', pipelines))
     rt.catalog.subscribe(TOPIC_FAILED, service='traffic.failure-reader')
     bad = rt.spark.submit('invoice_check', ['42'], timeout=SPARK_TIMEOUT)
     endless = rt.spark.submit('endless', timeout=8)
@@ -316,8 +318,8 @@ def test_a_failing_pipeline_and_a_timed_out_one(runtime_factory, tmp_path):
     assert job['error'] == 'ValueError: invoice batch 42 is malformed (3 rows read)'
     assert any('Traceback' in line for line in rt.spark.log(bad, 400))
 
-    wait_until(lambda: len(failures) == 2, 30, message='two spark.job.failed events')
-    events = {e['job_id']: e for e in failures}
+    wait_until(lambda: recorder.count('failures') == 2, 30, message='two spark.job.failed events')
+    events = {e['job_id']: e for e in recorder['failures']}
     assert events[bad]['outcome'] == 'failed' and events[bad]['pipeline'] == 'invoice_check'
     assert events[bad]['error'] == 'ValueError: invoice batch 42 is malformed (3 rows read)'
     assert events[bad]['arguments'] == ['42']

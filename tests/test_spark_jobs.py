@@ -24,12 +24,13 @@ from runtime.db.models import SparkJob
 from runtime.errors import InvalidService, InvalidSparkJob, PipelineNotFound, SparkJobNotFound, SparkUnavailable
 from runtime.spark import TOPIC_COMPLETED, TOPIC_FAILED, SparkService, SparkSubmitter
 from runtime.testing import FakeSparkSubmitter, make_settings, wait_until
+from tests.recorder import Recorder
 
 REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = 10.0
 
-events: list[tuple[str, dict]] = []
-results: list[dict] = []
+# The services below record, on the recorder _runtime binds them to, the events they get on
+# 'events' as (kind, event), and what on_result got on 'results'.
 
 
 class Report(SparkService):
@@ -49,37 +50,38 @@ class SelfReacting(SparkService):
     pipeline = 'procurement_spend'
 
     def on_result(self, event):
-        results.append(event)
+        self.recorder.add('results', event)
 
 
 class Completed(Service):
     name = 'sj.on-completed'
 
     def handle(self):
-        events.append(('completed', self.request.payload))
+        self.recorder.add('events', ('completed', self.request.payload))
 
 
 class Failed(Service):
     name = 'sj.on-failed'
 
     def handle(self):
-        events.append(('failed', self.request.payload))
+        self.recorder.add('events', ('failed', self.request.payload))
 
 
 class Callback(Service):
     name = 'sj.callback'
 
     def handle(self):
-        events.append(('callback', self.request.payload))
+        self.recorder.add('events', ('callback', self.request.payload))
 
 
-def _runtime(runtime_factory, tmp_path: Path, db_url: str | None, name: str = 'rt', **submitter):
+def _runtime(runtime_factory, recorder: Recorder, tmp_path: Path, db_url: str | None, name: str = 'rt',
+             **submitter):
     (tmp_path / name).mkdir()
     settings = make_settings(tmp_path / name, db_url)
     settings.spark.pipelines_dir = str(REPO / 'spark_pipeline')
     settings.spark.heartbeat_secs = 0.05
     settings.pubsub.lease_renew_secs = 0.1  # new subscriptions (the events') are delivered at once
-    rt = runtime_factory(Report, SelfReacting, Completed, Failed, Callback, settings=settings)
+    rt = runtime_factory(*recorder.bind_all((Report, SelfReacting, Completed, Failed, Callback)), settings=settings)
     rt.spark.submitter = FakeSparkSubmitter(**submitter)
     return rt
 
@@ -89,18 +91,13 @@ def _subscribe_to_events(rt) -> None:
     rt.catalog.subscribe(TOPIC_FAILED, service='sj.on-failed')
 
 
-@pytest.fixture(autouse=True)
-def _clear():
-    events.clear()
-    results.clear()
+def _events(recorder: Recorder, kind: str) -> list[dict]:
+    return [e for k, e in recorder['events'] if k == kind]
 
 
-def _events(kind: str) -> list[dict]:
-    return [e for k, e in events if k == kind]
-
-
-def test_a_job_is_submitted_at_once_tracked_and_announced(runtime_factory, tmp_path, db_url):
-    rt = _runtime(runtime_factory, tmp_path, db_url, result={'output': '/data/out', 'rows': 3}, duration_secs=0.3)
+def test_a_job_is_submitted_at_once_tracked_and_announced(runtime_factory, tmp_path, db_url, recorder):
+    rt = _runtime(runtime_factory, recorder, tmp_path, db_url, result={'output': '/data/out', 'rows': 3},
+                  duration_secs=0.3)
     _subscribe_to_events(rt)
     started = time.monotonic()
     answer = rt.invoke('sj.report', {'args': {'topic': 'orders.created'}, 'timeout': 20})
@@ -120,30 +117,31 @@ def test_a_job_is_submitted_at_once_tracked_and_announced(runtime_factory, tmp_p
     sub = rt.spark.submitter.submissions[0]
     assert sub.env['CONDUIT_SPARK_JOB_ID'] == job_id and sub.output_location.endswith(f'traffic_analytics/{job_id}')
 
-    wait_until(lambda: _events('completed') and _events('callback'), TIMEOUT, message='event and callback')
-    for event in (_events('completed')[0], _events('callback')[0]):
+    wait_until(lambda: _events(recorder, 'completed') and _events(recorder, 'callback'), TIMEOUT,
+               message='event and callback')
+    for event in (_events(recorder, 'completed')[0], _events(recorder, 'callback')[0]):
         assert event['job_id'] == job_id and event['outcome'] == 'succeeded'
         assert event['pipeline'] == 'traffic_analytics' and event['arguments'] == ['--topic', 'orders.created']
         assert event['output_location'] == '/data/out' and event['error'] == '' and event['result']['rows'] == 3
-    assert not _events('failed')
+    assert not _events(recorder, 'failed')
     assert [j['job_id'] for j in rt.spark.jobs(status='succeeded')] == [job_id]
     assert rt.spark.jobs(pipeline='procurement_spend') == []
 
 
-def test_class_arguments_are_the_default_and_a_service_can_be_its_own_callback(runtime_factory, tmp_path):
-    rt = _runtime(runtime_factory, tmp_path, None, result={'invoices': 2})
+def test_class_arguments_are_the_default_and_a_service_can_be_its_own_callback(runtime_factory, tmp_path, recorder):
+    rt = _runtime(runtime_factory, recorder, tmp_path, None, result={'invoices': 2})
     job_id = rt.invoke('sj.report')['job_id']
     assert rt.spark.wait(job_id, TIMEOUT)['arguments'] == [
         '--topic', 'orders.created', '--topic', 'crm.sync', '--since', '2026-01-01', '--verbose']
     job_id = rt.invoke('sj.self-reacting')['job_id']
     assert rt.spark.get(job_id)['callback'] == 'sj.self-reacting'
-    wait_until(lambda: results, TIMEOUT, message='on_result called')
+    results = recorder.wait_for('results', timeout=TIMEOUT)
     assert results[0]['job_id'] == job_id and results[0]['outcome'] == 'succeeded'
     assert results[0]['result'] == {'invoices': 2}
 
 
-def test_failures_timeouts_and_kills_are_recorded_and_announced(runtime_factory, tmp_path, db_url):
-    rt = _runtime(runtime_factory, tmp_path, db_url, duration_secs=30,
+def test_failures_timeouts_and_kills_are_recorded_and_announced(runtime_factory, tmp_path, db_url, recorder):
+    rt = _runtime(runtime_factory, recorder, tmp_path, db_url, duration_secs=30,
                   outcomes={'procurement_spend': ('failed', None, 'ValueError: invoice 7 has no amount')})
     _subscribe_to_events(rt)
     rt.spark.submitter.duration_secs = 0
@@ -160,20 +158,20 @@ def test_failures_timeouts_and_kills_are_recorded_and_announced(runtime_factory,
     assert jobs[timed_out]['status'] == 'killed'
     assert jobs[timed_out]['error'] == 'killed: timed out after 0.2 s (timeout)'
     assert jobs[killed]['status'] == 'killed' and jobs[killed]['error'] == 'killed on request'
-    wait_until(lambda: len(_events('failed')) == 3, TIMEOUT, message='three failure events')
-    announced = {e['job_id']: e for e in _events('failed')}
+    wait_until(lambda: len(_events(recorder, 'failed')) == 3, TIMEOUT, message='three failure events')
+    announced = {e['job_id']: e for e in _events(recorder, 'failed')}
     assert announced[failed]['outcome'] == 'failed'
     assert announced[failed]['error'] == 'ValueError: invoice 7 has no amount'
     assert announced[timed_out]['outcome'] == 'killed' and 'timed out' in announced[timed_out]['error']
     assert announced[killed]['outcome'] == 'killed'
-    assert not _events('completed')
+    assert not _events(recorder, 'completed')
     assert rt.spark.kill(failed)['status'] == 'failed'  # a kill after the end changes nothing
 
 
-def test_a_kill_through_another_worker_and_a_job_whose_worker_died(runtime_factory, tmp_path, db_url):
-    other = _runtime(runtime_factory, tmp_path, db_url, 'other')
+def test_a_kill_through_another_worker_and_a_job_whose_worker_died(runtime_factory, tmp_path, db_url, recorder):
+    other = _runtime(runtime_factory, recorder, tmp_path, db_url, 'other')
     _subscribe_to_events(other)  # first: the runner (no sync poller in tests) loads it at start
-    runner = _runtime(runtime_factory, tmp_path, db_url, 'runner', duration_secs=30)
+    runner = _runtime(runtime_factory, recorder, tmp_path, db_url, 'runner', duration_secs=30)
     job_id = runner.spark.submit('traffic_analytics')
     wait_until(lambda: other.spark.get(job_id)['status'] == 'running', TIMEOUT)
     other.spark.kill(job_id, 'killed by the operator')
@@ -192,11 +190,11 @@ def test_a_kill_through_another_worker_and_a_job_whose_worker_died(runtime_facto
     assert other.spark.sweep() == []
     job = other.spark.get(lost)
     assert job['status'] == 'failed' and job['error'].startswith('lost: no sign of life for 30 s from worker')
-    wait_until(lambda: len(_events('failed')) == 2, TIMEOUT, message='two failure events')
+    wait_until(lambda: len(_events(recorder, 'failed')) == 2, TIMEOUT, message='two failure events')
 
 
-def test_bad_submissions_name_the_pipeline_and_the_field(runtime_factory, tmp_path):
-    rt = _runtime(runtime_factory, tmp_path, None)
+def test_bad_submissions_name_the_pipeline_and_the_field(runtime_factory, tmp_path, recorder):
+    rt = _runtime(runtime_factory, recorder, tmp_path, None)
     with pytest.raises(PipelineNotFound, match="'no_such_pipeline'.*no no_such_pipeline.py in"):
         rt.spark.submit('no_such_pipeline')
     with pytest.raises(PipelineNotFound, match="'../etc/passwd'"):
@@ -230,8 +228,8 @@ def test_bad_submissions_name_the_pipeline_and_the_field(runtime_factory, tmp_pa
         rt.deploy(BadPipeline)
 
 
-def test_admin_api(runtime_factory, tmp_path):
-    rt = _runtime(runtime_factory, tmp_path, None, duration_secs=30)
+def test_admin_api(runtime_factory, tmp_path, recorder):
+    rt = _runtime(runtime_factory, recorder, tmp_path, None, duration_secs=30)
     client = falcon.testing.TestClient(rt.make_app())
     auth = {'Authorization': 'Basic ' + base64.b64encode(b'admin:test-admin-password').decode()}
     conf = {'spark.sql.shuffle.partitions': 2, 'spark.hadoop.fs.s3a.secret.key': 's3-secret-7'}
@@ -271,8 +269,8 @@ def test_admin_api(runtime_factory, tmp_path):
     assert client.simulate_get('/admin/spark/jobs').status_code == 401
 
 
-def test_without_pyspark_a_submission_is_refused_naming_the_extra(runtime_factory, tmp_path, monkeypatch):
-    rt = _runtime(runtime_factory, tmp_path, None)
+def test_without_pyspark_a_submission_is_refused_naming_the_extra(runtime_factory, tmp_path, monkeypatch, recorder):
+    rt = _runtime(runtime_factory, recorder, tmp_path, None)
     rt.spark.submitter = SparkSubmitter()  # the real one, looking for the pyspark package
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, 'find_spec',
@@ -290,8 +288,8 @@ def test_without_pyspark_a_submission_is_refused_naming_the_extra(runtime_factor
     assert client.simulate_get('/admin/spark/pipelines', headers=auth).status_code == 200
 
 
-def test_history_keeps_the_newest_finished_jobs_and_removes_their_files(runtime_factory, tmp_path):
-    rt = _runtime(runtime_factory, tmp_path, None)
+def test_history_keeps_the_newest_finished_jobs_and_removes_their_files(runtime_factory, tmp_path, recorder):
+    rt = _runtime(runtime_factory, recorder, tmp_path, None)
     rt.spark.settings.history_max_jobs = 2
     jobs = [rt.spark.submit('traffic_analytics') for _ in range(4)]
     for job_id in jobs:
@@ -306,13 +304,14 @@ def test_history_keeps_the_newest_finished_jobs_and_removes_their_files(runtime_
     assert rt.spark.get(jobs[3], log_lines=1)['log_tail'] == ['driver output']
 
 
-def test_a_sweeper_killed_inside_a_database_call_stops_quietly(runtime_factory, tmp_path, caplog, monkeypatch):
+def test_a_sweeper_killed_inside_a_database_call_stops_quietly(
+        runtime_factory, tmp_path, caplog, monkeypatch, recorder):
     # A kill lands in the sweep's database call, and the library's cleanup raises its own error in
     # place of the GreenletExit (as SQLAlchemy does on PostgreSQL): the sweeper must end, not log a
     # traceback and carry on.
     import gevent
 
-    rt = _runtime(runtime_factory, tmp_path, None)
+    rt = _runtime(runtime_factory, recorder, tmp_path, None)
     entered = []
 
     def sweep_in_a_database_call(now=None):  # type: ignore[no-untyped-def]
@@ -324,7 +323,7 @@ def test_a_sweeper_killed_inside_a_database_call_stops_quietly(runtime_factory, 
         return []
 
     monkeypatch.setattr(rt.spark, 'sweep', sweep_in_a_database_call)
-    sweeper = gevent.spawn(rt.spark._sweep_forever)
+    sweeper = gevent.spawn(rt.spark.sweep_forever)
     wait_until(lambda: entered, message='sweep entered')
     sweeper.kill(timeout=5)
     assert sweeper.dead

@@ -59,6 +59,10 @@ class SignInThrottle:
         #: client -> (start of its window, failures in it)
         self._failures: dict[str, tuple[float, int]] = {}
 
+    def __len__(self) -> int:
+        """How many clients are tracked (bounded by MAX_TRACKED_CLIENTS)."""
+        return len(self._failures)
+
     def check(self, client: str) -> None:
         """Raise TooManyRequests while client is over its budget."""
         entry = self._failures.get(client)

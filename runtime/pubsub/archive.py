@@ -150,6 +150,16 @@ class MessageArchive(PubSubObserver):
         """Write everything still buffered."""
         self.flush()
 
+    @property
+    def buffered(self) -> int:
+        """Records waiting for the next flush."""
+        return len(self._buffer)
+
+    def stop_flusher(self) -> None:
+        """Stop the periodic flusher: records are then written only by flush(), a full buffer or the stop."""
+        if self._flusher is not None:
+            self._flusher.kill()
+
     def after_deliver(self, sub: SubInfo, delivery: Delivery, ok: bool, error: BaseException | None,
                       duration_secs: float) -> None:
         """Record one attempt at a GD message: delivered, or failed with its error."""

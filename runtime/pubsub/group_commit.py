@@ -141,7 +141,7 @@ class GroupCommitter:
     @classmethod
     def _write_all(cls, conn: Connection, pubs: list[_Item], works: list[_Item]) -> list[Any]:
         if pubs:
-            cls._write(conn, [p for p, _ in pubs])  # type: ignore[misc]
+            cls.write_publications(conn, [p for p, _ in pubs])  # type: ignore[misc]
         values = []
         for index, (work, _) in enumerate(works):
             try:
@@ -151,5 +151,6 @@ class GroupCommitter:
         return values
 
     @staticmethod
-    def _write(conn: Connection, pubs: list[Publication]) -> None:
+    def write_publications(conn: Connection, pubs: list[Publication]) -> None:
+        """Write a batch's publications in the shared transaction (tests put a spy or a fake in its place)."""
         insert_publications(conn, pubs)

@@ -209,6 +209,15 @@ class PatternIndex(Generic[T]):
     def __len__(self) -> int:
         return self._count
 
+    @property
+    def last_visits(self) -> int:
+        """Trie nodes the last ``match`` call visited: what a match costs, whatever the number of patterns."""
+        return self._last_visits
+
+    def is_empty(self) -> bool:
+        """True when nothing is left, not even an empty trie branch (removing prunes them)."""
+        return self._root.is_empty() and not self._exact
+
     def __contains__(self, pattern: object) -> bool:
         try:
             key = _key(validate_pattern(pattern))

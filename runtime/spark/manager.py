@@ -135,7 +135,7 @@ class SparkManager:
     def start(self) -> None:
         """Make sure the event topics exist; start sweeping jobs of dead workers."""
         self.ensure_topics()
-        self._spawn(self._sweep_forever, name='spark-sweeper')
+        self._spawn(self.sweep_forever, name='spark-sweeper')
 
     def stop(self) -> None:
         """Kill this worker's running jobs (recorded as killed, announced); never raises."""
@@ -309,7 +309,8 @@ class SparkManager:
             for job_id, reason in kills.items():
                 self._kill_reasons.setdefault(job_id, reason)
 
-    def _sweep_forever(self) -> None:
+    def sweep_forever(self) -> None:
+        """Sweep every stale_job_secs / 2 until killed (start runs it in a greenlet of its own)."""
         interval = max(1.0, self.settings.stale_job_secs / 2)
         while True:
             try:

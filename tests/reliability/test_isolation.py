@@ -5,9 +5,7 @@ from __future__ import annotations
 import gevent
 
 from runtime import Service
-from runtime.testing import make_settings, wait_until
-
-fast_seen: list[int] = []
+from runtime.testing import make_settings
 
 
 class Hangs(Service):
@@ -29,24 +27,22 @@ class Fails(Service):
 
 
 class Fast(Service):
-    """Records what it gets."""
+    """Records what it gets (on 'seen' of its recorder)."""
 
     name = 'iso.fast'
 
     def handle(self):
-        fast_seen.append(self.request.payload['n'])
+        self.recorder.add('seen', self.request.payload['n'])
 
 
-def test_hanging_and_failing_subscribers_do_not_delay_others(runtime_factory, tmp_path, db_url):
+def test_hanging_and_failing_subscribers_do_not_delay_others(runtime_factory, tmp_path, db_url, recorder):
     (tmp_path / 'rt').mkdir()
     settings = make_settings(tmp_path / 'rt', db_url)
     settings.pubsub.wait_non_sock_err = 0.05
-    fast_seen.clear()
-    rt = runtime_factory(Hangs, Fails, Fast, settings=settings)
+    rt = runtime_factory(Hangs, Fails, recorder.bind(Fast), settings=settings)
     rt.catalog.create_topic('iso.topic')
     for service in ('iso.hangs', 'iso.fails', 'iso.fast'):
         rt.catalog.subscribe('iso.topic', 'service', service=service)
     for n in range(50):
         rt.broker.publish('iso.topic', {'n': n})
-    wait_until(lambda: len(fast_seen) == 50, timeout=10, message='the fast subscriber got everything')
-    assert fast_seen == list(range(50))
+    assert recorder.wait_for('seen', 50, timeout=10) == list(range(50)), 'the fast subscriber got everything'

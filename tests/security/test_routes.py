@@ -276,4 +276,4 @@ def test_the_throttle_forgets_after_its_window_and_stays_bounded(monkeypatch: py
     monkeypatch.setattr(auth_module, 'MAX_TRACKED_CLIENTS', 100)
     for n in range(1000):  # an address-rotating attacker
         throttle.failed(f'10.0.{n // 256}.{n % 256}')
-    assert len(throttle._failures) <= 100
+    assert len(throttle) <= 100

@@ -46,7 +46,7 @@ class FakeWriter:
 def writer(monkeypatch: pytest.MonkeyPatch) -> FakeWriter:
     fake = FakeWriter()
     monkeypatch.setattr(group_commit, 'run_transaction', fake.run_transaction)
-    monkeypatch.setattr(GroupCommitter, '_write', staticmethod(fake.write))
+    monkeypatch.setattr(GroupCommitter, 'write_publications', staticmethod(fake.write))
     return fake
 
 

@@ -250,7 +250,7 @@ def test_index_add_remove_contains() -> None:
     assert index.remove('orders.*', 'sub2') and 'orders.*' not in index
     assert index.remove('ORDERS.CREATED', 'sub3') and index.remove('orders.**', 'sub4')
     assert len(index) == 0
-    assert index._root.is_empty() and not index._exact  # branches are pruned
+    assert index.is_empty()  # branches are pruned
     assert index.match('orders.created') == set()
     index.add('a.*', 1)
     index.clear()
@@ -319,9 +319,9 @@ def test_many_literal_prefixed_patterns_visit_few_nodes() -> None:
     index.add('**.x', -1)
     assert len(index) == 10_001
     assert index.match('t5000.x') == {5000, -1}
-    assert index._last_visits <= 10  # vs 10,000 patterns
+    assert index.last_visits <= 10  # vs 10,000 patterns
     assert index.match('T9999/y') == {9999}
-    assert index._last_visits <= 10  # vs 10,000 patterns
+    assert index.last_visits <= 10  # vs 10,000 patterns
     assert index.match('t5000') == set()
     assert index.match('t5000.x.y') == set()
     assert index.match('t10000.y') == set()

@@ -1,7 +1,7 @@
 """A service run by an ``Invoker`` alone: no runtime and no database, only the context it is given.
 
 ``invoke``, ``invoke_async``, ``patterns``, ``publish``, ``pubsub`` and ``config`` of a service all go
-through ``svc._context``, the invoker's ``ServiceContext``: what the tests give the invoker is all a
+through the service's context, the invoker's ``ServiceContext``: what the tests give the invoker is all a
 service can reach.
 """
 
@@ -20,7 +20,7 @@ from runtime.service_context import CHANNEL_CALLBACK, ServiceContext
 from runtime.spark import SparkService
 from runtime.spawn import Spawner
 from runtime.store import ServiceStore
-from runtime.testing import wait_until
+from tests.recorder import Recorder
 
 
 class FakePubSub:
@@ -63,14 +63,14 @@ class Fan(Service):
         self.response.payload = self.patterns.parallel.invoke({'ctx.callee': {'x': 5}}, on_target='ctx.collect')
 
 
-COLLECTED: list[Any] = []
-
-
 class Collect(Service):
+    """Records (channel, payload) on 'collected' (bound per test with recorder.bind)."""
+
     name = 'ctx.collect'
+    recorder: Recorder
 
     def handle(self) -> None:
-        COLLECTED.append((self.channel, self.request.payload))
+        self.recorder.add('collected', (self.channel, self.request.payload))
 
 
 class Spark(SparkService):
@@ -99,11 +99,11 @@ def spawned() -> list[str]:
 
 
 @pytest.fixture
-def invoker(spawner: Spawner, spawned: list[str], published: list[tuple[str, str, Any, dict[str, Any]]]) -> Invoker:
+def invoker(spawner: Spawner, spawned: list[str], published: list[tuple[str, str, Any, dict[str, Any]]],
+            recorder: Recorder) -> Invoker:
     store = ServiceStore()
-    for cls in (Caller, Callee, Fan, Collect, Spark):
+    for cls in (Caller, Callee, Fan, recorder.bind(Collect), Spark):
         store.register(cls)
-    COLLECTED.clear()
 
     def spawn(func: Any, *args: Any, name: str = '', **kwargs: Any) -> gevent.Greenlet:
         spawned.append(name)
@@ -115,7 +115,6 @@ def invoker(spawner: Spawner, spawned: list[str], published: list[tuple[str, str
 
 def test_the_invoker_gives_every_service_its_context(invoker: Invoker) -> None:
     svc = invoker.run(Caller, {'x': 21})
-    assert svc._context is invoker.context
     assert isinstance(invoker.context, ServiceContext)
     assert svc.response.payload['context'] is invoker.context
     assert not hasattr(svc, '_runtime')
@@ -129,17 +128,16 @@ def test_invoke_publish_and_config_go_through_the_context(invoker: Invoker, publ
     assert published == [('ctx.caller', 'ctx.topic', {'from': 'ctx.caller'}, {'priority': 7})]
 
 
-def test_config_is_read_only_and_empty_for_a_service_without_a_table(invoker: Invoker) -> None:
-    svc = invoker.run(Collect)
+def test_config_is_read_only_and_empty_for_a_service_without_a_table(invoker: Invoker, recorder: Recorder) -> None:
+    svc = invoker.run(recorder.bind(Collect))
     assert dict(svc.config) == {}
     with pytest.raises(TypeError):
         invoker.run(Caller, {'x': 1}).config['greeting'] = 'changed'  # type: ignore[index]
 
 
-def test_patterns_spawn_through_the_context(invoker: Invoker, spawned: list[str]) -> None:
+def test_patterns_spawn_through_the_context(invoker: Invoker, spawned: list[str], recorder: Recorder) -> None:
     cid = invoker.invoke('ctx.fan')
-    wait_until(lambda: COLLECTED, message='the on_target callback')
-    channel, result = COLLECTED[0]
+    channel, result = recorder.wait_for('collected')[0]
     assert channel == CHANNEL_CALLBACK
     assert (result['cid'], result['target'], result['ok']) == (cid, 'ctx.callee', True)
     assert result['response'] == {'doubled': 10, 'config': {'depth': 2}}
