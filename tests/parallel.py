@@ -29,21 +29,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Files that take minutes, started first (measured with --durations; the rest follow by name).
 LONG_FIRST = (
-    'tests/test_hot_deploy.py',
-    'tests/test_openapi_fuzz.py',
-    'tests/test_spark.py',
-    'tests/test_bench_smoke.py',
-    'tests/test_scheduler_server.py',
-    'tests/test_hot_deploy_imports.py',
+    'tests/server/test_hot_deploy.py',
+    'tests/server/test_openapi_fuzz.py',
+    'tests/server/test_spark.py',
+    'tests/server/test_bench_smoke.py',
+    'tests/server/test_scheduler_server.py',
+    'tests/server/test_hot_deploy_imports.py',
     'tests/reliability/test_db_outage.py',
-    'tests/test_pubsub_server.py',
-    'tests/test_pubsub_push.py',
-    'tests/test_admin_writes.py',
-    'tests/test_admin_api.py',
-    'tests/test_readme_examples.py',
-    'tests/test_spark_jobs.py',
+    'tests/server/test_pubsub_server.py',
+    'tests/runtime/test_pubsub_push.py',
+    'tests/server/test_admin_writes.py',
+    'tests/server/test_admin_api.py',
+    'tests/server/test_readme_examples.py',
+    'tests/runtime/test_spark_jobs.py',
     'tests/reliability/test_kill_loop.py',
-    'tests/test_packaging.py',
+    'tests/server/test_packaging.py',
 )
 
 #: pytest's exit status when a file has no test to run (e.g. everything deselected by -k).

@@ -34,8 +34,8 @@ from runtime.service import Service
 from runtime.spark.submit import SparkSubmitter, Submission
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.live_server import LiveServer
+from tests.runtime.test_pubsub_push import Receiver
 from tests.security.conftest import PASSWORD, USER, start_target, stop_and_check_log
-from tests.test_pubsub_push import Receiver
 
 TIMEOUT = 10
 

@@ -2,7 +2,7 @@
 
 ``run_transaction`` and the SQL of publications are replaced by fakes that record what each
 transaction held, so this runs without a database; the real thing is in
-tests/test_pubsub_group_commit.py.
+tests/runtime/test_pubsub_group_commit.py.
 """
 
 from __future__ import annotations

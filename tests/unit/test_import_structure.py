@@ -12,7 +12,7 @@ import ast
 from collections.abc import Iterable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RUNTIME = REPO / 'runtime'
 
 #: Packages that must be free of import cycles among their own modules.
@@ -132,7 +132,7 @@ def test_only_the_server_cli_and_test_kit_import_the_composition_root() -> None:
 def test_the_runtime_has_no_import_cycle() -> None:
     graph = import_graph(module_files())
     assert len(graph) > 50, 'the runtime package was not read'
-    assert cycles(graph) == [], 'import cycles in runtime/ (python tests/test_import_structure.py lists them)'
+    assert cycles(graph) == [], 'import cycles in runtime/ (python tests/unit/test_import_structure.py lists them)'
 
 
 def test_the_cycle_finder_sees_function_local_and_type_checking_imports(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@
   stricter HTTP codes under ``pubsub.rest_status_codes = "http"`` (real servers).
 - A publisher's pub_time comes back verbatim, correl_id defaults to the request's cid, msg_ids start
   with ``zpsm``, and ``zato.s.to.<service>`` is the service's topic.
-(One message per POST with the flat body, to a real receiver: tests/test_pubsub_push.py.)
+(One message per POST with the flat body, to a real receiver: tests/runtime/test_pubsub_push.py.)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from runtime.scheduler.jobs import JobDefinition
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.live_server import LiveServer
-from tests.test_pubsub_rest import NOBODY, OBJECTS, PUBLISHER, SUBSCRIBER, Client, error, ok
+from tests.server.test_pubsub_rest import NOBODY, OBJECTS, PUBLISHER, SUBSCRIBER, Client, error, ok
 
 # An enmasse file in Zato 4.1's keys (and a few of 3.x's exports), as a migrating user has it.
 ENMASSE = '''
@@ -248,7 +248,7 @@ def test_zato_names_of_a_key_and_conduits_together_are_refused(
 
 @pytest.fixture
 def zato_api(server_factory: Callable[..., LiveServer]) -> LiveServer:
-    """A server with the objects of tests/test_pubsub_rest.py, on the default (Zato) status codes."""
+    """A server with the objects of tests/server/test_pubsub_rest.py, on the default (Zato) status codes."""
     server = server_factory()
     server.write_objects('objects.yaml', OBJECTS)
     return server.start()

@@ -3,7 +3,7 @@
 Submission returns a job id at once; the job goes submitted → running → succeeded, failed or
 killed (timeout, a kill request through any worker, its worker going silent); each ending is
 recorded once and published to spark.job.completed / spark.job.failed and the callback service.
-Runs on both database backends; the real spark-submit is covered by tests/test_spark.py.
+Runs on both database backends; the real spark-submit is covered by tests/server/test_spark.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from runtime.spark import TOPIC_COMPLETED, TOPIC_FAILED, SparkService, SparkSubm
 from runtime.testing import FakeSparkSubmitter, make_settings, wait_until
 from tests.recorder import Recorder
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 10.0
 
 # The services below record, on the recorder _runtime binds them to, the events they get on

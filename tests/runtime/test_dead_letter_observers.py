@@ -25,7 +25,7 @@ from runtime.pubsub.observers import PubSubObserver
 from runtime.pubsub.subscribers.pull import get_messages
 from runtime.testing import make_settings
 from tests.live_server import poll
-from tests.test_metrics import _samples, _value
+from tests.server.test_metrics import _samples, _value
 
 TIMEOUT = 15.0
 

@@ -316,7 +316,7 @@ def test_every_error_status_names_the_problem(api: LiveServer) -> None:
     error(subscriber.post('/pubsub/messages/ack', {'ack_ids': 'ack.1'}), 400, 'ack_ids')
     assert ok(subscriber.ack(['ack.\x00', 'x' * 5000]))['not_found'] == ['ack.\x00', 'x' * 5000]  # 500 before
 
-    # No pub or sub permission: 401 (Zato 4.1's code, the default; tests/test_zato_compat.py has "http").
+    # No pub or sub permission: 401 (Zato 4.1's code, the default; tests/server/test_zato_compat.py has "http").
     for r in (nobody.publish('orders.created', {'data': 1}), subscriber.publish('orders.created', {'data': 1}),
               publisher.subscribe('orders.created')):
         assert error(r, 401)['details'] == 'Permission denied'

@@ -25,7 +25,7 @@ from runtime.scheduler.objects import section_handler
 from runtime.testing import make_settings, wait_until
 from tests.recorder import Recorder
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # The services below record every invocation, (service name, payload, raw_request), on 'calls' of
 # the recorder make_rt binds them to.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 SMALL = {
     'throughput.py': ['--backends', 'sqlite', '--publishers', '1,10', '--count', '300', '--seq-count', '50',
