@@ -28,7 +28,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def poll(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05,
+def poll(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05,
          message: str = 'condition') -> Any:
     """Call condition until it returns something truthy; AssertionError naming message on timeout."""
     deadline = time.monotonic() + timeout

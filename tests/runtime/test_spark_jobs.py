@@ -27,7 +27,7 @@ from runtime.testing import FakeSparkSubmitter, make_settings, wait_until
 from tests.recorder import Recorder
 
 REPO = Path(__file__).resolve().parents[2]
-TIMEOUT = 10.0
+TIMEOUT = 30.0  # how long a condition may take under load; met conditions return at once
 
 # The services below record, on the recorder _runtime binds them to, the events they get on
 # 'events' as (kind, event), and what on_result got on 'results'.
