@@ -22,6 +22,7 @@ import gevent
 from sqlalchemy import Engine, select
 
 from runtime.audit import AuditLog
+from runtime.channel_admin import ChannelAdmin
 from runtime.channels import Channel, ChannelRouter, parse_methods
 from runtime.config import Settings
 from runtime.db.engine import make_engine, make_psycopg_cooperative
@@ -53,6 +54,7 @@ from runtime.scheduler import SYNC_KEY as SCHEDULER_KEY
 from runtime.scheduler import Scheduler
 from runtime.scheduler.objects import section_handler as scheduler_section
 from runtime.security import BasicAuth, SecurityRegistry
+from runtime.security_admin import SecurityAdmin
 from runtime.service_catalog import catalog
 from runtime.spark.manager import SparkManager
 from runtime.spawn import Spawner
@@ -150,6 +152,9 @@ class Runtime:
         self.topic_admin = TopicAdmin(self.engine, lambda: self.broker.registry, self.broker.reload)
         self.queue_admin = QueueAdmin(self.engine, lambda: self.broker.registry, self.broker.reload)
         self.permission_admin = PermissionAdmin(self.engine, lambda: self.synchronizer.changed(PERMISSIONS_KEY))
+        self.security_admin = SecurityAdmin(self.engine, lambda: self.synchronizer.changed(SECURITY_KEY),
+                                            lambda: self.synchronizer.changed(PERMISSIONS_KEY))
+        self.channel_admin = ChannelAdmin(self.engine, lambda: self.synchronizer.changed(CHANNELS_KEY))
         #: Who changed what through the admin API and the CLI.
         self.audit_log = AuditLog(self.engine)
         self.synchronizer.register(PUBSUB_KEY, self.broker.reload)
@@ -254,6 +259,7 @@ class Runtime:
         admin = AdminParts(
             settings=self.settings, engine=self.engine, catalog=self.catalog, broker=self.broker,
             topic_admin=self.topic_admin, queue_admin=self.queue_admin, permission_admin=self.permission_admin,
+            security_admin=self.security_admin, channel_admin=self.channel_admin,
             store=self.store, invoker=self.invoker, hot_deployer=self.hot_deployer, scheduler=self.scheduler,
             spark=self.spark, security=self.security, audit=self.audit_log, synchronizer=self.synchronizer,
             recent_publications=self.metrics.recent_publications, channel_count=lambda: len(self.router.channels),

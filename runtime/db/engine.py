@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 
 from runtime.datafiles import create_private_file, private_dir
@@ -119,3 +119,13 @@ def transaction(engine: Engine, write: bool = False) -> Iterator[Connection]:
             yield conn
     finally:
         conn.close()
+
+
+def database_answers(engine: Engine) -> bool:
+    """Whether the database answers a trivial query now (the health check); never raises."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(text('SELECT 1'))
+    except Exception:
+        return False
+    return True

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import falcon
-from sqlalchemy import text
 
 from runtime.admin_credentials import admin_password
+from runtime.db.engine import database_answers
 from runtime.errors import BadRequest
 from runtime.http import auth, errors, pubsub_rest
 from runtime.http.admin.audit import AdminWrites
@@ -93,17 +94,13 @@ class HealthResource:
     openapi['get']['responses']['503'] = {'description': 'Database unavailable',
                                           'content': {'application/json': {'schema': _HEALTH}}}
 
-    def __init__(self, engine: Engine, store: ServiceStore) -> None:
-        self._engine = engine
+    def __init__(self, ping: Callable[[], bool], store: ServiceStore) -> None:
+        #: Whether the database answers now; never raises.
+        self._ping = ping
         self._store = store
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        try:
-            with self._engine.connect() as conn:
-                conn.execute(text('SELECT 1'))
-            db_ok = True
-        except Exception:
-            db_ok = False
+        db_ok = self._ping()
         resp.status = falcon.HTTP_200 if db_ok else falcon.HTTP_503
         resp.media = {'is_ok': db_ok, 'status': 'ok' if db_ok else 'database unavailable',
                       'services': len(self._store.names())}
@@ -120,7 +117,7 @@ def make_app(parts: AppParts, **kwargs: Any) -> falcon.App:
                                  InputLimits.from_settings(http), route_auth, AdminWrites(parts.admin)], **kwargs)
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)
-    app.add_route('/health', HealthResource(parts.engine, parts.store))
+    app.add_route('/health', HealthResource(partial(database_answers, parts.engine), parts.store))
     # Topic, definition and channel names are in both documents: admin-only unless configured public.
     app.add_route('/metrics', MetricsResource(parts.metrics, auth.PUBLIC if http.metrics_public else auth.ADMIN))
     app.add_route('/openapi.json', OpenApiResource(app, parts.router,

@@ -6,11 +6,12 @@
   back: no answer carries a password or its hash.
 - ``/admin/channels`` (GET, POST) and ``/admin/channels/{name}`` (GET, PATCH, DELETE).
 
-Each change is one transaction that also bumps the ``security`` or ``channels`` sync key, so every
-worker reloads it within ``sync.interval_secs`` (this one at once). Objects an object file declared
-are refused here unless detached (``runtime.http.admin.audit``). A channel must name a deployed
-service, and no two channels may answer the same path and method (409 naming the other one).
-The few statements these need are here, beside the resources, rather than in a module of their own.
+The resources read and check the request and answer; the administration layers
+(``runtime.security_admin``, ``runtime.channel_admin``) read and write the database. Each change is
+one transaction that also bumps the ``security`` or ``channels`` sync key, so every worker reloads it
+within ``sync.interval_secs`` (this one at once). Objects an object file declared are refused here
+unless detached (``runtime.http.admin.audit``). A channel must name a deployed service, and no two
+channels may answer the same path and method (409 naming the other one).
 """
 
 from __future__ import annotations
@@ -18,33 +19,14 @@ from __future__ import annotations
 from typing import Any
 
 import falcon
-import gevent
-from sqlalchemy import delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
 
 from runtime.channels import DATA_FORMATS, Channel, parse_methods
-from runtime.db.blocking import run_transaction
-from runtime.db.models import BasicAuthDef, RestChannel, Subscription
-from runtime.errors import (
-    BadRequest,
-    ConfigError,
-    InvalidInput,
-    ObjectExists,
-    ObjectInUse,
-    ObjectNotFound,
-    RouteClash,
-)
+from runtime.errors import BadRequest, ConfigError, InvalidInput
 from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import Body
 from runtime.http.admin.lookups import security_exists, service_known
 from runtime.http.openapi import BOOL, STR, arr, obj, operation, string
-from runtime.object_checks import channel_clash
-from runtime.objects import CHANNELS_KEY, SECURITY_KEY
-from runtime.pubsub import permissions
-from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
-from runtime.security import hash_password
 from runtime.service import HTTP_VERBS
-from runtime.sync import write_and_reload
 
 #: Longest password accepted, in characters (scrypt takes any length; this bounds the work).
 MAX_PASSWORD_CHARS = 1000
@@ -70,11 +52,6 @@ def _channel_view(row: Any) -> dict[str, Any]:
     return {'name': row.name, 'service': row.service, 'url_path': row.url_path,
             'methods': sorted(parse_methods(row.methods)), 'data_format': row.data_format,
             'security': row.security, 'is_active': row.is_active, 'origin': row.origin}
-
-
-def _hash(password: str) -> str:
-    # scrypt takes tens of milliseconds of CPU: off the hub, as authentication does.
-    return gevent.get_hub().threadpool.apply(hash_password, (password,))
 
 
 def _password(body: Body) -> str:
@@ -104,31 +81,6 @@ def _username(body: Body, required: bool, default: str = '') -> str:
     return value
 
 
-def _security_row(parts: AdminParts, name: str) -> Any:
-    row = run_transaction(parts.engine, lambda c: c.execute(select(BasicAuthDef).where(BasicAuthDef.name == name))
-                          .first(), write=False)
-    if row is None:
-        raise ObjectNotFound('security definition', name)
-    return row
-
-
-def _write(parts: AdminParts, key: str, work: Any, conflict: Exception | None = None) -> None:
-    """Run work(conn) with the sync key bumped in its transaction; reload this worker at once.
-
-    work returns the error to raise when a check fails before it wrote anything: raising it inside
-    the transaction would have gevent's thread pool (SQLite) print it as a crash.
-    """
-    try:
-        error = write_and_reload(parts.engine, key, work, lambda: parts.synchronizer.changed(key),
-                                 wrote=lambda error: error is None)
-    except IntegrityError:
-        if conflict is None:
-            raise
-        raise conflict from None  # a concurrent request made the same object after our check
-    if error is not None:
-        raise error
-
-
 class _ObjectResource(AdminResource):
     """A resource of security definitions or channels."""
 
@@ -153,8 +105,7 @@ class SecurityDefsResource(_ObjectResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        rows = run_transaction(self._parts.engine, lambda c: c.execute(
-            select(BasicAuthDef).order_by(BasicAuthDef.name)).all(), write=False)
+        rows = self._parts.security_admin.list()
         resp.media = {'is_ok': True, 'security': [_security_view(r) for r in rows]}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -166,17 +117,9 @@ class SecurityDefsResource(_ObjectResource):
         values = {'name': name, 'username': _username(body, True),
                   'realm': _realm(body, 'Conduit'),
                   'is_active': body.flag('is_active', True), 'origin': 'api'}
-        values['password_hash'] = _hash(_password(body))
-
-        def work(conn: Any) -> Exception | None:
-            for column, kind in (('name', 'security definition'), ('username', 'username')):
-                if conn.execute(select(BasicAuthDef.id).where(getattr(BasicAuthDef, column) == values[column])).first():
-                    return ObjectExists(kind, values[column])
-            conn.execute(insert(BasicAuthDef).values(**values))
-            return None
-        _write(self._parts, SECURITY_KEY, work, ObjectExists('security definition', name))
+        row = self._parts.security_admin.create(values, _password(body))
         resp.status = falcon.HTTP_201
-        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._parts, name))}
+        resp.media = {'is_ok': True, 'security': _security_view(row)}
 
 
 class SecurityDefResource(_ObjectResource):
@@ -195,41 +138,19 @@ class SecurityDefResource(_ObjectResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._parts, name))}
+        resp.media = {'is_ok': True, 'security': _security_view(self._parts.security_admin.get(name))}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        row = _security_row(self._parts, name)
+        row = self._parts.security_admin.get(name)
         body = Body(req, {'username', 'realm', 'is_active'})
         values = {'username': _username(body, False, row.username),
                   'realm': _realm(body, row.realm),
                   'is_active': body.flag('is_active', row.is_active)}
-
-        def work(conn: Any) -> Exception | None:
-            taken = conn.execute(select(BasicAuthDef.name).where(BasicAuthDef.username == values['username'],
-                                                                 BasicAuthDef.name != name)).first()
-            if taken:
-                return ObjectExists('username', values['username'])
-            conn.execute(update(BasicAuthDef).where(BasicAuthDef.name == name).values(**values))
-            return None
-        _write(self._parts, SECURITY_KEY, work, ObjectExists('username', values['username']))
-        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._parts, name))}
+        row = self._parts.security_admin.update(name, values)
+        resp.media = {'is_ok': True, 'security': _security_view(row)}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        _security_row(self._parts, name)
-
-        def work(conn: Any) -> Exception | None:
-            users = [f'channel {r.name!r}' for r in conn.execute(select(RestChannel.name)
-                                                                 .where(RestChannel.security == name)).all()]
-            users += [f'subscription #{r.id}' for r in conn.execute(select(Subscription.id)
-                                                                    .where(Subscription.security == name)).all()]
-            if users:
-                return ObjectInUse('security definition', name, users)
-            # Permissions go with their definition: a later one of the same name must not inherit them.
-            permissions.remove(conn, name)
-            conn.execute(delete(BasicAuthDef).where(BasicAuthDef.name == name))
-            return None
-        _write(self._parts, SECURITY_KEY, work)
-        self._parts.synchronizer.changed(PERMISSIONS_KEY)
+        self._parts.security_admin.delete(name)
         resp.media = {'is_ok': True, 'deleted': name}
 
 
@@ -241,30 +162,16 @@ class SecurityPasswordResource(_ObjectResource):
                                  response={'security': SECURITY})}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        _security_row(self._parts, name)
-        password_hash = _hash(_password(Body(req, {'password'})))
-
-        def work(conn: Any) -> Exception | None:
-            if not conn.execute(update(BasicAuthDef).where(BasicAuthDef.name == name)
-                                .values(password_hash=password_hash)).rowcount:
-                return ObjectNotFound('security definition', name)
-            return None
-        _write(self._parts, SECURITY_KEY, work)
-        resp.media = {'is_ok': True, 'security': _security_view(_security_row(self._parts, name))}
+        admin = self._parts.security_admin
+        admin.get(name)
+        row = admin.change_password(name, _password(Body(req, {'password'})))
+        resp.media = {'is_ok': True, 'security': _security_view(row)}
 
 
 # Channels
 
 
 _CHANNEL_FIELDS = {'name', 'service', 'url_path', 'methods', 'data_format', 'security', 'is_active'}
-
-
-def _channel_row(parts: AdminParts, name: str) -> Any:
-    row = run_transaction(parts.engine, lambda c: c.execute(select(RestChannel).where(RestChannel.name == name))
-                          .first(), write=False)
-    if row is None:
-        raise ObjectNotFound('channel', name)
-    return row
 
 
 def _channel_values(parts: AdminParts, body: Body, current: Any | None) -> dict[str, Any]:
@@ -292,10 +199,8 @@ def _channel_values(parts: AdminParts, body: Body, current: Any | None) -> dict[
         raise InvalidInput('security', f'names no security definition ({channel.security!r})')
     if (current is None or channel.service != current.service) and not service_known(parts, channel.service):
         raise InvalidInput('service', f'names no deployed service ({channel.service!r})')
-    clash = run_transaction(parts.engine, lambda c: channel_clash(
-        c, current.name if current is not None else channel.name, channel.url_path, channel.methods), write=False)
-    if clash is not None:
-        raise RouteClash(channel.name, clash)
+    parts.channel_admin.check_routes(channel.name, channel.url_path, channel.methods,
+                                     current.name if current is not None else None)
     return {'name': channel.name, 'service': channel.service, 'url_path': channel.url_path,
             'methods': ','.join(sorted(channel.methods)), 'data_format': channel.data_format,
             'security': channel.security, 'is_active': channel.is_active}
@@ -316,8 +221,7 @@ class ChannelsResource(_ObjectResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        rows = run_transaction(self._parts.engine, lambda c: c.execute(
-            select(RestChannel).order_by(RestChannel.name)).all(), write=False)
+        rows = self._parts.channel_admin.list()
         resp.media = {'is_ok': True, 'channels': [_channel_view(r) for r in rows]}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -325,15 +229,9 @@ class ChannelsResource(_ObjectResource):
         body.require('name', 'service', 'url_path')
         values = _channel_values(self._parts, body, None)
         values['origin'] = 'api'
-
-        def work(conn: Any) -> Exception | None:
-            if conn.execute(select(RestChannel.id).where(RestChannel.name == values['name'])).first():
-                return ObjectExists('channel', values['name'])
-            conn.execute(insert(RestChannel).values(**values))
-            return None
-        _write(self._parts, CHANNELS_KEY, work, ObjectExists('channel', values['name']))
+        row = self._parts.channel_admin.create(values)
         resp.status = falcon.HTTP_201
-        resp.media = {'is_ok': True, 'channel': _channel_view(_channel_row(self._parts, values['name']))}
+        resp.media = {'is_ok': True, 'channel': _channel_view(row)}
 
 
 class ChannelResource(_ObjectResource):
@@ -350,25 +248,14 @@ class ChannelResource(_ObjectResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = {'is_ok': True, 'channel': _channel_view(_channel_row(self._parts, name))}
+        resp.media = {'is_ok': True, 'channel': _channel_view(self._parts.channel_admin.get(name))}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        row = _channel_row(self._parts, name)
+        row = self._parts.channel_admin.get(name)
         values = _channel_values(self._parts, Body(req, _CHANNEL_FIELDS), row)
-
-        def work(conn: Any) -> Exception | None:
-            if values['name'] != name and conn.execute(select(RestChannel.id)
-                                                       .where(RestChannel.name == values['name'])).first():
-                return ObjectExists('channel', values['name'])
-            conn.execute(update(RestChannel).where(RestChannel.name == name).values(**values))
-            return None
-        _write(self._parts, CHANNELS_KEY, work, ObjectExists('channel', values['name']))
-        resp.media = {'is_ok': True, 'channel': _channel_view(_channel_row(self._parts, values['name']))}
+        row = self._parts.channel_admin.update(name, values)
+        resp.media = {'is_ok': True, 'channel': _channel_view(row)}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        def work(conn: Any) -> Exception | None:
-            if not conn.execute(delete(RestChannel).where(RestChannel.name == name)).rowcount:
-                return ObjectNotFound('channel', name)
-            return None
-        _write(self._parts, CHANNELS_KEY, work)
+        self._parts.channel_admin.delete(name)
         resp.media = {'is_ok': True, 'deleted': name}

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from runtime.audit import AuditLog
+    from runtime.channel_admin import ChannelAdmin
     from runtime.config import Settings
     from runtime.hot_deploy import HotDeployer
     from runtime.invoke import Invoker
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from runtime.pubsub.topic_admin import TopicAdmin
     from runtime.scheduler import Scheduler
     from runtime.security import SecurityRegistry
+    from runtime.security_admin import SecurityAdmin
     from runtime.spark.manager import SparkManager
     from runtime.store import ServiceStore
     from runtime.sync import Synchronizer
@@ -52,7 +54,7 @@ class AdminParts:
     """The collaborators of the admin API, each named for what the resources use it for."""
 
     settings: Settings
-    #: The database, for what has no layer of its own yet (security definitions, channels, service users).
+    #: The database: its backend's name (/admin/status) and the services recorded as deployed (lookups).
     engine: Engine
     #: Creates topics; subscribes, unsubscribes, pauses and resumes subscriptions.
     catalog: Catalog
@@ -62,6 +64,10 @@ class AdminParts:
     queue_admin: QueueAdmin
     #: Reads and changes the pub/sub permissions of security definitions.
     permission_admin: PermissionAdmin
+    #: Reads and changes the Basic Auth security definitions.
+    security_admin: SecurityAdmin
+    #: Reads and changes the REST channels; tells who names a service.
+    channel_admin: ChannelAdmin
     #: The services deployed in this worker.
     store: ServiceStore
     invoker: Invoker

@@ -7,12 +7,10 @@ from typing import Any
 
 import falcon
 
-from runtime.db.blocking import run_transaction
 from runtime.errors import BadRequest, ConduitError, DeploymentError, ObjectInUse
 from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.body import read_json
 from runtime.http.openapi import ANY, BOOL, INT, STR, TIME, arr, obj, operation, query, string
-from runtime.object_checks import service_users
 
 
 def _service_dict(info: Any) -> dict[str, Any]:
@@ -46,7 +44,7 @@ class ServiceResource(_ServiceResource):
     def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         force = req.get_param_as_bool('force') or False
         self._parts.store.info(name)  # 404 before anything else
-        users = run_transaction(self._parts.engine, lambda c: service_users(c, name), write=False)
+        users = self._parts.channel_admin.service_users(name)
         if users and not force:
             raise ServiceInUse(name, users)
         self._parts.hot_deployer.undeploy(name)
