@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from runtime.audit import AuditLog
 from runtime.channel_admin import ChannelAdmin
 from runtime.channels import Channel, ChannelRouter, parse_methods
 from runtime.config import Settings
-from runtime.db.engine import make_engine, make_psycopg_cooperative
+from runtime.db.engine import database_answers, make_engine, make_psycopg_cooperative
 from runtime.db.migrate import upgrade
 from runtime.db.models import BasicAuthDef, RestChannel
 from runtime.errors import ConfigError
@@ -55,7 +56,7 @@ from runtime.scheduler import Scheduler
 from runtime.scheduler.objects import section_handler as scheduler_section
 from runtime.security import BasicAuth, SecurityRegistry
 from runtime.security_admin import SecurityAdmin
-from runtime.service_catalog import catalog
+from runtime.service_catalog import catalog, recorded_names
 from runtime.spark.manager import SparkManager
 from runtime.spawn import Spawner
 from runtime.store import ServiceStore
@@ -257,7 +258,8 @@ class Runtime:
     def make_app(self, **kwargs: Any) -> falcon.App:
         """The falcon WSGI app over this runtime's parts (kwargs go to falcon.App)."""
         admin = AdminParts(
-            settings=self.settings, engine=self.engine, catalog=self.catalog, broker=self.broker,
+            settings=self.settings, database=self.engine.url.get_backend_name(),
+            recorded_services=partial(recorded_names, self.engine), catalog=self.catalog, broker=self.broker,
             topic_admin=self.topic_admin, queue_admin=self.queue_admin, permission_admin=self.permission_admin,
             security_admin=self.security_admin, channel_admin=self.channel_admin,
             store=self.store, invoker=self.invoker, hot_deployer=self.hot_deployer, scheduler=self.scheduler,
@@ -266,7 +268,8 @@ class Runtime:
             demo=self.demo)
         rest = RestParts(settings=self.settings, security=self.security, permissions=self.permissions,
                          broker=self.broker, catalog=self.catalog, store=self.store)
-        parts = AppParts(settings=self.settings, engine=self.engine, store=self.store, invoker=self.invoker,
+        parts = AppParts(settings=self.settings, database_answers=partial(database_answers, self.engine),
+                         store=self.store, invoker=self.invoker,
                          security=self.security, router=lambda: self.router, metrics=self.metrics, admin=admin,
                          pubsub_rest=rest)
         return make_app(parts, **kwargs)

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import falcon
 
 from runtime.admin_credentials import admin_password
-from runtime.db.engine import database_answers
 from runtime.errors import BadRequest
 from runtime.http import auth, errors, pubsub_rest
 from runtime.http.admin.audit import AdminWrites
@@ -28,7 +26,6 @@ from runtime.metrics import MetricsResource
 from runtime.security import BasicAuth, SecurityRegistry, hash_password
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
 
     from runtime.channels import ChannelRouter
     from runtime.config import Settings
@@ -50,7 +47,8 @@ class AppParts:
     """The parts of a runtime the falcon app serves."""
 
     settings: Settings
-    engine: Engine
+    #: Whether the database answers (GET /health).
+    database_answers: Callable[[], bool]
     store: ServiceStore
     invoker: Invoker
     #: The Basic Auth definitions of channels and pub/sub clients (reloaded in place).
@@ -117,7 +115,7 @@ def make_app(parts: AppParts, **kwargs: Any) -> falcon.App:
                                  InputLimits.from_settings(http), route_auth, AdminWrites(parts.admin)], **kwargs)
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)
-    app.add_route('/health', HealthResource(partial(database_answers, parts.engine), parts.store))
+    app.add_route('/health', HealthResource(parts.database_answers, parts.store))
     # Topic, definition and channel names are in both documents: admin-only unless configured public.
     app.add_route('/metrics', MetricsResource(parts.metrics, auth.PUBLIC if http.metrics_public else auth.ADMIN))
     app.add_route('/openapi.json', OpenApiResource(app, parts.router,

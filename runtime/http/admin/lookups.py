@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runtime.service_catalog import recorded_names
-
 if TYPE_CHECKING:
     from runtime.http.admin.parts import AdminParts
 
@@ -25,4 +23,4 @@ def security_exists(parts: AdminParts, name: str) -> bool:
 
 def service_known(parts: AdminParts, name: str) -> bool:
     """Whether a service is deployed: in this worker, or recorded by another a moment ago."""
-    return parts.store.has(name) or name in recorded_names(parts.engine)
+    return parts.store.has(name) or name in parts.recorded_services()

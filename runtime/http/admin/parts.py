@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
     from runtime.audit import AuditLog
     from runtime.channel_admin import ChannelAdmin
     from runtime.config import Settings
@@ -54,8 +52,10 @@ class AdminParts:
     """The collaborators of the admin API, each named for what the resources use it for."""
 
     settings: Settings
-    #: The database: its backend's name (/admin/status) and the services recorded as deployed (lookups).
-    engine: Engine
+    #: The database backend's name, as /admin/status shows it.
+    database: str
+    #: The service names recorded as deployed (through the admin API or by another server).
+    recorded_services: Callable[[], set[str]]
     #: Creates topics; subscribes, unsubscribes, pauses and resumes subscriptions.
     catalog: Catalog
     #: Publishes on behalf of an endpoint and resolves a publication's target topic.

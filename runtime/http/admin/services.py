@@ -140,7 +140,7 @@ class StatusResource(_ServiceResource):
         parts = self._parts
         resp.media = {'is_ok': True, 'pid': os.getpid(), 'master_pid': os.getppid(),
                       'services': len(parts.store.names()), 'channels': parts.channel_count(),
-                      'database': parts.engine.url.get_backend_name(), 'demo': parts.demo}
+                      'database': parts.database, 'demo': parts.demo}
 
 
 # OpenAPI operations of the resources above (read by runtime.http.openapi).
