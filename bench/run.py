@@ -42,7 +42,7 @@ BENCHMARKS: list[tuple[str, str, int]] = [
 ]
 
 #: Notes that stand on their own, after the benchmark sections.
-EXTRA_NOTES = ('fault_harness',)
+EXTRA_NOTES = ('fault_harness', 'architecture')
 
 RESULTS_MD = common.REPO / 'bench' / 'RESULTS.md'
 #: The machine and versions of the last run that measured something.
