@@ -2,7 +2,7 @@
 
 One worker (an in-process ``Runtime``, gevent monkey-patched) on SQLite by default. A no-op
 service's subscription (publishing to the service name: its implicit topic) is paused, the backlog
-is written into its queue with the broker's own insert (``runtime.pubsub.store.insert_publications``,
+is written into its queue with the broker's own insert (``runtime.pubsub.statements.insert_publications``,
 the rows ``publish`` writes, in transactions of 20,000), and the subscription is resumed. Measured:
 the drain rate over consecutive windows at the head of the 1,000,000-message queue, the worker's
 peak RSS while it drains (sampled every 0.2 s) and after the fill, and — on a fresh database, the
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common  # noqa: E402
 from runtime.db.blocking import run_transaction  # noqa: E402
-from runtime.pubsub.store import Publication, insert_publications  # noqa: E402
+from runtime.pubsub.statements import Publication, insert_publications  # noqa: E402
 from runtime.service import Service  # noqa: E402
 from runtime.testing import TestRuntime, make_settings, wait_until  # noqa: E402
 

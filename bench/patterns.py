@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import common  # noqa: E402
 from runtime.db.blocking import run_transaction  # noqa: E402
 from runtime.db.models import Subscription, Topic  # noqa: E402
-from runtime.pubsub.store import new_sub_key  # noqa: E402
+from runtime.pubsub.statements import new_sub_key  # noqa: E402
 from runtime.pubsub.topics import normalize  # noqa: E402
 from runtime.testing import TestRuntime, make_settings  # noqa: E402
 

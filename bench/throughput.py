@@ -28,7 +28,7 @@ from gevent.event import Event  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common  # noqa: E402
-from runtime.pubsub import store  # noqa: E402
+from runtime.pubsub import statements  # noqa: E402
 from runtime.service import Service  # noqa: E402
 from runtime.testing import TestRuntime, make_settings  # noqa: E402
 
@@ -92,7 +92,7 @@ def _queue_empty(rt: TestRuntime) -> bool:
     sub = rt.broker.registry.service_subscription('bench.sink')
     assert sub is not None
     with rt.engine.connect() as conn:
-        return store.queue_depth(conn, sub.id) == 0
+        return statements.queue_depth(conn, sub.id) == 0
 
 
 def one_round(rt: TestRuntime, count: int, publishers: int, timeout: float) -> float:

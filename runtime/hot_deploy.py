@@ -239,7 +239,7 @@ class HotDeployer:
                 self._owner[cls.name] = name
 
     def _register_owned(self, names: Iterable[str]) -> None:
-        """Bring the store in line with the owners of these service names."""
+        """Bring the service store in line with the owners of these service names."""
         store = self._store
         for name in names:
             if name not in self._owner:

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from runtime.pubsub.registry import Registry, SubInfo
-    from runtime.pubsub.store import Delivery, Publication
+    from runtime.pubsub.statements import Delivery, Publication
 
 _log = logging.getLogger(__name__)
 

@@ -51,7 +51,7 @@ from runtime.timefmt import iso_millis
 if TYPE_CHECKING:
     from runtime.config import ArchiveSection
     from runtime.pubsub.registry import SubInfo
-    from runtime.pubsub.store import Delivery
+    from runtime.pubsub.statements import Delivery
 
 _log = logging.getLogger(__name__)
 

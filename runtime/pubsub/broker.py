@@ -33,7 +33,7 @@ from runtime.config import PubSubSection
 from runtime.db.blocking import run_transaction
 from runtime.errors import ConfigError, StorageUnavailable, TopicFull, TopicInactive, TopicNotFound
 from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
-from runtime.pubsub import message, store
+from runtime.pubsub import message, statements
 from runtime.pubsub.catalog import Catalog
 from runtime.pubsub.dead_letters import DeadLetterer
 from runtime.pubsub.delivery import DeliveryLoop
@@ -84,7 +84,7 @@ class Broker:
         self._greenlets: dict[int, gevent.Greenlet] = {}
         self._committer: GroupCommitter | None = None
         self._topic_depths = TopicDepths(lambda topic_id, gd: run_transaction(
-            engine, lambda c: store.topic_depth(c, topic_id, gd), write=False))
+            engine, lambda c: statements.topic_depth(c, topic_id, gd), write=False))
         self._overflow_log = OverflowLog(overflow_dir, settings.max_overflow_bytes)
         #: Depths of subscription queues, for the topics' max depths (see runtime.pubsub.limits).
         self._queue_depths = QueueDepths(self._read_queue_depths)
@@ -152,7 +152,7 @@ class Broker:
 
     def reload(self) -> None:
         """Reload topics and subscriptions from the database."""
-        self.registry = run_transaction(self.engine, lambda c: store.load_registry(c, self.settings), write=False)
+        self.registry = run_transaction(self.engine, lambda c: statements.load_registry(c, self.settings), write=False)
         self._topic_depths.clear()  # a new subscription may have taken a topic's backlog: count again
         self._queue_depths.invalidate(self.registry.subs.keys())  # and queues may have been purged or removed
         for sub_id, loop in list(self.loops.items()):
@@ -267,7 +267,7 @@ class Broker:
     def _read_queue_depths(self, sub_ids: list[int]) -> dict[int, int]:
         """Depths of queues: stored entries plus the non-GD ones this worker's loops hold in memory."""
         try:
-            depths = run_transaction(self.engine, lambda c: store.queue_depths(c, sub_ids), write=False)
+            depths = run_transaction(self.engine, lambda c: statements.queue_depths(c, sub_ids), write=False)
         except DBAPIError as e:
             raise StorageUnavailable(f'storage unavailable, nothing was stored: {type(e.orig).__name__}') from None
         for sub_id in sub_ids:

@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from runtime.db.blocking import run_transaction
 from runtime.db.models import Subscription
 from runtime.errors import ConfigError, SubscriptionNotFound, TopicNotFound
-from runtime.pubsub import store
+from runtime.pubsub import statements
 from runtime.pubsub.registry import (
     KIND_SERVICE,
     KINDS,
@@ -62,7 +62,7 @@ class Catalog:
         attrs = check_topic_attributes(attrs, f'topic {name!r}')
 
         def work(conn: Connection) -> None:
-            store.create_topic(conn, name, attrs, origin=origin)
+            statements.create_topic(conn, name, attrs, origin=origin)
             bump(conn, SYNC_KEY)
         try:
             run_transaction(self._engine, work)
@@ -83,12 +83,12 @@ class Catalog:
         settings = self._settings
 
         def work(conn: Connection) -> None:
-            registry = store.load_registry(conn, settings)
+            registry = statements.load_registry(conn, settings)
             if registry.topic(name) is None:
-                store.create_topic(conn, name, {'has_gd': True}, is_service_topic=True, origin='service')
-                registry = store.load_registry(conn, settings)
+                statements.create_topic(conn, name, {'has_gd': True}, is_service_topic=True, origin='service')
+                registry = statements.load_registry(conn, settings)
             if registry.service_subscription(service) is None:
-                store.create_subscription(conn, registry, name, KIND_SERVICE, service=service, origin='service')
+                statements.create_subscription(conn, registry, name, KIND_SERVICE, service=service, origin='service')
             bump(conn, SYNC_KEY)
         try:
             run_transaction(self._engine, work)
@@ -113,8 +113,8 @@ class Catalog:
         DeliveryOptions.from_settings(self._settings, options, where)
 
         def work(conn: Connection) -> str:
-            registry = store.load_registry(conn, self._settings)
-            _sub_id, sub_key = store.create_subscription(conn, registry, pattern, kind, service=service,
+            registry = statements.load_registry(conn, self._settings)
+            _sub_id, sub_key = statements.create_subscription(conn, registry, pattern, kind, service=service,
                                                          security=security, push_url=push_url, options=options,
                                                          origin=origin)
             bump(conn, SYNC_KEY)
@@ -136,7 +136,7 @@ class Catalog:
         sub_id = sub.id
 
         def work(conn: Connection) -> None:
-            store.delete_subscription(conn, sub_id)
+            statements.delete_subscription(conn, sub_id)
             bump(conn, SYNC_KEY)
         run_transaction(self._engine, work)
         self._changed()
@@ -156,12 +156,12 @@ class Catalog:
     def queue_depth(self, sub_key: str) -> int:
         """How many messages wait in a subscription's queue."""
         sub = self._sub(sub_key)
-        return run_transaction(self._engine, lambda c: store.queue_depth(c, sub.id), write=False)
+        return run_transaction(self._engine, lambda c: statements.queue_depth(c, sub.id), write=False)
 
     def dead_letters(self, sub_key: str) -> list[dict[str, Any]]:
         """A subscription's dead letters with their errors."""
         sub = self._sub(sub_key)
-        return run_transaction(self._engine, lambda c: store.dead_letters(c, sub.id), write=False)
+        return run_transaction(self._engine, lambda c: statements.dead_letters(c, sub.id), write=False)
 
     def _sub(self, sub_key: str) -> SubInfo:
         sub = self._registry().subs_by_key.get(sub_key)

@@ -2,7 +2,7 @@
 
 Whatever dead-letters a message — the delivery loop, the sweeper, a service's pull, a REST
 client's pull — does it through ``DeadLetterer.run``: the row is written through
-``store.dead_letter`` in the caller's transaction, and the observers (``after_dead_letter`` of
+``statements.dead_letter`` in the caller's transaction, and the observers (``after_dead_letter`` of
 every observer: metrics, the archive, users' observers) hear of it once that transaction has
 committed. A dead letter that was rolled back is never announced, and one whose transaction ran
 twice (the group committer writes a batch again without an item that failed) is announced once.
@@ -17,10 +17,10 @@ from typing import TypeVar
 
 from sqlalchemy import Connection
 
-from runtime.pubsub import store
+from runtime.pubsub import statements
 from runtime.pubsub.observers import Observers
 from runtime.pubsub.registry import SubInfo
-from runtime.pubsub.store import Delivery
+from runtime.pubsub.statements import Delivery
 
 _log = logging.getLogger(__name__)
 
@@ -45,12 +45,12 @@ class Moves:
         ``log``: write a WARNING once committed (callers that logged the cause themselves, such as
         the delivery loop with its traceback, or that dead-letter in bulk, such as the sweeper, don't).
         """
-        store.dead_letter(conn, d, reason, error)
+        statements.dead_letter(conn, d, reason, error)
         self.moved.append((sub, d, reason, error, log))
 
 
 class DeadLetterer:
-    """Writes dead letters through the store and announces each to the observers after its commit."""
+    """Writes dead letters (runtime.pubsub.statements) and announces each to the observers after its commit."""
 
     def __init__(self, observers: Observers, sub_of: Callable[[int], SubInfo | None]) -> None:
         self._observers = observers

@@ -52,7 +52,7 @@ from runtime.pubsub.failure import error_line, format_traceback
 from runtime.pubsub.observers import Observers
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.retry import RedeliveryDecision, decide
-from runtime.pubsub.store import Delivery, Settlement
+from runtime.pubsub.statements import Delivery, Settlement
 
 _log = logging.getLogger(__name__)
 

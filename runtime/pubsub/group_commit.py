@@ -34,7 +34,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from runtime.db.blocking import run_transaction
 from runtime.errors import StorageUnavailable
-from runtime.pubsub.store import Publication, insert_publications
+from runtime.pubsub.statements import Publication, insert_publications
 
 _log = logging.getLogger(__name__)
 

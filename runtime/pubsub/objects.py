@@ -34,7 +34,7 @@ from runtime.db.models import Subscription, Topic
 from runtime.errors import ConfigError
 from runtime.object_checks import topic_missing
 from runtime.objects import DELETE, Scope, SectionHandler
-from runtime.pubsub import store
+from runtime.pubsub import statements
 from runtime.pubsub.catalog import SYNC_KEY
 from runtime.pubsub.registry import (
     KIND_PULL,
@@ -82,7 +82,7 @@ def apply_topics(conn: Connection, items: list[dict[str, Any]], scope: Scope) ->
         if exists:
             scope.upsert(conn, 'topic', Topic, 'name_key', key, {'name': name, **attrs}, item['_file'], label=name)
         else:
-            store.create_topic(conn, name, attrs, origin='config')
+            statements.create_topic(conn, name, attrs, origin='config')
             scope.set_owner(conn, Topic, Topic.name_key == key, item['_file'])
             scope.record('create', 'topic', name, item['_file'])
     for row in scope.stale(conn, Topic):
@@ -168,7 +168,7 @@ def make_apply_subscriptions(settings: PubSubSection,  # type: ignore[no-untyped
     endpoints = {} if endpoints is None else endpoints
 
     def apply_subscriptions(conn: Connection, items: list[dict[str, Any]], scope: Scope) -> None:
-        registry = store.load_registry(conn, settings)
+        registry = statements.load_registry(conn, settings)
         declared: set[int] = set()
         for item in items:
             where = _where(item, 'pubsub_subscription')
@@ -209,7 +209,7 @@ def make_apply_subscriptions(settings: PubSubSection,  # type: ignore[no-untyped
                     declared.add(existing)
                     scope.upsert(conn, 'subscription', Subscription, 'id', existing, values, item['_file'], label)
                 else:
-                    sub_id, _ = store.create_subscription(
+                    sub_id, _ = statements.create_subscription(
                         conn, registry, pattern, kind, service=service, security=security, push_url=push_url,
                         options=options, origin='config')
                     if not is_active:  # a new subscription declared paused starts paused
@@ -219,7 +219,7 @@ def make_apply_subscriptions(settings: PubSubSection,  # type: ignore[no-untyped
                     declared.add(sub_id)
         for row in scope.stale(conn, Subscription):
             if row.id not in declared:
-                store.delete_subscription(conn, row.id)
+                statements.delete_subscription(conn, row.id)
                 endpoint = parse_options(row.options).get('push_rest_endpoint', '')
                 scope.record(DELETE, 'subscription', _label(row.kind, row.service, row.security, endpoint, row.pattern),
                              row.owner)

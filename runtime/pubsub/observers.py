@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from runtime.pubsub.registry import SubInfo
-    from runtime.pubsub.store import Delivery, Publication
+    from runtime.pubsub.statements import Delivery, Publication
 
 _log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 ``QueueAdmin`` runs each operation in one transaction of its own; the functions below it are its
 statements, each taking an open ``Connection`` inside the caller's transaction (as
-``runtime.pubsub.store`` does), for callers that combine them (metrics). Nothing here knows HTTP:
+``runtime.pubsub.statements`` does), for callers that combine them (metrics). Nothing here knows HTTP:
 the admin API and any other console call the same methods.
 
 Guarantees:
@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import DeadLetter, Message, QueueEntry, Subscription, Topic
-from runtime.pubsub import store
+from runtime.pubsub import statements
 from runtime.pubsub.message import admin_view
 from runtime.timefmt import iso
 
@@ -228,7 +228,7 @@ def redrive(conn: Connection, sub_id: int, msg_ids: list[str] | None = None) -> 
                                        'next_attempt_at': 0.0, 'recv_time': now, 'delivery_count': 0,
                                        'last_error': ''} for r in rows])
     conn.execute(delete(DeadLetter).where(DeadLetter.id.in_([r.id for r in rows])))
-    store.notify_subscribers(conn, {sub_id})
+    statements.notify_subscribers(conn, {sub_id})
     return [r.msg_id for r in rows]
 
 

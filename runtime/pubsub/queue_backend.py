@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine
 
 from runtime.db.blocking import run_transaction
-from runtime.pubsub import store
+from runtime.pubsub import statements
 from runtime.pubsub.dead_letters import DeadLetterer, Moves
-from runtime.pubsub.store import Delivery, Settlement
+from runtime.pubsub.statements import Delivery, Settlement
 
 T = TypeVar('T')
 
@@ -22,17 +22,17 @@ T = TypeVar('T')
 def apply_settlement(conn: Connection, settlement: Settlement, moves: Moves) -> None:
     """Store a batch's outcomes: ack, reschedule, dead-letter, and take back attempts never made."""
     if settlement.acked:
-        store.ack(conn, settlement.acked)
+        statements.ack(conn, settlement.acked)
     for d, at, error in settlement.retries:
-        store.schedule_retry(conn, d.entry_id, at, error, d.last_traceback)
+        statements.schedule_retry(conn, d.entry_id, at, error, d.last_traceback)
     for d, reason, error in settlement.dead:
         moves.add(conn, d, reason, error)
     if settlement.uncount:
-        store.uncount_attempt(conn, settlement.uncount)
+        statements.uncount_attempt(conn, settlement.uncount)
 
 
 class SqlQueueBackend:
-    """The delivery loop's storage, over the functions of ``runtime.pubsub.store`` (off the hub for SQLite).
+    """The delivery loop's storage, over the functions of ``runtime.pubsub.statements`` (off the hub for SQLite).
 
     Its transactions go through ``writer`` when one is given — the broker's group committer, so
     that a loop's cycle shares its commit with the publications and the other loops' cycles —
@@ -81,9 +81,9 @@ def _cycle(conn: Connection, moves: Moves, sub_id: int, settlement: Settlement |
            due_before: float | None) -> tuple[list[Delivery], float | None]:
     if settlement is not None:
         apply_settlement(conn, settlement, moves)
-    batch = store.fetch_batch(conn, sub_id, limit, due_before)
+    batch = statements.fetch_batch(conn, sub_id, limit, due_before)
     if batch:
-        store.count_attempt(conn, [d.entry_id for d in batch])
+        statements.count_attempt(conn, [d.entry_id for d in batch])
         return batch, None
     # Taking the head regardless of due times, an empty batch means an empty queue.
-    return batch, (store.next_due(conn, sub_id) if due_before is not None else None)
+    return batch, (statements.next_due(conn, sub_id) if due_before is not None else None)

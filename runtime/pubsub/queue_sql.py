@@ -3,7 +3,7 @@
 Through SQLAlchemy Core a statement costs about 30 µs of Python (cache key, parameter processing,
 result set-up); the same statement through ``Connection.exec_driver_sql`` about 8, measured on the
 development machine. These few run for every message, so they are written out here for SQLite
-(``?`` parameters) and PostgreSQL (``%s``); everything else in ``runtime.pubsub.store`` stays in
+(``?`` parameters) and PostgreSQL (``%s``); everything else in ``runtime.pubsub.statements`` stays in
 Core. They still run on the caller's SQLAlchemy connection, inside its transaction, and fail with
 SQLAlchemy's exceptions, like every other statement.
 """
@@ -103,7 +103,7 @@ def _insert(conn: Connection, name: str, rows: list[tuple[Any, ...]]) -> None:
 
 
 def head(conn: Connection, sub_id: int, limit: int, due_before: float | None) -> list[tuple[Any, ...]]:
-    """The rows of a queue's head (see runtime.pubsub.store.fetch_batch)."""
+    """The rows of a queue's head (see runtime.pubsub.statements.fetch_batch)."""
     sql = _SQL['sqlite' if _sqlite(conn) else 'postgresql']
     if due_before is None:
         return list(conn.exec_driver_sql(sql['head'], (sub_id, limit)).fetchall())

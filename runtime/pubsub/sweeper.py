@@ -16,7 +16,7 @@ from typing import TypeVar
 import gevent
 from sqlalchemy import Connection
 
-from runtime.pubsub import store
+from runtime.pubsub import statements
 from runtime.pubsub.dead_letters import DeadLetterer, Moves
 from runtime.pubsub.registry import Registry
 from runtime.spawn import killed
@@ -64,15 +64,15 @@ class Sweeper:
         delivered = {s.id for s in registry.subs.values() if s.kind in self._delivered_kinds and s.is_active}
 
         def work(conn: Connection, moves: Moves) -> dict[str, int]:
-            expired = store.expired_entries(conn, now, skip_sub_ids=delivered)
+            expired = statements.expired_entries(conn, now, skip_sub_ids=delivered)
             for d in expired:
                 moves.add(conn, d, 'expired', d.last_error or 'the message expired before delivery')
             counts = {'expired_in_queues': len(expired)}
             retained = 0
             for topic in registry.topics.values():
-                retained += store.retention_expired_in_topic(conn, topic.id, now - topic.limit_retention)
+                retained += statements.retention_expired_in_topic(conn, topic.id, now - topic.limit_retention)
             counts['over_retention'] = retained
-            counts.update(store.sweep(conn, now))
+            counts.update(statements.sweep(conn, now))
             return counts
         counts = self._dead_letterer.run(self._write, work)
         if any(counts.values()):

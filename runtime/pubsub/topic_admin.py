@@ -20,7 +20,7 @@ from runtime.db.blocking import run_transaction
 from runtime.db.models import Message, Subscription, Topic
 from runtime.errors import SubscriptionNotFound, TopicNotFound
 from runtime.object_checks import topic_missing
-from runtime.pubsub import store
+from runtime.pubsub import statements
 from runtime.pubsub.catalog import SYNC_KEY
 from runtime.pubsub.queue_admin import subscription_rows
 from runtime.pubsub.registry import parse_options
@@ -45,7 +45,7 @@ def delete_topic(conn: Connection, topic_id: int, name: str) -> dict[str, int]:
     exact = [r.id for r in conn.execute(select(Subscription.id, Subscription.pattern)).all()
              if normalize(r.pattern) == key]
     for sub_id in exact:
-        store.delete_subscription(conn, sub_id)
+        statements.delete_subscription(conn, sub_id)
     waiting = conn.execute(delete(Message).where(Message.topic_id == topic_id, Message.in_topic.is_(True))).rowcount
     conn.execute(delete(Topic).where(Topic.id == topic_id))
     return {'subscriptions_deleted': len(exact), 'messages_deleted': waiting}

@@ -19,7 +19,7 @@ from sqlalchemy import Engine, func, select
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import QueueEntry
-from runtime.pubsub.store import NOTIFY_CHANNEL
+from runtime.pubsub.statements import NOTIFY_CHANNEL
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

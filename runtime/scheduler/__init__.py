@@ -6,7 +6,7 @@ the SQL, and ``objects`` for the ``scheduler`` section of the object files.
 
 from runtime.scheduler.jobs import CRON_STYLE, INTERVAL_BASED, JOB_TYPES, ONE_TIME, JobDefinition
 from runtime.scheduler.runner import CHANNEL_SCHEDULER, Scheduler
-from runtime.scheduler.store import SYNC_KEY
+from runtime.scheduler.statements import SYNC_KEY
 
 __all__ = [
     # Jobs

@@ -20,7 +20,7 @@ from runtime.db.models import Job, JobRun
 from runtime.errors import ConfigError, InvalidJob
 from runtime.object_checks import check_service
 from runtime.objects import CREATE, DELETE, UPDATE, Scope, SectionHandler
-from runtime.scheduler import store
+from runtime.scheduler import statements
 from runtime.scheduler.jobs import JobDefinition
 
 #: The section's name in the object files.
@@ -54,7 +54,7 @@ def make_apply_jobs(settings: SchedulerSection):  # type: ignore[no-untyped-def]
             row = conn.execute(select(Job.origin, Job.owner).where(Job.name == job.name)).first()
             if row is not None and not scope.may_take('job', job.name, row.origin, row.owner, file):
                 continue
-            changed = store.save_job(conn, job, 'config', now)
+            changed = statements.save_job(conn, job, 'config', now)
             if row is None:
                 scope.record(CREATE, 'job', job.name, file)
             elif changed or row.owner != file:
@@ -67,4 +67,4 @@ def make_apply_jobs(settings: SchedulerSection):  # type: ignore[no-untyped-def]
 
 def section_handler(settings: SchedulerSection) -> SectionHandler:
     """The handler to register with the ObjectsApplier."""
-    return SectionHandler(SECTION, make_apply_jobs(settings), (store.SYNC_KEY,))
+    return SectionHandler(SECTION, make_apply_jobs(settings), (statements.SYNC_KEY,))

@@ -4,7 +4,7 @@ Why not APScheduler's own ``GeventScheduler``: its job stores assume one schedul
 (APScheduler 3 has no cross-process locking), so every worker and server would run every job.
 Instead one greenlet per worker drives APScheduler's triggers itself, from job rows in the
 database. Every worker looks at the due jobs; to run a firing it must first claim it with a
-compare-and-set on the job row (``runtime.scheduler.store.claim``), which also advances the
+compare-and-set on the job row (``runtime.scheduler.statements.claim``), which also advances the
 row's ``next_run_time`` and inserts the run row, in one transaction. Exactly one worker wins
 each firing, with no leader, no lease to expire and no takeover delay: when a worker dies,
 the others simply keep claiming. The price is at-most-once: a run whose worker dies midway is
@@ -33,9 +33,9 @@ from runtime.db.blocking import run_transaction
 from runtime.errors import InvalidJob
 from runtime.invoke import new_cid
 from runtime.pubsub.leases import new_owner_id
-from runtime.scheduler import store
+from runtime.scheduler import statements
 from runtime.scheduler.jobs import JobDefinition, iso, plan_firing
-from runtime.scheduler.store import ERROR, OK, TIMEOUT
+from runtime.scheduler.statements import ERROR, OK, TIMEOUT
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -119,7 +119,7 @@ class Scheduler:
         now = time.time() if now is None else now
         poll = self.settings.poll_interval_secs
         with self.engine.connect() as conn:
-            rows = store.upcoming(conn, now + poll)
+            rows = statements.upcoming(conn, now + poll)
         for row in rows:
             if row.next_run_time <= now:
                 try:
@@ -131,11 +131,11 @@ class Scheduler:
         return max(0.0, min(min(soon) - time.time(), poll)) if soon else poll
 
     def _fire(self, row: Any, now: float) -> None:
-        job = store.definition(row)
+        job = statements.definition(row)
         plan = plan_firing(job, row.created_at, row.next_run_time, now, self.settings.misfire_grace_secs)
         delay = random.uniform(0, job.jitter) if job.jitter else 0.0
         real_now = time.time()
-        claimed = run_transaction(self.engine, lambda conn: store.claim(
+        claimed = run_transaction(self.engine, lambda conn: statements.claim(
             conn, row, plan, self.owner, now, real_now + delay, real_now - self.settings.stale_run_secs))
         if claimed is None:
             return  # another worker took this firing, or the job was edited meanwhile
@@ -147,13 +147,14 @@ class Scheduler:
                 _log.info('job %s: firing %s skipped, the previous run is still going', job.name,
                           iso(claimed.fire_time))
             return
-        self._spawn(job, claimed.run_id, claimed.fire_time, store.KIND_SCHEDULE, delay)
+        self._spawn(job, claimed.run_id, claimed.fire_time, statements.KIND_SCHEDULE, delay)
 
     def run_now(self, name: str) -> tuple[int, gevent.Greenlet]:
         """Run a job at once in this worker, outside its schedule; returns the run id and its greenlet."""
         now = time.time()
-        row, run_id = run_transaction(self.engine, lambda conn: store.start_manual_run(conn, name, self.owner, now))
-        return run_id, self._spawn(store.definition(row), run_id, now, store.KIND_MANUAL, 0.0)
+        row, run_id = run_transaction(self.engine,
+                                      lambda conn: statements.start_manual_run(conn, name, self.owner, now))
+        return run_id, self._spawn(statements.definition(row), run_id, now, statements.KIND_MANUAL, 0.0)
 
     def _spawn(self, job: JobDefinition, run_id: int, fire_time: float, kind: str,
                delay: float) -> gevent.Greenlet:
@@ -183,7 +184,7 @@ class Scheduler:
         finally:
             ended = time.time()
             try:
-                run_transaction(self.engine, lambda conn: store.mark_done(conn, run_id, outcome, error, ended,
+                run_transaction(self.engine, lambda conn: statements.mark_done(conn, run_id, outcome, error, ended,
                                                                           started, cid))
             except Exception as e:
                 # The run stays 'running' without heartbeats; a sweep records it as lost.
@@ -233,41 +234,41 @@ class Scheduler:
     def jobs(self) -> list[dict[str, Any]]:
         """Every job with its state and last run."""
         with self.engine.connect() as conn:
-            last = store.last_runs(conn)
-            return [store.job_dict(r, last.get(r.id)) for r in store.list_jobs(conn)]
+            last = statements.last_runs(conn)
+            return [statements.job_dict(r, last.get(r.id)) for r in statements.list_jobs(conn)]
 
     def get(self, name: str) -> dict[str, Any]:
         """One job with its state and last run."""
         with self.engine.connect() as conn:
-            row = store.get_job(conn, name)
-            runs = store.list_runs(conn, name, 1)
-        return store.job_dict(row, runs[0] if runs else None)
+            row = statements.get_job(conn, name)
+            runs = statements.list_runs(conn, name, 1)
+        return statements.job_dict(row, runs[0] if runs else None)
 
     def runs(self, name: str, limit: int = 50) -> list[dict[str, Any]]:
         """A job's latest runs, newest first."""
         with self.engine.connect() as conn:
-            return [store.run_dict(r) for r in store.list_runs(conn, name, limit)]
+            return [statements.run_dict(r) for r in statements.list_runs(conn, name, limit)]
 
     def run(self, run_id: int) -> dict[str, Any] | None:
         """One run."""
         with self.engine.connect() as conn:
-            row = store.get_run(conn, run_id)
-        return store.run_dict(row) if row is not None else None
+            row = statements.get_run(conn, run_id)
+        return statements.run_dict(row) if row is not None else None
 
     def create(self, data: dict[str, Any]) -> dict[str, Any]:
         """Create a job (origin api); InvalidJob or JobExists naming what is wrong."""
         job = JobDefinition.from_dict(data, self.settings.timezone)
         self._check_services(job)
-        self._write(lambda conn: store.save_job(conn, job, 'api', time.time(), create=True))
+        self._write(lambda conn: statements.save_job(conn, job, 'api', time.time(), create=True))
         return self.get(job.name)
 
     def edit(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
         """Change some attributes of a job (renaming it if changes has a new name)."""
         with self.engine.connect() as conn:
-            current = store.definition(store.get_job(conn, name)).to_dict()
+            current = statements.definition(statements.get_job(conn, name)).to_dict()
         job = JobDefinition.from_dict({**current, **changes}, self.settings.timezone)
         self._check_services(job)
-        self._write(lambda conn: store.save_job(conn, job, store.get_job(conn, name).origin, time.time(),
+        self._write(lambda conn: statements.save_job(conn, job, statements.get_job(conn, name).origin, time.time(),
                                                 create=False, old_name=name))
         return self.get(job.name)
 
@@ -277,7 +278,7 @@ class Scheduler:
 
     def delete(self, name: str) -> None:
         """Delete a job and its history."""
-        self._write(lambda conn: store.delete_job(conn, name))
+        self._write(lambda conn: statements.delete_job(conn, name))
 
     def _write(self, work: Any) -> None:
         run_transaction(self.engine, work)
@@ -301,7 +302,7 @@ class Scheduler:
                 return
             now = time.time()
             try:
-                run_transaction(self.engine, lambda conn, ids=ids, now=now: store.heartbeat(conn, ids, now))
+                run_transaction(self.engine, lambda conn, ids=ids, now=now: statements.heartbeat(conn, ids, now))
             except Exception as e:
                 _log.warning('job run heartbeat failed: %s: %s', type(e).__name__, e)
 
@@ -316,16 +317,16 @@ class Scheduler:
         now = time.time() if now is None else now
         keep = self.settings.history_per_job
         with self.engine.connect() as conn:  # read first: most sweeps find nothing and write nothing
-            stale = store.stale_runs(conn, now - self.settings.stale_run_secs)
-            full = store.overfull_histories(conn, keep)
+            stale = statements.stale_runs(conn, now - self.settings.stale_run_secs)
+            full = statements.overfull_histories(conn, keep)
         if not stale and not full:
             return
 
         def work(conn: Any) -> None:
             if stale:
-                store.mark_lost(conn, stale, now)
+                statements.mark_lost(conn, stale, now)
             for job_id in full:
-                store.prune_history(conn, job_id, keep)
+                statements.prune_history(conn, job_id, keep)
 
         run_transaction(self.engine, work)
         if stale:

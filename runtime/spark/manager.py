@@ -31,7 +31,7 @@ import gevent
 from runtime.db.blocking import run_transaction
 from runtime.errors import ConduitError, ConfigError, InvalidSparkJob, PipelineNotFound, TopicNotFound
 from runtime.pubsub.leases import new_owner_id
-from runtime.spark import store
+from runtime.spark import statements
 from runtime.spark.submit import (
     ACTIVE_STATUSES,
     FAILED,
@@ -199,9 +199,9 @@ class SparkManager:
                    'CONDUIT_SPARK_OUTPUT': sub.output_location,
                    'CONDUIT_ARCHIVE_DIR': str(settings.path(settings.archive.dir))}
         now = time.time()
-        run_transaction(self.engine, lambda conn: store.insert_job(
+        run_transaction(self.engine, lambda conn: statements.insert_job(
             conn, job_id=job_id, pipeline=pipeline, arguments=_json(argv), master=master,
-            conf=_json(store.masked_conf(job_conf)),  # a secret is passed to spark-submit, never stored
+            conf=_json(statements.masked_conf(job_conf)),  # a secret is passed to spark-submit, never stored
             submitted_at=now, heartbeat_at=now, timeout_secs=float(timeout), service=service, callback=callback,
             cid=cid, owner=self.owner, log_path=str(sub.log_path), output_location=sub.output_location))
         self.running[job_id] = self._spawn(self._run, sub, float(timeout), name=f'spark-job:{job_id}')
@@ -240,7 +240,7 @@ class SparkManager:
             return None
 
         def on_started(pid: int | None) -> None:
-            if not run_transaction(self.engine, lambda conn: store.mark_running(conn, job_id, pid, time.time())):
+            if not run_transaction(self.engine, lambda conn: statements.mark_running(conn, job_id, pid, time.time())):
                 _log.warning('Spark job %s ended before it started', job_id)
 
         try:
@@ -263,7 +263,7 @@ class SparkManager:
                 and isinstance(outcome.result.get('output'), str):
             output = outcome.result['output']  # the pipeline wrote somewhere else and said so
         try:
-            won = run_transaction(self.engine, lambda conn: store.finish(conn, sub.job_id, outcome, time.time(),
+            won = run_transaction(self.engine, lambda conn: statements.finish(conn, sub.job_id, outcome, time.time(),
                                                                          output))
         except Exception:
             _log.exception('Spark job %s: cannot record its end (%s); the sweep will', sub.job_id, outcome.status)
@@ -302,7 +302,7 @@ class SparkManager:
             gevent.sleep(self.settings.heartbeat_secs)
             ids = list(self.running)
             try:
-                kills = run_transaction(self.engine, lambda conn, ids=ids: store.heartbeat(conn, ids, time.time()))
+                kills = run_transaction(self.engine, lambda conn, ids=ids: statements.heartbeat(conn, ids, time.time()))
             except Exception as e:
                 _log.warning('Spark jobs: heartbeat failed: %s', e)
                 continue
@@ -325,7 +325,7 @@ class SparkManager:
         """End jobs whose worker went silent, and trim the history; returns the ids of jobs ended."""
         now = time.time() if now is None else now
         silent = self.settings.stale_job_secs
-        rows = run_transaction(self.engine, lambda conn: store.stale_jobs(conn, now - silent), write=False)
+        rows = run_transaction(self.engine, lambda conn: statements.stale_jobs(conn, now - silent), write=False)
         ended = []
         for row in rows:
             if row.job_id in self.running:
@@ -333,15 +333,15 @@ class SparkManager:
             outcome = JobOutcome(KILLED, None, row.kill_requested) if row.kill_requested else \
                 JobOutcome(FAILED, None, f'lost: no sign of life for {silent:g} s from worker {row.owner} '
                                          f'(it stopped or died while the job ran)')
-            if run_transaction(self.engine, lambda conn, r=row, o=outcome: store.end_stale(conn, r, o, now)):
+            if run_transaction(self.engine, lambda conn, r=row, o=outcome: statements.end_stale(conn, r, o, now)):
                 _log.warning('Spark job %s (%s) recorded as %s: %s', row.job_id, row.pipeline, outcome.status,
                              outcome.error)
                 ended.append(row.job_id)
                 self._announce(self.get(row.job_id, log_lines=0))
         keep = self.settings.history_max_jobs
-        cutoff = run_transaction(self.engine, lambda conn: store.prune_cutoff(conn, keep), write=False)
+        cutoff = run_transaction(self.engine, lambda conn: statements.prune_cutoff(conn, keep), write=False)
         if cutoff is not None:
-            logs = run_transaction(self.engine, lambda conn: store.prune(conn, cutoff))
+            logs = run_transaction(self.engine, lambda conn: statements.prune(conn, cutoff))
             gevent.get_hub().threadpool.apply(_remove_job_dirs, (logs,))
         return ended
 
@@ -349,7 +349,8 @@ class SparkManager:
 
     def get(self, job_id: str, log_lines: int | None = None) -> dict[str, Any]:
         """One job; with log_lines (default: [spark] log_tail_lines), the tail of its driver's log."""
-        job = store.job_dict(run_transaction(self.engine, lambda conn: store.get_job(conn, job_id), write=False))
+        row = run_transaction(self.engine, lambda conn: statements.get_job(conn, job_id), write=False)
+        job = statements.job_dict(row)
         lines = self.settings.log_tail_lines if log_lines is None else log_lines
         if lines:
             job['log_tail'] = self.log(job_id, lines, job['log_path'])
@@ -359,8 +360,9 @@ class SparkManager:
         """Jobs, newest first."""
         if status is not None and status not in STATUSES:
             raise InvalidSparkJob(pipeline or '*', 'status', f'must be one of {", ".join(STATUSES)}, not {status!r}')
-        rows = run_transaction(self.engine, lambda conn: store.list_jobs(conn, status, pipeline, limit), write=False)
-        return [store.job_dict(r) for r in rows]
+        rows = run_transaction(self.engine, lambda conn: statements.list_jobs(conn, status, pipeline, limit),
+                               write=False)
+        return [statements.job_dict(r) for r in rows]
 
     def log(self, job_id: str, lines: int = 200, log_path: str | None = None) -> list[str]:
         """The last lines of a job's driver log (read off the hub)."""
@@ -370,7 +372,7 @@ class SparkManager:
 
     def kill(self, job_id: str, reason: str = 'killed on request') -> dict[str, Any]:
         """Kill a job, wherever it runs; returns the job (still running until its worker acts)."""
-        run_transaction(self.engine, lambda conn: store.request_kill(conn, job_id, reason))
+        run_transaction(self.engine, lambda conn: statements.request_kill(conn, job_id, reason))
         if job_id in self.running:
             self._kill_reasons.setdefault(job_id, reason)
         return self.get(job_id, log_lines=0)

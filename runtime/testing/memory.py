@@ -37,7 +37,7 @@ from runtime.pubsub.failure import MAX_TRACEBACK_CHARS
 from runtime.pubsub.message import MSG_ID_PREFIX, Delivery
 from runtime.pubsub.observers import Observers
 from runtime.pubsub.registry import SubInfo
-from runtime.pubsub.store import Settlement
+from runtime.pubsub.statements import Settlement
 from runtime.spawn import Spawner
 
 #: A message's lifetime when put() is given no expiration (the topics' default limit).

@@ -41,7 +41,7 @@ from runtime.invoke import CHANNEL_INVOKE, Invoker
 from runtime.pubsub.api import PubSubAPI
 from runtime.pubsub.message import MSG_ID_PREFIX, Delivery, MsgId, encode_data, service_view
 from runtime.pubsub.registry import KIND_PULL, SubInfo
-from runtime.pubsub.store import new_sub_key
+from runtime.pubsub.statements import new_sub_key
 from runtime.pubsub.topics import matches, validate_pattern
 from runtime.service import Response, Service
 from runtime.spawn import Spawner

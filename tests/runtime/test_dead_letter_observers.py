@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, update
 from runtime import Service
 from runtime.db.blocking import run_transaction
 from runtime.db.models import Message
-from runtime.pubsub import store
+from runtime.pubsub import statements
 from runtime.pubsub.observers import PubSubObserver
 from runtime.pubsub.subscribers.pull import get_messages
 from runtime.testing import make_settings
@@ -134,7 +134,7 @@ def test_a_dead_letter_rolled_back_is_never_announced(runtime_factory, tmp_path,
         raise RuntimeError('the transaction fails after the dead letter was written')
 
     with monkeypatch.context() as patched:
-        patched.setattr(store, 'ack', failing_ack)
+        patched.setattr(statements, 'ack', failing_ack)
         with pytest.raises(RuntimeError):
             get_messages(rt.broker, sub_key)
     assert rt.catalog.dead_letters(sub_key) == [] and observer.seen == [] and not rt.metrics.pubsub.dead_lettered

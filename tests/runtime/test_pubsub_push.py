@@ -40,7 +40,7 @@ from runtime.pubsub.delivery import DeliveryLoop
 from runtime.pubsub.hooks import DeliveryHook
 from runtime.pubsub.registry import DeliveryOptions, SubInfo
 from runtime.pubsub.retry import JITTER, is_socket_error
-from runtime.pubsub.store import Delivery
+from runtime.pubsub.statements import Delivery
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.live_server import free_port

@@ -25,9 +25,9 @@ from sqlalchemy import Engine, select
 from runtime.db.blocking import run_transaction
 from runtime.db.engine import make_engine
 from runtime.db.models import Subscription, Topic
-from runtime.pubsub import store
+from runtime.pubsub import statements
 from runtime.pubsub.retry import REASON_UNRENDERABLE
-from runtime.pubsub.store import Publication
+from runtime.pubsub.statements import Publication
 from runtime.pubsub.subscribers.pull import get_messages
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
@@ -55,7 +55,7 @@ def insert_poison(engine: Engine, topic: str, sub_ids: list[int], text: str) -> 
     def work(conn: Any) -> None:
         topic_id = conn.execute(select(Topic.id).where(Topic.name == topic)).scalar_one()
         now = time.time()
-        store.insert_publications(conn, [Publication(
+        statements.insert_publications(conn, [Publication(
             msg_id=msg_id, topic_id=topic_id, topic_name=topic, data=text, mime_type='application/json', priority=5,
             pub_time=now, expiration_time=now + 3600, publisher='test:poison', correl_id=None, in_reply_to=None,
             ext_client_id=None, has_gd=True, size=len(text), sub_ids=sub_ids)])

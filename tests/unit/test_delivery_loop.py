@@ -13,7 +13,7 @@ import pytest
 
 from runtime.pubsub.observers import Observers, PubSubObserver
 from runtime.pubsub.registry import DeliveryOptions, SubInfo
-from runtime.pubsub.store import Delivery
+from runtime.pubsub.statements import Delivery
 from runtime.testing.memory import MSG_ID_PREFIX, DeliveryFailed, MemoryQueueBackend
 
 

@@ -18,7 +18,7 @@ from sqlalchemy.exc import OperationalError
 from runtime.errors import StorageUnavailable
 from runtime.pubsub import group_commit
 from runtime.pubsub.group_commit import GroupCommitter
-from runtime.pubsub.store import Publication
+from runtime.pubsub.statements import Publication
 from runtime.spawn import Spawner
 
 

@@ -56,7 +56,7 @@ from runtime.db.blocking import run_transaction
 from runtime.db.models import Message, QueueEntry
 from runtime.errors import StorageUnavailable, SubscriptionNotFound, UnrenderableMessage
 from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
-from runtime.pubsub import store
+from runtime.pubsub import statements
 from runtime.pubsub.dead_letters import DeadLetterer, Moves
 from runtime.pubsub.message import Delivery, render_pull, service_view
 from runtime.pubsub.registry import KIND_PULL
@@ -288,7 +288,7 @@ def _take(source: PullSource, subs: list[SubInfo], max_messages: int, max_len: i
             pulled.append(p)
             chars += row.chars
         if lease_secs is None:
-            store.ack(conn, acked)  # before the next round looks at the queues again
+            statements.ack(conn, acked)  # before the next round looks at the queues again
         return pulled, chars, bool(doomed) or unrenderable
 
     def work(conn: Connection, moves: Moves) -> list[Pulled]:
