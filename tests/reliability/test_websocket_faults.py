@@ -72,7 +72,8 @@ def test_killed_client_gets_its_unacked_messages_back_on_resume(server_factory: 
     assert second.request('ack', ack_ids=[m['ack_id'] for m in rest])['acked'] == 3
     # Nothing acknowledged comes again, nothing is left.
     assert not [f for f in second.quiet(1.0) if f['action'] == 'message']
-    assert second.ok('subscribe', 'subscribed', sub_key=sub_key)['queue_depth'] == 0
+    poll(lambda: second.ok('subscribe', 'subscribed', sub_key=sub_key)['queue_depth'] == 0,
+         message='the queue emptied by the acks')
     second.close()
     with capsys.disabled():
         print(f'\nkilled client: 3 unacked back with delivery_count 2, resume to first message {resume_secs:.2f} s')
