@@ -37,6 +37,8 @@ from gunicorn.http.errors import (
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
 
+from runtime.http.websocket.handshake import TakenOver
+
 _log = logging.getLogger(__name__)
 
 #: Connections accepted past max_connections only to be answered 503 and closed.
@@ -127,6 +129,10 @@ class ConduitWorker(GeventWorker):
                 pass
             # gunicorn closes the connection quietly on StopIteration; an OSError would be logged with a traceback.
             raise StopIteration() from None
+
+    def is_already_handled(self, respiter: Any) -> bool:
+        """An upgraded request (a WebSocket) has used its socket: gunicorn writes nothing more and closes it."""
+        return isinstance(respiter, TakenOver) or super().is_already_handled(respiter)
 
     def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: BaseException) -> None:
         """A request gunicorn could not parse: a 4xx in Conduit's JSON error shape, one WARNING line."""
