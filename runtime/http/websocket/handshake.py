@@ -20,17 +20,9 @@ class UpgradeRequired(ConduitError):
     http_status = 426
 
 
-class TakenOver:
-    """The WSGI body of an upgraded request: tells the worker the socket was answered and used already.
-
-    Iterating it yields nothing, so a server that does not know it (a test client) sends nothing more.
-    """
-
-    def __iter__(self) -> TakenOver:
-        return self
-
-    def __next__(self) -> bytes:
-        raise StopIteration
+#: WSGI environ key set once a request's socket was taken over (upgraded): the worker must write
+#: nothing more to it and close it when the application returns (runtime.http.worker).
+TAKEN_OVER_KEY = 'conduit.socket_taken_over'
 
 
 def _header_tokens(req: falcon.Request, name: str) -> set[str]:

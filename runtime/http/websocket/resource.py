@@ -6,7 +6,7 @@ import falcon
 
 from runtime.http.auth import CALLER, CALLER_REALM
 from runtime.http.websocket.connection import WsConnection
-from runtime.http.websocket.handshake import TakenOver, UpgradeRequired, accept_answer, check_origin, client_key
+from runtime.http.websocket.handshake import TAKEN_OVER_KEY, UpgradeRequired, accept_answer, check_origin, client_key
 from runtime.http.websocket.session import Session, SignIn, WebSocketParts
 
 #: Where the gunicorn worker puts the client's socket in the WSGI environ.
@@ -54,7 +54,7 @@ class WebSocketResource:
         peer = req.remote_addr or '?'
         # From here the socket is the session's: nothing more is written to it as HTTP.
         resp.status = falcon.HTTP_101
-        resp.stream = TakenOver()
+        req.env[TAKEN_OVER_KEY] = True
         try:
             sock.sendall(accept_answer(key))
         except OSError:
