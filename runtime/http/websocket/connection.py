@@ -36,6 +36,10 @@ INTERNAL_ERROR = 1011
 #: Bytes read from the socket at a time.
 READ_SIZE = 65536
 
+#: After this side closes: how long, and how much, of what the peer still sends is read and dropped.
+DRAIN_SECS = 2.0
+DRAIN_BYTES = 16 * 1024 * 1024
+
 #: Longest a closing frame may take to send: the peer may be the reason the connection ends.
 CLOSE_SEND_TIMEOUT_SECS = 2.0
 
@@ -172,7 +176,34 @@ class WsConnection:
             reason = reason.encode('utf-8')[:120].decode('utf-8', 'ignore')  # a close reason is at most 123 bytes
             self._send_bytes(lambda: self._ws.send(CloseConnection(code=code, reason=reason)), CLOSE_SEND_TIMEOUT_SECS)
         self._end(Closed(code, reason))
+        self._drain()
         self._shutdown()
+
+    def _drain(self) -> None:
+        """Read and drop what the peer still sends for a moment, so that our closing frame reaches it.
+
+        Closing a socket with unread input makes the kernel reset the connection, and a reset can reach
+        the peer before the closing frame it was sent after: a client sending a frame too large would see
+        "connection reset" instead of 1009.
+        """
+        try:
+            self._sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            return
+        deadline = time.monotonic() + DRAIN_SECS
+        left = DRAIN_BYTES
+        while left > 0:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                return
+            try:
+                wait_read(self._sock.fileno(), timeout=wait)
+                data = self._sock.recv(READ_SIZE)
+            except (TimeoutError, OSError):
+                return
+            if not data:
+                return
+            left -= len(data)
 
     def _send_bytes(self, frame: Callable[[], bytes], timeout: float | None = None) -> None:
         with self._lock:
