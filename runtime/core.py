@@ -287,7 +287,7 @@ class Runtime:
         parts = AppParts(settings=self.settings, database_answers=partial(database_answers, self.engine),
                          store=self.store, invoker=self.invoker,
                          security=self.security, router=lambda: self.router, metrics=self.metrics, admin=admin,
-                         pubsub_rest=rest)
+                         pubsub_rest=rest, ws_hub=self.ws_hub)
         return make_app(parts, **kwargs)
 
     # Pub/sub
