@@ -50,6 +50,9 @@ class PubSubObserver:
     def after_dead_letter(self, sub: SubInfo, delivery: Delivery, reason: str, error: str) -> None:
         """A message moved to a subscription's dead-letter queue."""
 
+    def on_subscription_expired(self, sub: SubInfo) -> None:
+        """The sweeper deleted a subscription, with its queue, for being inactive too long."""
+
 
 class Observers:
     """Calls every registered observer, isolating failures."""

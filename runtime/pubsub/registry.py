@@ -25,6 +25,7 @@ SERVICE_TOPIC_PREFIX = '/zato/s/to/'
 KIND_SERVICE = 'service'
 KIND_PULL = 'pull'
 KIND_REST_PUSH = 'rest_push'
+KIND_WEBSOCKET = 'websocket'
 KINDS = (KIND_SERVICE, KIND_PULL, KIND_REST_PUSH)
 
 #: HTTP methods a REST push subscription may use.
