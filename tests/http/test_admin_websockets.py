@@ -124,6 +124,8 @@ def _setup(rt: TestRuntime, client: AppClient) -> tuple[Any, Any, Any]:
     for name in ('browser', 'mobile'):
         _ok(client.simulate_post('/admin/security', json={'name': name, 'username': name,
                                                           'password': f'{name}-password-1'}), 201)
+        # Publications reach the queues of a definition's subscriptions only where it may subscribe.
+        _ok(client.simulate_put(f'/admin/security/{name}/permissions', json={'sub': ['orders.**', 'alerts.**']}))
     _ok(client.simulate_post('/admin/topics', json={'name': 'orders.created'}), 201)
     _ok(client.simulate_post('/admin/topics', json={'name': 'alerts.raised'}), 201)
     queued = rt.catalog.subscribe('orders.*', KIND_WEBSOCKET, security='browser', options={'delivery_batch_size': 7})

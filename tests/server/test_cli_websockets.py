@@ -14,7 +14,6 @@ import websocket
 from click.testing import CliRunner
 
 from runtime import cli as cli_module
-from runtime.testing.client import basic_auth
 from tests.live_server import LiveServer, poll
 
 
@@ -44,9 +43,10 @@ def test_websocket_subscriptions_listed_with_their_clients(server: LiveServer) -
         'topic': 'cli.ws.*', 'kind': 'websocket', 'security': 'browser', 'options': {'delivery_batch_size': 9}})
     idle_id, idle_key = idle['subscription']['id'], idle['sub_key']
 
-    ws = websocket.create_connection(server.url.replace('http://', 'ws://') + '/pubsub/ws', timeout=30,
-                                     header={'Authorization': basic_auth('browser', 'browser-password-1')})
+    ws = websocket.create_connection(server.url.replace('http://', 'ws://') + '/pubsub/ws', timeout=30)
     try:
+        ws.send(json.dumps({'action': 'hello', 'username': 'browser', 'password': 'browser-password-1'}))
+        assert json.loads(ws.recv())['action'] == 'authenticated'
         ws.send(json.dumps({'action': 'subscribe', 'id': 'sub-1', 'topic': 'cli.ws.orders', 'window': 5}))
         answer = json.loads(ws.recv())
         assert answer['action'] == 'subscribed' and answer['id'] == 'sub-1', answer
