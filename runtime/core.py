@@ -124,7 +124,8 @@ class Runtime:
         self.store = ServiceStore()
         #: Prometheus metrics of this worker: fed by the broker's observers, the invoker and the HTTP middleware.
         #: The broker is built later (it runs services): metrics read its registry when asked.
-        self.metrics = Metrics(self.engine, lambda: self.broker.registry)
+        self.metrics = Metrics(self.engine, lambda: self.broker.registry,
+                               websocket_attached=lambda: len(self.ws_attachments))
         # Services reach the pub/sub API and the Spark jobs built after the invoker through these getters.
         self.invoker = Invoker(self.store, spawn, pubsub=self.pubsub_api, config=settings.services,
                                observe=self.metrics.invoke.observe, spark=lambda: self.spark)

@@ -44,3 +44,6 @@ def test_basic_auth_from_a_foreign_browser_origin_is_refused():
         check_origin(request(Origin='https://evil.example', **auth), '')
     check_origin(request(Origin='https://app.example/', **auth), 'https://APP.example')
     check_origin(request(Origin='https://other.example', **auth), '*')
+    check_origin(request(Origin='http://localhost', Host='localhost', **auth), '')  # the server's own pages
+    with pytest.raises(Forbidden):
+        check_origin(request(Origin='http://localhost.evil.example', Host='localhost', **auth), '')

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from urllib.parse import urlsplit
 
 import falcon
 from wsproto.utilities import generate_accept_token
@@ -45,7 +46,10 @@ def client_key(req: falcon.Request) -> str:
 
 
 def check_origin(req: falcon.Request, allowed_origins: str) -> None:
-    """Refuse Basic Auth on the upgrade from a browser of an origin not allowed (cross-site WebSocket hijacking).
+    """Refuse Basic Auth on the upgrade from a browser page of another origin (cross-site WebSocket hijacking).
+
+    Allowed: no Origin (not a browser), the server's own origin (Origin's host and port are the Host
+    header's), and the origins of ``[websocket] allowed_origins``.
 
     A browser sends credentials it remembers for this server with any page's WebSocket, so the header
     proves nothing about the page: such a browser must authenticate with the hello frame instead.
@@ -53,8 +57,13 @@ def check_origin(req: falcon.Request, allowed_origins: str) -> None:
     origin = req.get_header('Origin')
     if origin is None or req.get_header('Authorization') is None:
         return
+    origin = origin.strip().rstrip('/').lower()
     allowed = {o.strip().rstrip('/').lower() for o in allowed_origins.split(',') if o.strip()}
-    if '*' in allowed or origin.strip().rstrip('/').lower() in allowed:
+    if '*' in allowed or origin in allowed:
+        return
+    # A page of this very server (the dashboard), and clients that send the URL they dial as Origin.
+    host = (req.get_header('Host') or '').strip().lower()
+    if host and urlsplit(origin).netloc == host:
         return
     raise Forbidden('a browser page may not use the Basic Auth header here unless its origin is in '
                     '[websocket] allowed_origins: authenticate with the hello frame')
