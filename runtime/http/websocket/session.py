@@ -215,7 +215,7 @@ class Session:
             try:
                 frame = json_limits.loads(text, self._parts.json_limits)
             except json_limits.InvalidJson as e:
-                raise BadRequest(f'the frame is not valid JSON: {e}'[:300]) from None
+                raise BadRequest(f'the frame {e}'[:300]) from None
             if not isinstance(frame, dict):
                 raise BadRequest(f'a frame must be a JSON object, not {type(frame).__name__}')
             fid = frame.get('id')
