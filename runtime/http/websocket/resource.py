@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import falcon
 
+from runtime.errors import ConduitError
 from runtime.http.auth import CALLER, CALLER_REALM
 from runtime.http.websocket.connection import WsConnection
 from runtime.http.websocket.handshake import TAKEN_OVER_KEY, UpgradeRequired, accept_answer, check_origin, client_key
@@ -43,7 +44,13 @@ class WebSocketResource:
         self._sign_in = sign_in
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        key = client_key(req)
+        try:
+            key = client_key(req)
+        except ConduitError:
+            # Only an upgrade may go on unauthenticated (to its hello frame): to anything else this
+            # route is like every other pub/sub route, so anonymous callers learn nothing more here.
+            self._parts.rest.security.authenticate(req.get_header('Authorization'), realm=CALLER_REALM)
+            raise
         sock = req.env.get(SOCKET_KEY)
         if sock is None:
             raise UpgradeRequired('WebSocket connections are served by the Conduit server itself (gunicorn)')
