@@ -37,6 +37,8 @@ from gunicorn.http.errors import (
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
 
+from runtime.http.websocket.handshake import TAKEN_OVER_KEY
+
 _log = logging.getLogger(__name__)
 
 #: Connections accepted past max_connections only to be answered 503 and closed.
@@ -44,6 +46,9 @@ SHED_RESERVE = 256
 
 #: Longest the 503 of a shed connection may take to send.
 SHED_SEND_TIMEOUT_SECS = 1.0
+
+#: What the app returns for a request whose socket was taken over (see ConduitWorker.load_wsgi).
+_TAKEN_OVER: list[bytes] = []
 
 #: File descriptors the worker needs besides its connections (database, logs, archive, pipes).
 RESERVED_FDS = 128
@@ -127,6 +132,20 @@ class ConduitWorker(GeventWorker):
                 pass
             # gunicorn closes the connection quietly on StopIteration; an OSError would be logged with a traceback.
             raise StopIteration() from None
+
+    def load_wsgi(self) -> None:
+        """Load the app, wrapped so that a request whose socket was taken over (a WebSocket) ends quietly."""
+        super().load_wsgi()
+        app = self.wsgi
+
+        def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
+            body = app(environ, start_response)
+            return _TAKEN_OVER if environ.get(TAKEN_OVER_KEY) else body
+        self.wsgi = wsgi
+
+    def is_already_handled(self, respiter: Any) -> bool:
+        """An upgraded request has used its socket: gunicorn writes nothing more to it and closes it."""
+        return respiter is _TAKEN_OVER or super().is_already_handled(respiter)
 
     def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: BaseException) -> None:
         """A request gunicorn could not parse: a 4xx in Conduit's JSON error shape, one WARNING line."""
