@@ -126,9 +126,9 @@ class Peer:
                     self.ws.cont_frame.validate(frame)
                     self.ws.cont_frame.add(frame)
                     if self.ws.cont_frame.is_fire(frame):
-                        opcode, data = self.ws.cont_frame.extract(frame)
-                        assert opcode == ABNF.OPCODE_TEXT, f'the server sent a binary frame: {data[:200]!r}'
-                        parsed: dict[str, Any] = json.loads(data)
+                        opcode, whole = self.ws.cont_frame.extract(frame)
+                        assert opcode == ABNF.OPCODE_TEXT, f'the server sent a binary frame: {whole.data[:200]!r}'
+                        parsed: dict[str, Any] = json.loads(whole.data)
                         return parsed
                 elif frame.opcode == ABNF.OPCODE_PING:
                     try:
@@ -178,6 +178,19 @@ class Peer:
         """The next count message frames (of one subscription, if sub_key is given)."""
         return [self.wait(lambda f: f.get('action') == 'message' and (sub_key is None or f['sub_key'] == sub_key),
                           timeout, f'message {n + 1} of {count}') for n in range(count)]
+
+    def take(self, count: int, timeout: float = WAIT_SECS, sub_key: str | None = None) -> list[dict[str, Any]]:
+        """The next count messages, each acknowledged as soon as it arrived (so no window ever holds them up)."""
+        taken = []
+        for n in range(count):
+            message = self.wait(lambda f: f.get('action') == 'message' and (sub_key is None or f['sub_key'] == sub_key),
+                                timeout, f'message {n + 1} of {count}')
+            self.send({'action': 'ack', 'id': f'take-{message["ack_id"]}', 'ack_ids': [message['ack_id']]})
+            taken.append(message)
+        for message in taken:
+            answer = self.answer(f'take-{message["ack_id"]}')
+            assert (answer['action'], answer.get('acked')) == ('acked', 1), answer
+        return taken
 
     def quiet(self, seconds: float = 1.0) -> list[dict[str, Any]]:
         """Everything that arrives within seconds (pending included), consumed: for "nothing more came"."""
@@ -322,3 +335,28 @@ class Database:
     def close(self) -> None:
         """Release the engine."""
         self.engine.dispose()
+
+
+def detached_subscription(server: LiveServer, db_url: str, auth: tuple[str, str], window: int, **target: str) -> str:
+    """A new subscription (topic= or pattern=) whose client has left: what is published now waits in its queue.
+
+    Its delivery loop fetches a whole window at once when a client resumes it, which is how a test
+    puts several messages in flight together.
+    """
+    peer = Peer.connect(server, hello=auth)
+    try:
+        sub_key = str(peer.ok('subscribe', 'subscribed', window=window, **target)['sub_key'])
+    finally:
+        peer.close()
+    db = Database(db_url)
+    try:
+        def released() -> bool:
+            row = db.ws_client(sub_key)
+            return row is not None and row['owner'] == ''
+        deadline = time.monotonic() + WAIT_SECS
+        while not released():
+            assert time.monotonic() < deadline, f'the subscription of {target} not released within {WAIT_SECS:g} s'
+            time.sleep(0.05)
+    finally:
+        db.close()
+    return sub_key
