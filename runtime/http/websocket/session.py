@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from gevent.event import Event
@@ -47,6 +47,7 @@ from runtime.pubsub.message import render_pull
 from runtime.pubsub.permissions import SUB
 from runtime.pubsub.subscribers.websocket import AckTimeout, ClientGone
 from runtime.pubsub.topics import validate_pattern
+from runtime.websocket_metrics import WebSocketMetrics
 
 if TYPE_CHECKING:
     from runtime.config import WebSocketSection
@@ -70,16 +71,6 @@ MAX_USERNAME_CHARS = 200
 MAX_PASSWORD_CHARS = 1024
 
 
-class Counters(Protocol):
-    """The WebSocket figures a session reports (runtime.metrics)."""
-
-    def websocket_opened(self) -> None: ...
-
-    def websocket_closed(self) -> None: ...
-
-    def websocket_frame(self, action: str) -> None: ...
-
-
 @dataclass(frozen=True)
 class WebSocketParts:
     """What WebSocket connections work with."""
@@ -89,7 +80,7 @@ class WebSocketParts:
     rest: RestParts
     #: Subscriptions of kind websocket and their attachment to this worker's connections.
     hub: WebSocketHub
-    counters: Counters
+    counters: WebSocketMetrics
     json_limits: JsonLimits
 
 
