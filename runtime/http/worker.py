@@ -1,8 +1,8 @@
-"""The gunicorn gevent worker with bounds on slow and numerous clients.
+"""The gunicorn gevent worker with bounds on slow and numerous clients, and room for WebSockets.
 
 gunicorn's gevent worker gives each connection a greenlet from a pool of ``worker_connections``;
 when the pool is full it stops accepting, so 1,000 clients that send a byte a second make every
-other request — ``/health`` included — wait. This worker changes three things:
+other request — ``/health`` included — wait. This worker changes four things:
 
 - **Headroom, then shedding.** The pool holds ``http.max_connections`` connections plus a small
   reserve; a connection that arrives while ``max_connections`` are open is answered
@@ -13,6 +13,9 @@ other request — ``/health`` included — wait. This worker changes three thing
   The request line and headers must arrive within ``http.header_timeout_secs`` (gunicorn's
   keep-alive timeout, which bounds reading each request head, set by runtime.server); the body's
   deadline and minimum rate are enforced where it is read (runtime.http.body).
+- **Upgraded connections.** A WebSocket request takes its socket over (runtime.http.websocket): the
+  worker then writes nothing more to it, and on SIGTERM tells each such client at once (1001,
+  "going away") instead of cutting it when the graceful time runs out.
 - **File descriptors.** The soft RLIMIT_NOFILE is raised to the hard limit, and a limit below
   ``max_connections`` is logged, since each connection needs one.
 """
@@ -26,7 +29,9 @@ import socket
 import struct
 from http import HTTPStatus
 from typing import Any
+from weakref import WeakSet
 
+import gevent
 from gunicorn.http.errors import (
     ExpectationFailed,
     InvalidResponseHeader,
@@ -37,7 +42,8 @@ from gunicorn.http.errors import (
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
 
-from runtime.http.websocket.handshake import TAKEN_OVER_KEY
+from runtime.http.websocket.connection import GOING_AWAY
+from runtime.http.websocket.handshake import TAKEN_OVER_KEY, UPGRADED_KEY
 
 _log = logging.getLogger(__name__)
 
@@ -137,11 +143,20 @@ class ConduitWorker(GeventWorker):
         """Load the app, wrapped so that a request whose socket was taken over (a WebSocket) ends quietly."""
         super().load_wsgi()
         app = self.wsgi
+        upgraded = self._upgraded = WeakSet()
 
         def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
+            environ[UPGRADED_KEY] = upgraded
             body = app(environ, start_response)
             return _TAKEN_OVER if environ.get(TAKEN_OVER_KEY) else body
         self.wsgi = wsgi
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        """SIGTERM: stop as gunicorn does, and tell WebSocket clients at once so they reconnect elsewhere."""
+        super().handle_exit(sig, frame)
+        for conn in list(getattr(self, '_upgraded', ())):
+            # One greenlet each: a client that does not read must not delay the others' closing frames.
+            gevent.spawn(conn.close, GOING_AWAY, 'server stopping', False)
 
     def is_already_handled(self, respiter: Any) -> bool:
         """An upgraded request has used its socket: gunicorn writes nothing more to it and closes it."""

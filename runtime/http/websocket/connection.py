@@ -170,13 +170,17 @@ class WsConnection:
         if self._closed is not None:
             raise self._closed
 
-    def close(self, code: int = NORMAL, reason: str = '') -> None:
-        """Send a closing frame (once) and end the connection; the peer's answer is not awaited."""
+    def close(self, code: int = NORMAL, reason: str = '', drain: bool = True) -> None:
+        """Send a closing frame (once) and end the connection; the peer's answer is not awaited.
+
+        Only the reading greenlet may drain (read on) after the frame; another one passes drain=False.
+        """
         if self._closed is None and self._ws.state in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
             reason = reason.encode('utf-8')[:120].decode('utf-8', 'ignore')  # a close reason is at most 123 bytes
             self._send_bytes(lambda: self._ws.send(CloseConnection(code=code, reason=reason)), CLOSE_SEND_TIMEOUT_SECS)
         self._end(Closed(code, reason))
-        self._drain()
+        if drain:
+            self._drain()
         self._shutdown()
 
     def _drain(self) -> None:

@@ -25,6 +25,10 @@ class UpgradeRequired(ConduitError):
 #: nothing more to it and close it when the application returns (runtime.http.worker).
 TAKEN_OVER_KEY = 'conduit.socket_taken_over'
 
+#: WSGI environ key of the worker's set of upgraded connections: each is closed with "going away"
+#: (1001) as soon as the worker starts stopping, rather than cut when its graceful time runs out.
+UPGRADED_KEY = 'conduit.upgraded_connections'
+
 
 def _header_tokens(req: falcon.Request, name: str) -> set[str]:
     return {t.strip().lower() for t in (req.get_header(name) or '').split(',') if t.strip()}

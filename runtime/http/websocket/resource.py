@@ -7,7 +7,14 @@ import falcon
 from runtime.errors import ConduitError
 from runtime.http.auth import CALLER, CALLER_REALM
 from runtime.http.websocket.connection import WsConnection
-from runtime.http.websocket.handshake import TAKEN_OVER_KEY, UpgradeRequired, accept_answer, check_origin, client_key
+from runtime.http.websocket.handshake import (
+    TAKEN_OVER_KEY,
+    UPGRADED_KEY,
+    UpgradeRequired,
+    accept_answer,
+    check_origin,
+    client_key,
+)
 from runtime.http.websocket.session import Session, SignIn, WebSocketParts
 
 #: Where the gunicorn worker puts the client's socket in the WSGI environ.
@@ -70,4 +77,11 @@ class WebSocketResource:
         conn = WsConnection(sock, max_message_bytes=settings.max_frame_bytes,
                             ping_interval_secs=settings.ping_interval_secs, dead_peer_secs=settings.dead_peer_secs,
                             label=peer)
-        Session(conn, self._parts, self._sign_in, peer, caller).run()
+        upgraded = req.env.get(UPGRADED_KEY)
+        if upgraded is not None:
+            upgraded.add(conn)
+        try:
+            Session(conn, self._parts, self._sign_in, peer, caller).run()
+        finally:
+            if upgraded is not None:
+                upgraded.discard(conn)

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from gevent.event import Event
@@ -31,6 +31,7 @@ from runtime import json_limits
 from runtime.errors import (
     BadRequest,
     ConduitError,
+    SubscriptionNotFound,
     TooManyRequests,
     Unauthorized,
     UnrenderableMessage,
@@ -46,6 +47,7 @@ from runtime.pubsub.message import render_pull
 from runtime.pubsub.permissions import SUB
 from runtime.pubsub.subscribers.websocket import AckTimeout, ClientGone
 from runtime.pubsub.topics import validate_pattern
+from runtime.websocket_metrics import WebSocketMetrics
 
 if TYPE_CHECKING:
     from runtime.config import WebSocketSection
@@ -69,16 +71,6 @@ MAX_USERNAME_CHARS = 200
 MAX_PASSWORD_CHARS = 1024
 
 
-class Counters(Protocol):
-    """The WebSocket figures a session reports (runtime.metrics)."""
-
-    def websocket_opened(self) -> None: ...
-
-    def websocket_closed(self) -> None: ...
-
-    def websocket_frame(self, action: str) -> None: ...
-
-
 @dataclass(frozen=True)
 class WebSocketParts:
     """What WebSocket connections work with."""
@@ -88,7 +80,7 @@ class WebSocketParts:
     rest: RestParts
     #: Subscriptions of kind websocket and their attachment to this worker's connections.
     hub: WebSocketHub
-    counters: Counters
+    counters: WebSocketMetrics
     json_limits: JsonLimits
 
 
@@ -366,17 +358,23 @@ class Session:
         """An ack_id no longer awaited (its outcome is settled)."""
         self._acks.pop(ack_id, None)
 
-    def dropped(self, channel: Channel, details: str) -> None:
-        """A subscription moved to another connection: forget it here and tell the client."""
+    def dropped(self, channel: Channel) -> None:
+        """A subscription left this connection (resumed on another, or removed): forget it and tell the client."""
         if self._channels.get(channel.sub.id) is channel:
             del self._channels[channel.sub.id]
-        notice = {'action': 'detached', 'sub_key': channel.sub.sub_key, 'details': details}
         # Told from the pub/sub layer's greenlet: a slow client must not hold it up.
-        gevent.spawn(self._send_quietly, notice)
+        gevent.spawn(self._tell_dropped, channel.sub)
 
-    def _send_quietly(self, answer: dict[str, Any]) -> None:
+    def _tell_dropped(self, sub: SubInfo) -> None:
         try:
-            self._send(answer)
+            self._parts.hub.find(self._caller_now().name, sub.sub_key)
+            details = 'resumed on another connection'
+        except SubscriptionNotFound:
+            details = 'the subscription was removed'
+        except Exception:  # the database is away: the client learns what it needs, that it lost it
+            details = 'no longer delivered on this connection'
+        try:
+            self._send({'action': 'detached', 'sub_key': sub.sub_key, 'details': details})
         except Closed:
             pass
 
@@ -423,10 +421,10 @@ class Channel:
         self._changed.set()
 
     def taken_over(self, sub_id: int) -> None:
-        """The subscription was resumed by another connection."""
+        """The subscription left this connection: resumed on another one, or removed."""
         if not self._closed:
             self.close()
-            self._session.dropped(self, 'resumed on another connection')
+            self._session.dropped(self)
 
     def acked(self, ack_id: str) -> bool:
         """Record an acknowledgement; False if the message is not awaited any more."""
@@ -464,21 +462,24 @@ class Channel:
             except Closed:
                 self.close()
         deadline = time.monotonic() + parts.settings.ack_deadline_secs
-        while not self._closed and len(self._acked) < len(sent):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._changed.clear()
-            self._changed.wait(left)
-        for ack_id, d in sent:
-            del self._unacked[ack_id]
-            session.forget_ack(ack_id)
-            if ack_id in self._acked:
-                outcomes.append(Outcome(d, True))
-            elif self._closed:
-                outcomes.append(Outcome(d, False, ClientGone('the client left before acknowledging the message')))
-            else:
-                outcomes.append(Outcome(d, False, AckTimeout(
-                    f'not acknowledged within {parts.settings.ack_deadline_secs:g} s')))
+        try:
+            while not self._closed and len(self._acked) < len(sent):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.clear()
+                self._changed.wait(left)
+            for ack_id, d in sent:
+                if ack_id in self._acked:
+                    outcomes.append(Outcome(d, True))
+                elif self._closed:
+                    outcomes.append(Outcome(d, False, ClientGone()))
+                else:
+                    outcomes.append(Outcome(d, False, AckTimeout(parts.settings.ack_deadline_secs)))
+        finally:
+            # Also when the loop is killed meanwhile: a later ack of these is answered not_found.
+            for ack_id, _d in sent:
+                self._unacked.pop(ack_id, None)
+                session.forget_ack(ack_id)
         self._acked.clear()
         return outcomes
