@@ -118,9 +118,14 @@ class Peer:
         """The next JSON frame from the socket; None past timeout; PeerClosed when the connection ended."""
         if self.closed is not None:
             raise self.closed
-        self.ws.settimeout(timeout)
+        deadline = time.monotonic() + timeout
         try:
             while True:
+                # Control frames (the server's pings) do not end the wait: the deadline does.
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self.ws.settimeout(left)
                 frame = self.ws.recv_frame()
                 if frame.opcode in (ABNF.OPCODE_TEXT, ABNF.OPCODE_BINARY, ABNF.OPCODE_CONT):
                     self.ws.cont_frame.validate(frame)

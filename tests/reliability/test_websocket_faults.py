@@ -324,7 +324,7 @@ def test_inactivity_limit_deletes_a_detached_subscription_only(server_factory: C
         assert db.rows('SELECT * FROM conduit_ws_client WHERE sub_id = :s', s=idle_id) == []
         assert idle not in server.log(), 'a sub_key in the server log'
         back = Peer.connect(server, hello=SUBSCRIBER)
-        back.error('subscribe', 404, 'no such sub_key', sub_key=idle)
+        back.error('subscribe', 404, 'subscription not found', sub_key=idle)
 
         # The other, within its limit, lost nothing; the attached one got everything too.
         assert back.ok('subscribe', 'subscribed', sub_key=patient)['resumed'] is True

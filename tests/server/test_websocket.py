@@ -226,7 +226,7 @@ def test_subscribe_refusals(ws_server: LiveServer, peers: Any) -> None:
     subscriber.error('subscribe', 401, 'Permission denied', pattern='**')
     subscriber.error('subscribe', 403, 'is_api_sub_allowed', topic='private.topic')
     subscriber.error('subscribe', 404, 'ghost.topic', topic='ghost.topic')
-    subscriber.error('subscribe', 404, 'no such sub_key', sub_key='sk.' + 'x' * 40)
+    subscriber.error('subscribe', 404, 'subscription not found', sub_key='sk.' + 'x' * 40)
     subscriber.error('unsubscribe', 404, sub_key='sk.' + 'x' * 40)
     for window in (0, 1001, -1, 2.5, '10', True, None):
         subscriber.error('subscribe', 400, 'window', topic='orders.created', window=window)
@@ -314,7 +314,7 @@ def test_resume_by_sub_key_and_unsubscribe(ws_server: LiveServer, peers: Any, db
     assert [m['meta']['delivery_count'] for m in held] == [1, 1, 1]
 
     # Another definition may not take it; the same one, on another connection, does: the first is told.
-    peers(ws_server, hello=OTHER).error('subscribe', 404, 'no such sub_key', sub_key=sub_key)
+    peers(ws_server, hello=OTHER).error('subscribe', 404, 'subscription not found', sub_key=sub_key)
     peers(ws_server, hello=OTHER).error('unsubscribe', 404, sub_key=sub_key)
     second = peers(ws_server, auth=SUBSCRIBER)
     resumed = second.ok('subscribe', 'subscribed', sub_key=sub_key)
@@ -344,7 +344,7 @@ def test_resume_by_sub_key_and_unsubscribe(ws_server: LiveServer, peers: Any, db
         assert gone['sub_key'] == sub_key
         assert db.sub_id(sub_key) is None and db.queued(sub_id) == 0 and db.ws_client(sub_key) is None
         assert db.rows('SELECT * FROM conduit_ws_client WHERE sub_id = :s', s=sub_id) == []
-        third.error('subscribe', 404, 'no such sub_key', sub_key=sub_key)
+        third.error('subscribe', 404, 'subscription not found', sub_key=sub_key)
         third.error('unsubscribe', 404, sub_key=sub_key)
     finally:
         db.close()
