@@ -59,6 +59,7 @@ import itertools
 import json
 import logging
 import random
+import selectors
 import threading
 import time
 from collections import deque
@@ -180,13 +181,10 @@ class Detached:
         return f'<Detached: {self.details}>'
 
 
-_LOST = object()
-
-
 def backoff_secs(attempt: int, max_backoff: float, rng: Callable[[float, float], float] = random.uniform) -> float:
     """The wait before reconnection attempt number attempt (0-based): doubling, capped, with jitter."""
     ceiling = min(max_backoff, INITIAL_BACKOFF_SECS * 2 ** min(attempt, 30))
-    # Full jitter below half the ceiling would let a crowd of clients retry at once after an outage.
+    # Never below half the ceiling: clients cut off together spread out, and none hammers a recovering server.
     return rng(ceiling / 2, ceiling)
 
 
@@ -232,6 +230,10 @@ class Client:
         self.heartbeat_secs = heartbeat_secs
         self._on_error = on_error
         self._ws: websocket.WebSocket | None = None
+        #: Tells when _ws has something to read. The socket's own timeout stays connect_timeout, for
+        #: reads of a frame under way and for every send alike: a reader's short wait must never be
+        #: the timeout of another thread's send (a frame cut half-way kills the connection).
+        self._selector: selectors.BaseSelector | None = None
         #: Signed in and resumed on _ws: requests may go; while False they wait for the reconnection.
         self._ready = False
         #: Inside _open: a drop fails the attempt instead of starting another reconnection.
@@ -295,12 +297,13 @@ class Client:
         self._ended = self._ended or Disconnected('the client was closed', 1000)
         if self._read_lock.acquire(timeout=2 * READER_POLL_SECS):
             try:
-                ws, self._ws, self._ready = self._ws, None, False
+                ws = self._ws
                 if ws is not None:
                     try:
                         ws.close(timeout=CLOSE_TIMEOUT_SECS)
                     except (websocket.WebSocketException, OSError):
-                        ws.shutdown()
+                        pass
+                self._drop_socket()
             finally:
                 self._read_lock.release()
         elif self._ws is not None:
@@ -324,6 +327,8 @@ class Client:
             except (websocket.WebSocketException, OSError) as e:
                 raise Disconnected(f'cannot connect to {self.url}: {type(e).__name__}: {e}') from None
             self._ws = ws
+            self._selector = selectors.DefaultSelector()
+            self._selector.register(ws.sock, selectors.EVENT_READ)
             self._connection += 1
             self._last_heard = self._last_ping = time.monotonic()
             if self.auth == 'hello':
@@ -340,6 +345,9 @@ class Client:
 
     def _drop_socket(self) -> None:
         ws, self._ws, self._ready = self._ws, None, False
+        selector, self._selector = self._selector, None
+        if selector is not None:
+            selector.close()
         if ws is not None:
             ws.shutdown()
 
@@ -443,17 +451,16 @@ class Client:
                 raise self._ended
             self._lost(Disconnected('the connection was lost'))
             return
-        now = time.monotonic()
         wait = self.heartbeat_secs
         if deadline is not None:
-            wait = min(wait, deadline - now)
-        ws.settimeout(max(wait, 0.001))
-        try:
-            opcode, data = ws.recv_data(control_frame=True)
-        except websocket.WebSocketTimeoutException:
+            wait = min(wait, deadline - time.monotonic())
+        if not self._readable(ws, wait):
             self._idle(ws)
             return
+        try:
+            opcode, data = ws.recv_data(control_frame=True)
         except (websocket.WebSocketException, OSError, ValueError) as e:
+            # A timeout here is a frame begun and not finished within connect_timeout: as good as lost.
             self._lost(Disconnected(f'{type(e).__name__}: {e}'))
             return
         self._last_heard = time.monotonic()
@@ -464,6 +471,19 @@ class Client:
             self._file(data.decode('utf-8') if isinstance(data, bytes) else data)
         elif opcode == websocket.ABNF.OPCODE_BINARY:
             _log.warning('websocket client %s: a binary frame from the server was ignored', self.url)
+
+    def _readable(self, ws: websocket.WebSocket, wait: float) -> bool:
+        """Whether a frame (or the end) arrives within wait seconds."""
+        sock, selector = ws.sock, self._selector
+        if sock is None or selector is None:
+            return True  # recv_data raises at once
+        pending = getattr(sock, 'pending', None)  # TLS: decrypted bytes the selector cannot see
+        if pending is not None and pending():
+            return True
+        try:
+            return bool(selector.select(max(wait, 0.0)))
+        except (OSError, ValueError):
+            return True  # closed under us: recv_data says how
 
     def _idle(self, ws: websocket.WebSocket) -> None:
         """Nothing came for a while: ping the server; after three heartbeats of silence, the connection is lost."""

@@ -207,9 +207,11 @@ class FakeServer:
         """Stop accepting and end every connection."""
         self._stopped = True
         try:
-            self._listener.close()
+            # Wakes the accepting thread: a close alone leaves its accept() listening (Linux).
+            self._listener.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        self._listener.close()
         for conn in list(self.connections):
             conn.drop()
 

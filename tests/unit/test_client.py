@@ -182,6 +182,13 @@ def test_an_error_no_request_waits_for_goes_to_on_error(server: FakeServer) -> N
     assert [(e.status, e.details) for e in errors] == [(400, 'bad frame')]  # type: ignore[attr-defined]
 
 
+def test_a_short_wait_for_messages_is_not_the_timeout_of_a_large_send(server: FakeServer) -> None:
+    with _client(server) as client:
+        assert client.receive(timeout=0.001) is None
+        assert client.publish('orders', 'x' * 4_000_000).startswith('zpsm')
+    assert len(server.connections) == 1  # sent whole, over the first connection
+
+
 def test_another_thread_may_publish_while_one_iterates(server: FakeServer) -> None:
     with _client(server) as client:
         client.subscribe('orders')
