@@ -47,9 +47,16 @@ def receive(ws: websocket.WebSocket, action: str | None = None) -> dict[str, Any
             return frame
 
 
+#: An ack deadline far beyond the tests' 30 s waits: a message that only comes after it is a failure.
+CONFIG = '''
+[websocket]
+ack_deadline_secs = 300
+'''
+
+
 @pytest.fixture
 def app(server_factory: Callable[..., LiveServer]) -> LiveServer:
-    server = server_factory()
+    server = server_factory(extra_config=CONFIG)
     server.write_objects('objects.yaml', OBJECTS)
     return server.start()
 
@@ -76,6 +83,45 @@ def test_resuming_on_a_second_connection_detaches_the_first(app: LiveServer) -> 
     assert receive(second, 'acked')['acked'] == 1
     first.close()
     second.close()
+
+
+def test_the_window_slides_with_each_ack(app: LiveServer) -> None:
+    ws = connect(app)
+    send(ws, action='subscribe', topic='orders.new', window=2)
+    receive(ws, 'subscribed')
+    for n in range(5):
+        send(ws, action='publish', topic='orders.new', data={'n': n}, id=n)
+    frames = [receive(ws) for _ in range(7)]  # five answers and the two messages the window lets through
+    assert sorted(f['id'] for f in frames if f['action'] == 'published') == [0, 1, 2, 3, 4]
+    first, second = [f for f in frames if f['action'] == 'message']
+    assert [first['data']['n'], second['data']['n']] == [0, 1]
+    # Acking one makes room for one more at once, while the other is still held.
+    send(ws, action='ack', ack_ids=[first['ack_id']], id='a1')
+    frames = [receive(ws), receive(ws)]
+    assert sorted(f['action'] for f in frames) == ['acked', 'message']
+    third = next(f for f in frames if f['action'] == 'message')
+    assert third['data']['n'] == 2
+    send(ws, action='ping', id='p')
+    assert receive(ws)['action'] == 'pong'  # and nothing else came: two are held, the window is full
+    send(ws, action='ack', ack_ids=[second['ack_id'], third['ack_id']], id='a2')
+    rest = [receive(ws, 'message')['data']['n'] for _ in range(2)]
+    assert rest == [3, 4]
+    ws.close()
+
+
+def test_new_messages_flow_while_others_are_held(app: LiveServer) -> None:
+    ws = connect(app)
+    send(ws, action='subscribe', topic='orders.new', window=5)
+    receive(ws, 'subscribed')
+    send(ws, action='publish', topic='orders.new', data={'n': 0})
+    frames = [receive(ws), receive(ws)]
+    held = next(f for f in frames if f['action'] == 'message')
+    for n in (1, 2):  # published one by one while the first is held: each comes at once
+        send(ws, action='publish', topic='orders.new', data={'n': n})
+        frames = [receive(ws), receive(ws)]
+        assert [f['data'] for f in frames if f['action'] == 'message'] == [{'n': n}]
+    assert held['data'] == {'n': 0}
+    ws.close()
 
 
 def test_stopping_the_server_tells_clients_at_once(app: LiveServer) -> None:
