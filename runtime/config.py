@@ -128,6 +128,30 @@ class HttpSection:
 
 
 @dataclass
+class WebSocketSection:
+    """[websocket]: WebSocket publishers and subscribers at GET /pubsub/ws (runtime.http.websocket)."""
+
+    #: A client that did not authenticate on the upgrade must send its hello frame within this time.
+    hello_timeout_secs: float = 5.0
+    #: The server pings every client this often; a peer that sent nothing (not even a pong) for
+    #: dead_peer_secs is closed.
+    ping_interval_secs: float = 20.0
+    dead_peer_secs: float = 60.0
+    #: Largest message a client may send (a larger one closes the connection with 1009).
+    max_frame_bytes: int = 6 * 1024 * 1024
+    #: Unacknowledged messages per subscription: the default and the most a client may ask for.
+    default_window: int = 100
+    max_window: int = 1000
+    #: A message a connected client has not acknowledged within this time comes back later (a failed attempt).
+    ack_deadline_secs: float = 30.0
+    #: Subscriptions one connection may hold.
+    max_subscriptions: int = 100
+    #: Origins (scheme://host[:port], comma-separated; '*' = any) whose browsers may authenticate with
+    #: the Basic Auth header; a browser from any other origin must authenticate with the hello frame.
+    allowed_origins: str = ''
+
+
+@dataclass
 class AdminSection:
     """Credentials of the admin API; an empty password is generated once into password_file."""
 
@@ -275,6 +299,7 @@ class Settings:
     admin: AdminSection = field(default_factory=AdminSection)
     sync: SyncSection = field(default_factory=SyncSection)
     pubsub: PubSubSection = field(default_factory=PubSubSection)
+    websocket: WebSocketSection = field(default_factory=WebSocketSection)
     scheduler: SchedulerSection = field(default_factory=SchedulerSection)
     spark: SparkSection = field(default_factory=SparkSection)
     archive: ArchiveSection = field(default_factory=ArchiveSection)

@@ -50,7 +50,9 @@ from runtime.pubsub.permissions import PermissionAdmin, Permissions
 from runtime.pubsub.permissions import section_handler as permissions_section
 from runtime.pubsub.queue_admin import QueueAdmin
 from runtime.pubsub.subscribers import standard_subscribers
+from runtime.pubsub.subscribers.websocket import Attachments
 from runtime.pubsub.topic_admin import TopicAdmin
+from runtime.pubsub.websocket_hub import WebSocketHub
 from runtime.scheduler import SYNC_KEY as SCHEDULER_KEY
 from runtime.scheduler import Scheduler
 from runtime.scheduler.objects import section_handler as scheduler_section
@@ -122,7 +124,8 @@ class Runtime:
         self.store = ServiceStore()
         #: Prometheus metrics of this worker: fed by the broker's observers, the invoker and the HTTP middleware.
         #: The broker is built later (it runs services): metrics read its registry when asked.
-        self.metrics = Metrics(self.engine, lambda: self.broker.registry)
+        self.metrics = Metrics(self.engine, lambda: self.broker.registry,
+                               websocket_attached=lambda: len(self.ws_attachments))
         # Services reach the pub/sub API and the Spark jobs built after the invoker through these getters.
         self.invoker = Invoker(self.store, spawn, pubsub=self.pubsub_api, config=settings.services,
                                observe=self.metrics.invoke.observe, spark=lambda: self.spark)
@@ -142,13 +145,22 @@ class Runtime:
             self.archive = MessageArchive(settings.archive, settings.path(settings.archive.dir), spawn)
         # Every publication, delivery and dead letter of the broker reaches the metrics and the archive.
         observers = Observers([self.metrics.pubsub, *([self.archive] if self.archive else [])])
-        self.broker = Broker(self.engine, settings.pubsub, subscribers=standard_subscribers(self._run_service),
+        #: The WebSocket subscriptions attached to this worker's connections (the WebSocket plug-in delivers them).
+        self.ws_attachments = Attachments()
+        self.broker = Broker(self.engine, settings.pubsub,
+                             subscribers=standard_subscribers(self._run_service, self.ws_attachments),
                              spawn=spawn, has_service=self.store.has,
                              overflow_dir=settings.path(settings.pubsub.overflow_dir), observers=observers,
                              json_limits=JsonLimits.from_settings(settings.http),
                              sub_allowed=self.permissions.sub_allowed)
         #: Topic and subscription administration: making them (catalog), changing them and their queues.
         self.catalog = self.broker.catalog
+        #: What the HTTP side's WebSocket connections call: subscribe, attach, resume, detach; the heartbeat.
+        self.ws_hub = WebSocketHub(self.engine, self.ws_attachments, catalog=self.catalog,
+                                   registry=lambda: self.broker.registry, reload=self.broker.reload,
+                                   owner=self.broker.leases.owner, want_delivery=self.broker.want_delivery,
+                                   release_delivery=self.broker.release_delivery,
+                                   heartbeat_secs=settings.pubsub.lease_renew_secs)
         # The broker's registry is replaced by every reload: the layers read it afresh each time.
         self.topic_admin = TopicAdmin(self.engine, lambda: self.broker.registry, self.broker.reload)
         self.queue_admin = QueueAdmin(self.engine, lambda: self.broker.registry, self.broker.reload)
@@ -182,6 +194,7 @@ class Runtime:
         pickup = self.settings.path(hd.dir)
         self.hot_deployer.deploy_directory_now(pickup)
         self.broker.start(background=True)
+        self.spawner.spawn(self.ws_hub.run, name='ws-heartbeat')  # with the broker's own greenlets
         self.synchronizer.poll()
         self.scheduler.start()
         self.spark.start()
@@ -203,6 +216,10 @@ class Runtime:
             self.spark.stop()  # before the broker: killed jobs publish spark.job.failed
         except Exception:
             _log.exception('stopping Spark jobs failed')
+        try:
+            self.ws_hub.stop()  # before the broker hands its leases back: the clients' rows first
+        except Exception:
+            _log.exception('stopping the WebSocket hub failed')
         try:
             self.broker.stop()
         except Exception:
@@ -271,7 +288,7 @@ class Runtime:
         parts = AppParts(settings=self.settings, database_answers=partial(database_answers, self.engine),
                          store=self.store, invoker=self.invoker,
                          security=self.security, router=lambda: self.router, metrics=self.metrics, admin=admin,
-                         pubsub_rest=rest)
+                         pubsub_rest=rest, ws_hub=self.ws_hub)
         return make_app(parts, **kwargs)
 
     # Pub/sub

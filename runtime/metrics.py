@@ -12,7 +12,15 @@ What is counted, and where:
   bounded, so that no client can add series: ``method`` is one of the standard methods or
   ``OTHER``, ``route`` the URI template of the routed resource or ``channel`` for everything else
   (REST channels, unknown paths, requests refused before routing), ``status`` a status code;
-- ``conduit_invoke_duration_seconds{service}``: every run of a service, whatever the channel.
+- ``conduit_invoke_duration_seconds{service}``: every run of a service, whatever the channel;
+- WebSockets: ``conduit_websocket_connections`` (open connections of this worker),
+  ``conduit_websocket_frames_total{action}`` (client frames; the action label is bounded by
+  ``runtime.websocket_metrics.FRAME_ACTIONS``, anything else counts as ``invalid``), fed by the
+  connections through the ``WebSocketMetrics`` methods below, and
+  ``conduit_websocket_subscriptions_attached`` (subscriptions whose client is attached to this
+  worker, asked of the attachments at scrape time);
+- ``conduit_pubsub_subscriptions_expired_total{kind}``: subscriptions the sweeper deleted for
+  inactivity (``limit_sub_inactivity``), by the observer event ``on_subscription_expired``.
 
 The hot paths (publish, deliver, invoke) only bump plain dicts: a histogram observation is a bisect
 and two additions, well under a microsecond. prometheus_client is used at scrape time only, so
@@ -36,7 +44,7 @@ import os
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +56,7 @@ from runtime.db.blocking import run_transaction
 from runtime.pubsub import queue_admin
 from runtime.pubsub.observers import PubSubObserver
 from runtime.timefmt import iso
+from runtime.websocket_metrics import FRAME_ACTIONS, frame_action
 
 if TYPE_CHECKING:
     import falcon
@@ -133,6 +142,8 @@ class PubSubMetrics(PubSubObserver):
         self.failed: dict[tuple[str, str, str], int] = {}
         #: (topic, subscription id, subscriber, reason) -> count
         self.dead_lettered: dict[tuple[str, str, str, str], int] = {}
+        #: kind -> subscriptions deleted for inactivity
+        self.expired: dict[str, int] = {}
         self.recent: dict[int, deque[tuple[Any, ...]]] = {}
 
     def __repr__(self) -> str:
@@ -158,6 +169,10 @@ class PubSubMetrics(PubSubObserver):
         """Count a dead letter."""
         key = (delivery.topic_name, str(sub.id), _subscriber(sub), reason)
         self.dead_lettered[key] = self.dead_lettered.get(key, 0) + 1
+
+    def on_subscription_expired(self, sub: SubInfo) -> None:
+        """Count a subscription deleted for inactivity (by kind only: its id would be a series per deletion)."""
+        self.expired[sub.kind] = self.expired.get(sub.kind, 0) + 1
 
     def recent_publications(self, topic_id: int) -> list[dict[str, Any]]:
         """Publications of a topic this worker saw, newest first (no data: it is not kept)."""
@@ -199,16 +214,41 @@ def _status_label(resp: falcon.Response) -> str:
 
 
 class Metrics:
-    """The metrics of one runtime: counters fed by the broker, the invoker and the HTTP layer."""
+    """The metrics of one runtime: counters fed by the broker, the invoker and the HTTP layer.
 
-    def __init__(self, engine: Engine, registry: Callable[[], Registry]) -> None:
-        """engine: the database whose queue depths are read; registry: the broker's topics and subscriptions now."""
+    It is also the ``WebSocketMetrics`` (``runtime.websocket_metrics``) the WebSocket connections report to.
+    """
+
+    def __init__(self, engine: Engine, registry: Callable[[], Registry],
+                 websocket_attached: Callable[[], int] | None = None) -> None:
+        """engine: the database whose queue depths are read; registry: the broker's topics and subscriptions now;
+        websocket_attached: how many subscriptions have their WebSocket client attached to this worker now."""
         self._engine = engine
         self._registry = registry
+        self._websocket_attached = websocket_attached or (lambda: 0)
         self.pubsub = PubSubMetrics()
         self.invoke = Histogram()
         self.http_requests: dict[tuple[str, str, str], int] = {}
         self.http_latency = Histogram()
+        #: Open WebSocket connections of this worker.
+        self.websocket_connections = 0
+        #: action -> client frames received; every known action is shown from the start, at 0.
+        self.websocket_frames: dict[str, int] = dict.fromkeys(sorted(FRAME_ACTIONS), 0)
+
+    # WebSocketMetrics
+
+    def websocket_opened(self) -> None:
+        """A WebSocket connection was accepted by this worker."""
+        self.websocket_connections += 1
+
+    def websocket_closed(self) -> None:
+        """A WebSocket connection of this worker ended."""
+        self.websocket_connections -= 1
+
+    def websocket_frame(self, action: str) -> None:
+        """A client frame was received (an action the protocol does not know counts as 'invalid')."""
+        label = frame_action(action)
+        self.websocket_frames[label] += 1
 
     def http_middleware(self) -> HttpMetrics:
         """The falcon middleware that feeds the HTTP metrics."""
@@ -236,7 +276,9 @@ class Metrics:
             delivered=list(pubsub.delivered.items()), failed=list(pubsub.failed.items()),
             dead_lettered=list(pubsub.dead_lettered.items()), http_requests=list(self.http_requests.items()),
             invoke=(self.invoke.bounds, self.invoke.snapshot()),
-            http_latency=(self.http_latency.bounds, self.http_latency.snapshot()))
+            http_latency=(self.http_latency.bounds, self.http_latency.snapshot()),
+            expired=list(pubsub.expired.items()), websocket_connections=self.websocket_connections,
+            websocket_frames=list(self.websocket_frames.items()), websocket_attached=self._websocket_attached())
         counters.queues, counters.topics = self._depths()
         return counters
 
@@ -274,6 +316,12 @@ class MetricsSnapshot:
     #: (bucket bounds, series) of a Histogram.
     invoke: tuple[tuple[float, ...], list[tuple[Any, list[float]]]]
     http_latency: tuple[tuple[float, ...], list[tuple[Any, list[float]]]]
+    #: (kind, subscriptions deleted for inactivity)
+    expired: list[tuple[str, int]] = field(default_factory=list)
+    websocket_connections: int = 0
+    #: (action, client frames received)
+    websocket_frames: list[tuple[str, int]] = field(default_factory=list)
+    websocket_attached: int = 0
     #: None when the database could not be read.
     queues: list[tuple[list[str], int, int]] | None = None
     topics: list[tuple[str, int, int]] | None = None
@@ -306,6 +354,25 @@ class MetricsSnapshot:
                                 pid, *self.http_latency)
         yield _histogram_family('conduit_invoke_duration_seconds', 'Service run time, any channel', ['service'], pid,
                                 *self.invoke)
+        family = CounterMetricFamily('conduit_pubsub_subscriptions_expired',
+                                     'Subscriptions deleted with their queue for inactivity (limit_sub_inactivity)',
+                                     labels=['kind', 'pid'])
+        for kind, count in self.expired:
+            family.add_metric([kind, pid], count)
+        yield family
+        gauge = GaugeMetricFamily('conduit_websocket_connections', 'Open WebSocket connections of this worker',
+                                  labels=['pid'])
+        gauge.add_metric([pid], self.websocket_connections)
+        yield gauge
+        gauge = GaugeMetricFamily('conduit_websocket_subscriptions_attached',
+                                  'Subscriptions whose WebSocket client is attached to this worker', labels=['pid'])
+        gauge.add_metric([pid], self.websocket_attached)
+        yield gauge
+        family = CounterMetricFamily('conduit_websocket_frames', 'WebSocket frames received from clients, by action '
+                                     "('invalid': not a frame of the protocol)", labels=['action', 'pid'])
+        for action, count in self.websocket_frames:
+            family.add_metric([action, pid], count)
+        yield family
         if self.queues is not None:
             labels = ['subscription', 'kind', 'subscriber', 'topic']
             queue = GaugeMetricFamily('conduit_pubsub_queue_depth', 'Messages waiting in a subscription queue '

@@ -51,7 +51,7 @@ IGNORED_KEYS: dict[str, frozenset[str]] = {
         'match_slash', 'merge_url_params_req', 'params_pri', 'url_params_pri', 'http_accept', 'cache_expiry'}),
     'pubsub_topic': frozenset({
         'id', 'cluster_id', 'description', 'opaque1', 'is_audit_log_active', 'is_internal', 'pub_buffer_size_gd',
-        'task_sync_interval', 'task_delivery_interval', 'limit_sub_inactivity', 'max_depth', 'hook_service_id'}),
+        'task_sync_interval', 'task_delivery_interval', 'max_depth', 'hook_service_id'}),
     'pubsub_permission': frozenset({'id', 'cluster_id', 'description'}),
     'pubsub_subscription': frozenset({
         'id', 'cluster_id', 'description', 'opaque1', 'max_retry_time', 'endpoint_name', 'endpoint_type',

@@ -14,6 +14,7 @@ from runtime.cli import (
     channels,
     jobs,
     objects,
+    pubsub,
     queues,
     security,
     server,
@@ -28,6 +29,7 @@ __all__ = ['main']
 
 for _command in (server.start, server.stop, server.status, services.invoke, services.deploy, services.undeploy,
                  services.services, jobs.job, spark.spark, topics.topic, subscriptions.sub, queues.queue,
-                 queues.dlq, topics.publish, security.sec, channels.channel, objects.objects, objects.audit):
+                 queues.dlq, topics.publish, pubsub.pubsub, security.sec, channels.channel, objects.objects,
+                 objects.audit):
     main.add_command(_command)
 objects.add_detach_options({name: cmd for name, cmd in main.commands.items() if isinstance(cmd, click.Group)})

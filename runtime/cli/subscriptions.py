@@ -24,7 +24,7 @@ def sub() -> None:
 
 @sub.command('list')
 @click.option('--topic', 'topic_name', default=None, help='Only those whose topic or pattern matches this topic.')
-@click.option('--kind', type=click.Choice(['service', 'pull', 'rest_push']), default=None)
+@click.option('--kind', type=click.Choice(['service', 'pull', 'rest_push', 'websocket']), default=None)
 @json_option
 @click.pass_context
 def sub_list(ctx: click.Context, topic_name: str | None, kind: str | None, as_json: bool) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Float, Index, Integer, String, Text
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -109,6 +109,8 @@ class Topic(Base):
     depth_check_freq: Mapped[int] = mapped_column(Integer, default=100)
     limit_retention: Mapped[int] = mapped_column(Integer, default=31536000)
     limit_message_expiry: Mapped[int] = mapped_column(Integer, default=31536000)
+    #: Seconds a WebSocket subscription may have no client and no activity before the sweeper deletes it; 0: never.
+    limit_sub_inactivity: Mapped[int] = mapped_column(Integer, default=86400, server_default='86400')
     hook_service: Mapped[str] = mapped_column(String(200), default='')
     #: A topic made implicitly for publications to a service (/zato/s/to/...).
     is_service_topic: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -127,7 +129,8 @@ class Subscription(Base):
     sub_key: Mapped[str] = mapped_column(String(64), unique=True)
     #: A topic name or a pattern with * / ** wildcards, as given.
     pattern: Mapped[str] = mapped_column(String(200))
-    #: 'service' (pushed to a service), 'rest_push' (POSTed to a URL), 'pull' (fetched by the client).
+    #: 'service' (pushed to a service), 'rest_push' (POSTed to a URL), 'pull' (fetched by the client),
+    #: 'websocket' (sent over a client's WebSocket, see WsClient).
     kind: Mapped[str] = mapped_column(String(16))
     #: The service invoked (kind service), or the service that owns a pull subscription.
     service: Mapped[str] = mapped_column(String(200), default='')
@@ -211,6 +214,24 @@ class DeadLetter(Base):
     last_traceback: Mapped[str | None] = mapped_column(Text, nullable=True)
     reason: Mapped[str] = mapped_column(String(32))
     dead_at: Mapped[float] = mapped_column(Float)
+
+
+class WsClient(Base):
+    """The client of one WebSocket subscription: which worker holds its connection, and its last activity."""
+
+    __tablename__ = 'conduit_ws_client'
+
+    sub_id: Mapped[int] = mapped_column(Integer, ForeignKey('conduit_subscription.id'), primary_key=True,
+                                        autoincrement=False)
+    #: The lease-owner id of the worker holding the client's connection; '' when no client is attached.
+    owner: Mapped[str] = mapped_column(String(200), default='', server_default='')
+    #: The client's address, as the worker saw it ('' when none is attached).
+    peer: Mapped[str] = mapped_column(String(100), default='', server_default='')
+    connected_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: Attach, ack, or a heartbeat of the worker while a client is attached (the sweeper's measure).
+    last_active_at: Mapped[float] = mapped_column(Float)
+    #: Messages the client held unacknowledged at the last heartbeat.
+    in_flight: Mapped[int] = mapped_column(Integer, default=0, server_default='0')
 
 
 class Lease(Base):

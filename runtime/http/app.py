@@ -21,7 +21,10 @@ from runtime.http.body import InputLimits
 from runtime.http.channel_sink import ChannelSink
 from runtime.http.openapi import BOOL, INT, STR, OpenApiResource, obj, operation
 from runtime.http.signin_log import FailedSignInLog
+from runtime.http.websocket.resource import WebSocketResource
+from runtime.http.websocket.session import SignIn, WebSocketParts
 from runtime.invoke import new_cid
+from runtime.json_limits import JsonLimits
 from runtime.metrics import MetricsResource
 from runtime.security import BasicAuth, SecurityRegistry, hash_password
 
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
     from runtime.http.pubsub_rest import RestParts
     from runtime.invoke import Invoker
     from runtime.metrics import Metrics
+    from runtime.pubsub.websocket_hub import WebSocketHub
     from runtime.store import ServiceStore
 
 #: Response header carrying the request's correlation id.
@@ -60,6 +64,8 @@ class AppParts:
     admin: AdminParts
     #: What the pub/sub REST API works with.
     pubsub_rest: RestParts
+    #: WebSocket subscriptions and their attachment to this worker's connections.
+    ws_hub: WebSocketHub
 
 
 class _CidMiddleware:
@@ -123,6 +129,9 @@ def make_app(parts: AppParts, **kwargs: Any) -> falcon.App:
     add_admin_routes(app, parts.admin)
     for path, resource in pubsub_rest.routes(parts.pubsub_rest).items():
         app.add_route(path, resource)
+    websocket = WebSocketParts(settings=parts.settings.websocket, rest=parts.pubsub_rest, hub=parts.ws_hub,
+                               counters=parts.metrics, json_limits=JsonLimits.from_settings(http))
+    app.add_route('/pubsub/ws', WebSocketResource(websocket, SignIn(parts.security, throttle, failures_log)))
     app.add_sink(ChannelSink(parts.router, parts.security, parts.store, parts.invoker), prefix='/')
     auth.check_routes(app)
     return app

@@ -179,7 +179,7 @@ def _zato_codes(parts: RestParts) -> bool:
     return parts.settings.pubsub.rest_status_codes == ZATO_CODES
 
 
-def _check_permission(parts: RestParts, caller: BasicAuth, action: str, topic: str) -> None:
+def check_permission(parts: RestParts, caller: BasicAuth, action: str, topic: str) -> None:
     """Raise unless the caller has the permission for topic (given by either of its names)."""
     check: Callable[[str, str], bool] = parts.permissions.can_pub if action == PUB else parts.permissions.can_sub
     if check(caller.name, topic):
@@ -257,28 +257,6 @@ class _PubSubResource:
         self._parts = parts
         self._reloaded_at = 0.0
 
-    def _topic(self, name: str) -> TopicInfo:
-        topic = self._parts.broker.registry.topic(name)
-        if topic is None:
-            raise TopicNotFound(name)
-        return topic
-
-    def _publish_topic(self, name: str) -> TopicInfo:
-        """A topic to publish to; a deployed service's topic is made on first use, as in-process publishing does."""
-        broker = self._parts.broker
-        topic = broker.registry.topic(name)
-        if topic is not None:
-            return topic
-        service = aliased_service(name)
-        if service is None and normalize(name).startswith(SERVICE_TOPIC_PREFIX):
-            # /zato/s/to/<name>: dots became underscores, so find the service by its topic's name.
-            service = next((s for s in self._parts.store.names()
-                            if normalize(service_topic_name(s)) == normalize(name)), None)
-        if service is not None and self._parts.store.has(service):
-            with pull.storage_errors():
-                return self._parts.catalog.ensure_service_topic(service)
-        raise TopicNotFound(name)
-
     def _subs(self, caller: BasicAuth, sub_key: str | None, kinds: tuple[str, ...] = (KIND_PULL,),
               topic: str | None = None) -> list[SubInfo]:
         """The caller's subscriptions of these kinds: the one of sub_key, or all (to topic, if given)."""
@@ -331,26 +309,67 @@ class PublishResource(_PubSubResource):
     }}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, topic: str) -> None:
-        parts = self._parts
-        caller = _caller(parts, req)
-        validate_topic_name(topic)
-        _check_permission(parts, caller, PUB, topic)
-        info = self._publish_topic(topic)
-        if not info.is_active:
-            raise _inactive(parts, info.name)
-        body = _object_body(parts, req)
-        if body.get('data') is None:
-            raise InvalidMessage('data', 'is required (it is null or missing)')
-        options = _publish_options(body, parts.settings.pubsub.default_expiration_secs)
-        if options['correl_id'] is None:
-            options['correl_id'] = req.context.cid  # as Zato does: the publication is traceable to its request
+        caller = _caller(self._parts, req)
+        resp.media = _ok(req, **publish_message(self._parts, caller, topic, lambda: _object_body(self._parts, req),
+                                                req.context.cid))
+
+
+def publish_message(parts: RestParts, caller: BasicAuth, topic: str, body: Callable[[], dict[str, Any]],
+                    cid: str, channel: str = 'rest') -> dict[str, Any]:
+    """Publish for an authenticated caller, with REST's checks in REST's order; the answer's own fields.
+
+    The order is the documented one: topic name, ``pub`` permission, topic exists and is active, then
+    the body (read only then, so that a refused publication costs no parsing), then its data. The
+    WebSocket channel publishes through this too (the publisher is then ``ws:<definition>``).
+    """
+    validate_topic_name(topic)
+    check_permission(parts, caller, PUB, topic)
+    info = publish_topic(parts, topic)
+    if not info.is_active:
+        raise _inactive(parts, info.name)
+    fields = body()
+    if fields.get('data') is None:
+        raise InvalidMessage('data', 'is required (it is null or missing)')
+    options = _publish_options(fields, parts.settings.pubsub.default_expiration_secs)
+    if options['correl_id'] is None:
+        options['correl_id'] = cid  # as Zato does: the publication is traceable to its request
+    with pull.storage_errors():
+        msg_id = parts.broker.publish(info.name, fields['data'], publisher=f'{channel}:{caller.name}', **options)
+    answer: dict[str, Any] = {'msg_id': str(msg_id)}
+    if getattr(msg_id, 'overflowed', False):
+        answer['overflowed'] = True
+        answer['details'] = 'the topic is at its max depth: the message went to its overflow log'
+    return answer
+
+
+def publish_topic(parts: RestParts, name: str) -> TopicInfo:
+    """A topic to publish to; a deployed service's topic is made on first use, as in-process publishing does."""
+    broker = parts.broker
+    topic = broker.registry.topic(name)
+    if topic is not None:
+        return topic
+    service = aliased_service(name)
+    if service is None and normalize(name).startswith(SERVICE_TOPIC_PREFIX):
+        # /zato/s/to/<name>: dots became underscores, so find the service by its topic's name.
+        service = next((s for s in parts.store.names()
+                        if normalize(service_topic_name(s)) == normalize(name)), None)
+    if service is not None and parts.store.has(service):
         with pull.storage_errors():
-            msg_id = parts.broker.publish(info.name, body['data'], publisher=f'rest:{caller.name}', **options)
-        answer = _ok(req, msg_id=str(msg_id))
-        if getattr(msg_id, 'overflowed', False):
-            answer['overflowed'] = True
-            answer['details'] = 'the topic is at its max depth: the message went to its overflow log'
-        resp.media = answer
+            return parts.catalog.ensure_service_topic(service)
+    raise TopicNotFound(name)
+
+
+def subscription_topic(parts: RestParts, caller: BasicAuth, topic: str) -> TopicInfo:
+    """The topic a caller may subscribe itself to: name, ``sub`` permission, existence, is_api_sub_allowed."""
+    validate_topic_name(topic)
+    check_permission(parts, caller, SUB, topic)
+    info = parts.broker.registry.topic(topic)
+    if info is None:
+        raise TopicNotFound(topic)
+    if not info.is_api_sub_allowed:
+        raise Forbidden(f'topic {info.name!r} does not allow subscriptions through the API '
+                        f'(is_api_sub_allowed is false)')
+    return info
 
 
 def _publish_options(body: dict[str, Any], default_expiration: float) -> dict[str, Any]:
@@ -416,12 +435,7 @@ class SubscribeResource(_PubSubResource):
     def on_post(self, req: falcon.Request, resp: falcon.Response, topic: str) -> None:
         parts = self._parts
         caller = _caller(parts, req)
-        validate_topic_name(topic)
-        _check_permission(parts, caller, SUB, topic)
-        info = self._topic(topic)
-        if not info.is_api_sub_allowed:
-            raise Forbidden(f'topic {info.name!r} does not allow subscriptions through the API '
-                            f'(is_api_sub_allowed is false)')
+        info = subscription_topic(parts, caller, topic)
         catalog = parts.catalog
         existing = self._subs(caller, None, topic=info.name)
         with pull.storage_errors():

@@ -1,8 +1,8 @@
-"""The gunicorn gevent worker with bounds on slow and numerous clients.
+"""The gunicorn gevent worker with bounds on slow and numerous clients, and room for WebSockets.
 
 gunicorn's gevent worker gives each connection a greenlet from a pool of ``worker_connections``;
 when the pool is full it stops accepting, so 1,000 clients that send a byte a second make every
-other request — ``/health`` included — wait. This worker changes three things:
+other request — ``/health`` included — wait. This worker changes four things:
 
 - **Headroom, then shedding.** The pool holds ``http.max_connections`` connections plus a small
   reserve; a connection that arrives while ``max_connections`` are open is answered
@@ -13,6 +13,9 @@ other request — ``/health`` included — wait. This worker changes three thing
   The request line and headers must arrive within ``http.header_timeout_secs`` (gunicorn's
   keep-alive timeout, which bounds reading each request head, set by runtime.server); the body's
   deadline and minimum rate are enforced where it is read (runtime.http.body).
+- **Upgraded connections.** A WebSocket request takes its socket over (runtime.http.websocket): the
+  worker then writes nothing more to it, and on SIGTERM tells each such client at once (1001,
+  "going away") instead of cutting it when the graceful time runs out.
 - **File descriptors.** The soft RLIMIT_NOFILE is raised to the hard limit, and a limit below
   ``max_connections`` is logged, since each connection needs one.
 """
@@ -26,7 +29,9 @@ import socket
 import struct
 from http import HTTPStatus
 from typing import Any
+from weakref import WeakSet
 
+import gevent
 from gunicorn.http.errors import (
     ExpectationFailed,
     InvalidResponseHeader,
@@ -37,6 +42,9 @@ from gunicorn.http.errors import (
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
 
+from runtime.http.websocket.connection import GOING_AWAY
+from runtime.http.websocket.handshake import TAKEN_OVER_KEY, UPGRADED_KEY
+
 _log = logging.getLogger(__name__)
 
 #: Connections accepted past max_connections only to be answered 503 and closed.
@@ -44,6 +52,9 @@ SHED_RESERVE = 256
 
 #: Longest the 503 of a shed connection may take to send.
 SHED_SEND_TIMEOUT_SECS = 1.0
+
+#: What the app returns for a request whose socket was taken over (see ConduitWorker.load_wsgi).
+_TAKEN_OVER: list[bytes] = []
 
 #: File descriptors the worker needs besides its connections (database, logs, archive, pipes).
 RESERVED_FDS = 128
@@ -127,6 +138,29 @@ class ConduitWorker(GeventWorker):
                 pass
             # gunicorn closes the connection quietly on StopIteration; an OSError would be logged with a traceback.
             raise StopIteration() from None
+
+    def load_wsgi(self) -> None:
+        """Load the app, wrapped so that a request whose socket was taken over (a WebSocket) ends quietly."""
+        super().load_wsgi()
+        app = self.wsgi
+        upgraded = self._upgraded = WeakSet()
+
+        def wsgi(environ: dict[str, Any], start_response: Any) -> Any:
+            environ[UPGRADED_KEY] = upgraded
+            body = app(environ, start_response)
+            return _TAKEN_OVER if environ.get(TAKEN_OVER_KEY) else body
+        self.wsgi = wsgi
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        """SIGTERM: stop as gunicorn does, and tell WebSocket clients at once so they reconnect elsewhere."""
+        super().handle_exit(sig, frame)
+        for conn in list(getattr(self, '_upgraded', ())):
+            # One greenlet each: a client that does not read must not delay the others' closing frames.
+            gevent.spawn(conn.close, GOING_AWAY, 'server stopping', False)
+
+    def is_already_handled(self, respiter: Any) -> bool:
+        """An upgraded request has used its socket: gunicorn writes nothing more to it and closes it."""
+        return respiter is _TAKEN_OVER or super().is_already_handled(respiter)
 
     def handle_error(self, req: Any, client: socket.socket, addr: Any, exc: BaseException) -> None:
         """A request gunicorn could not parse: a 4xx in Conduit's JSON error shape, one WARNING line."""

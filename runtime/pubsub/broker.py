@@ -7,11 +7,15 @@ Non-GD messages skip storage for the subscriptions this worker delivers: they wa
 delivery loop's memory and are lost if the worker stops (as documented). Subscriptions delivered by
 another process, pull queues and a topic's own backlog get them through the database.
 
-A lease per delivered subscription decides which worker delivers it; this worker runs a
-``DeliveryLoop`` for each lease it holds, calling what the plug-in of the subscription's kind
-builds (``runtime.pubsub.subscribers``), and wakes it on local publications at once (on other
-processes' through ``wakeups``). ``catalog`` administers topics and subscriptions, ``sweeper``
-removes what nobody will read; pulls go through ``runtime.pubsub.subscribers.pull``.
+A lease per delivered subscription decides which worker delivers it; this worker competes for
+the leases the plug-in of each subscription's kind wants it to (``wants_delivery``: any worker for
+a service or REST push subscription, only the one its client is attached to for a WebSocket one),
+runs a ``DeliveryLoop`` for each lease it holds, calling what that plug-in builds
+(``runtime.pubsub.subscribers``), and wakes it on local publications at once (on other
+processes' through ``wakeups``). ``want_delivery`` asks for the leases to be refreshed now, and
+``release_delivery`` stops one loop and hands its lease back at once (a WebSocket client left).
+``catalog`` administers topics and subscriptions, ``sweeper`` removes what nobody will read;
+pulls go through ``runtime.pubsub.subscribers.pull``.
 """
 
 from __future__ import annotations
@@ -56,6 +60,9 @@ T = TypeVar('T')
 #: Starts a named background greenlet: spawn(func, *args, name=...).
 Spawn = Callable[..., gevent.Greenlet]
 
+#: How long release_delivery lets a loop store the outcome of its last batch before it is killed.
+RELEASE_GRACE_SECS = 2.0
+
 
 def lease_name(sub_id: int) -> str:
     """The lease of a subscription's delivery."""
@@ -82,6 +89,8 @@ class Broker:
         #: The delivery loops of this worker by subscription id, and their greenlets.
         self.loops: dict[int, DeliveryLoop] = {}
         self._greenlets: dict[int, gevent.Greenlet] = {}
+        #: Subscriptions whose delivery release_delivery is stopping: their loops no longer own them.
+        self._releasing: set[int] = set()
         self._committer: GroupCommitter | None = None
         self._topic_depths = TopicDepths(lambda topic_id, gd: run_transaction(
             engine, lambda c: statements.topic_depth(c, topic_id, gd), write=False))
@@ -102,7 +111,9 @@ class Broker:
         self._context = Context(lambda name: self.registry.topic(name), sub_allowed, json_limits)
         self.wakeups = Wakeups(engine, settings.poll_interval_secs, self.loops)
         self.sweeper = Sweeper(self._transaction, lambda: self.registry, self.dead_letterer, self._delivered_kinds,
-                               settings.sweep_interval_secs, lambda: self.leases.owns(SWEEPER_LEASE))
+                               settings.sweep_interval_secs, lambda: self.leases.owns(SWEEPER_LEASE),
+                               observers=self.observers, lease_ttl_secs=settings.lease_ttl_secs,
+                               changed=self.reload)
         #: Topic and subscription administration.
         self.catalog = Catalog(engine, settings, lambda: self.registry, self.subscribers, self.reload,
                                self.wakeups.poll_once)
@@ -324,11 +335,38 @@ class Broker:
 
     # Delivery
 
+    def _wants(self, sub: SubInfo) -> bool:
+        """Whether this worker should hold a subscription's lease now (its plug-in decides)."""
+        plugin = self.subscribers.get(sub.kind)
+        return plugin is not None and plugin.delivered and sub.is_active and plugin.wants_delivery(sub)
+
     def _wanted_leases(self) -> set[str]:
-        wanted = {lease_name(s.id) for s in self.registry.subs.values()
-                  if s.kind in self._delivered_kinds and s.is_active}
+        wanted = {lease_name(s.id) for s in self.registry.subs.values() if self._wants(s)}
         wanted.add(SWEEPER_LEASE)
         return wanted
+
+    def want_delivery(self) -> None:
+        """The leases this worker wants changed (a WebSocket client attached here): refresh them now."""
+        self.leases.kick()
+
+    def release_delivery(self, sub_id: int) -> None:
+        """Stop delivering a subscription in this worker now and hand its lease back at once.
+
+        The loop may store the outcome of the batch it is in (acks, messages due again) for up to
+        RELEASE_GRACE_SECS, then it is killed; the lease row is deleted after, so that no other
+        worker starts delivering while this one still settles.
+        """
+        self._releasing.add(sub_id)
+        try:
+            loop, greenlet = self.loops.get(sub_id), self._greenlets.get(sub_id)
+            if loop is not None:
+                loop.wake()  # a waiting loop looks at once, sees it no longer owns the lease, and ends
+            if greenlet is not None and greenlet is not gevent.getcurrent():
+                greenlet.join(timeout=RELEASE_GRACE_SECS)
+            self._stop_loop(sub_id)
+            self.leases.release(lease_name(sub_id))
+        finally:
+            self._releasing.discard(sub_id)
 
     def leases_changed(self, gained: set[str], lost: set[str]) -> None:
         """Start delivering the subscriptions whose leases this worker gained; stop those it lost."""
@@ -338,7 +376,9 @@ class Broker:
         for name in gained:
             if name.startswith('pubsub:sub:'):
                 sub = self.registry.subs.get(int(name.rsplit(':', 1)[1]))
-                if sub is not None and sub.is_active:  # paused while the lease was being taken
+                # Paused, or (a WebSocket client) detached, while the lease was being taken: the next
+                # refresh gives the lease back.
+                if sub is not None and self._wants(sub):
                     self._start_loop(sub)
 
     def _start_loop(self, sub: SubInfo) -> None:
@@ -347,7 +387,7 @@ class Broker:
         name = lease_name(sub.id)
 
         def owns() -> bool:
-            return self.leases.owns(name)
+            return sub.id not in self._releasing and self.leases.owns(name)
         deliverer = self.subscribers[sub.kind].deliverer(self._context, sub)
         loop = DeliveryLoop(sub, self._backend, deliverer.deliver, owns, self.observers,
                             deliver_batch=deliverer.deliver_batch)

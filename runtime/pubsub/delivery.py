@@ -10,13 +10,14 @@ With ``err_should_block`` (the default, as in Zato) a failed message holds back 
 it until it succeeds or is dead-lettered; otherwise later messages keep flowing. ``max_in_flight``
 above 1 hands a batch's messages to that many greenlets at once, with no ordering promise.
 
-Batch mode (REST push subscribers): a ``deliver_batch`` callable gets the whole batch at once
-and answers with one ``Outcome`` per message it tried, or raises, which fails every message of the
-batch. Each failed message has its attempt counted and is scheduled or dead-lettered on its own,
-as in message mode; ``max_in_flight`` does not apply (one request per batch). With
-``err_should_block``, the retries of a failed batch are all due at the time decided for its head
-(nothing behind the head may go first anyway), so that the batch is tried again whole rather than
-split by jitter.
+Batch mode (REST push and WebSocket subscribers): a ``deliver_batch`` callable gets the whole
+batch at once and answers with one ``Outcome`` per message it tried, or raises, which fails every
+message of the batch; one that tried none of them makes the loop wait for a wake-up (or
+``UNTRIED_WAIT_SECS``) rather than take them again at once. Each failed message has its attempt
+counted and is scheduled or dead-lettered on its own, as in message mode; ``max_in_flight`` does
+not apply (one request per batch). With ``err_should_block``, the retries of a failed batch are all
+due at the time decided for its head (nothing behind the head may go first anyway), so that the
+batch is tried again whole rather than split by jitter.
 
 One storage round trip per batch: the outcome of a batch is settled in the same transaction
 that takes the next batch from the queue and records its attempts (``QueueBackend.cycle``), so
@@ -58,6 +59,9 @@ _log = logging.getLogger(__name__)
 
 #: Longest an idle loop sleeps before looking at its queue again, whatever the wake-ups say.
 IDLE_RECHECK_SECS = 30.0
+
+#: How long a loop waits (or until woken) when its subscriber took none of a batch, rather than spin.
+UNTRIED_WAIT_SECS = 1.0
 
 #: A subscriber taking one message: raises on failure; False means "dropped, do not deliver".
 Deliver = Callable[[SubInfo, Delivery], 'bool | None']
@@ -280,6 +284,10 @@ class DeliveryLoop:
         if dead:
             # Stored (and so announced to the observers, by the backend) at once, not with the next batch.
             self._flush()
+        if live and not outcomes:
+            # The subscriber tried none of them (a WebSocket subscription whose client just left, say):
+            # their attempts are taken back, and the loop waits for a wake-up instead of taking them again.
+            return UNTRIED_WAIT_SECS
         if retries and opts.err_should_block:
             return max(0.01, min(at for _, at, _ in retries) - time.time())
         return 0

@@ -5,6 +5,10 @@ A lease is a row (name, owner, expires_at). Its owner renews all of its leases e
 compare-and-set update. A worker considers itself the owner only until ``valid_until`` (its last
 successful renewal plus the TTL, less a margin), so that when it is cut off from the database it
 stops before another worker can have taken over.
+
+Leases are refreshed every ``renew_secs``, or at once when ``kick`` asks (a WebSocket client
+attached here: its subscription's lease should follow it now, not at the next renewal).
+``release`` hands one lease back at once (its client left), ``release_all`` every one (on stop).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import time
 from collections.abc import Callable
 
 import gevent
+from gevent.event import Event
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
@@ -44,6 +49,8 @@ class LeaseManager:
         self.owner = new_owner_id()
         self.held: set[str] = set()
         self.valid_until = 0.0
+        #: Set by kick(): the run loop refreshes now instead of at the end of its wait.
+        self._kicked = Event()
 
     def owns(self, name: str) -> bool:
         """Whether this worker may act on a lease now."""
@@ -86,6 +93,16 @@ class LeaseManager:
             held -= unwanted
         return held
 
+    def kick(self) -> None:
+        """Refresh now (in the run loop) rather than at the next renewal."""
+        self._kicked.set()
+
+    def release(self, name: str) -> None:
+        """Give up one lease now: forget it and delete its row if this worker owns it."""
+        self.held.discard(name)
+        run_transaction(self._engine, lambda conn: conn.execute(
+            delete(Lease).where(Lease.name == name, Lease.owner == self.owner)))
+
     def release_all(self) -> None:
         """Give up every lease (on a graceful stop) so that another worker takes over at once."""
         self.held = set()
@@ -103,4 +120,5 @@ class LeaseManager:
                 raise
             except Exception as e:
                 _log.warning('lease refresh failed: %s: %s', type(e).__name__, e)
-            gevent.sleep(self.renew_secs)
+            self._kicked.wait(timeout=self.renew_secs)
+            self._kicked.clear()

@@ -8,8 +8,9 @@ delivered. ``after_*`` methods run in reverse order of registration, as Dramatiq
 
 Each event is emitted from one place: ``after_publish`` by the broker once a publication is
 stored, ``after_deliver`` by the delivery loop for each attempt and by the pulls for what they
-hand over, and ``after_dead_letter`` by ``runtime.pubsub.dead_letters`` once a dead letter is
-committed, whatever made it (delivery loop, sweeper, a service's pull, a REST client's pull).
+hand over, ``after_dead_letter`` by ``runtime.pubsub.dead_letters`` once a dead letter is
+committed, whatever made it (delivery loop, sweeper, a service's pull, a REST client's pull), and
+``on_subscription_expired`` by the sweeper once it deleted an inactive WebSocket subscription.
 
 These were called "delivery hooks" (``DeliveryHook``, ``HookChain``, ``broker.hooks``); the old
 names still work (``runtime.pubsub.hooks``). "Hook" now means only what it means in Zato: a
@@ -49,6 +50,9 @@ class PubSubObserver:
 
     def after_dead_letter(self, sub: SubInfo, delivery: Delivery, reason: str, error: str) -> None:
         """A message moved to a subscription's dead-letter queue."""
+
+    def on_subscription_expired(self, sub: SubInfo) -> None:
+        """The sweeper deleted an inactive WebSocket subscription with its queue (limit_sub_inactivity)."""
 
 
 class Observers:

@@ -16,6 +16,9 @@ Guarantees:
 - Re-driving a dead letter makes a new queue entry (delivery count reset, due at once) and removes
   the dead letter, in one transaction; on PostgreSQL a NOTIFY wakes the owning worker, elsewhere
   its poller sees the new queue id within ``pubsub.poll_interval_secs``.
+- WebSocket clients are read as their workers last wrote them: ``in_flight`` and ``last_active_at``
+  of an attached client are as fresh as its worker's last presence heartbeat
+  (``pubsub.lease_renew_secs``); ``connected`` turns false once the connection is detached.
 """
 
 from __future__ import annotations
@@ -291,6 +294,24 @@ class QueueAdmin:
             topic_rows(c, [topic_id]).get(topic_id), topic_depths(c, [topic_id]),
             last_publications(c, topic_id, last) if last else [], queue_stats(c, sub_ids),
             subscription_rows(c, sub_ids)))
+
+    def websocket_clients(self, security: str | None = None,
+                          connected: bool | None = None) -> list[dict[str, Any]]:
+        """Every WebSocket subscription with its client (``statements.websocket_clients``), by id.
+
+        security: only those of this security definition; connected: only those whose client is
+        attached to a worker (True) or not (False).
+        """
+        clients = self._read(statements.websocket_clients)
+        return sorted((c for c in clients if (security is None or c['security'] == security)
+                       and (connected is None or c['connected'] == connected)), key=lambda c: c['sub_id'])
+
+    def websocket_clients_of(self, sub_ids: list[int]) -> dict[int, dict[str, Any]]:
+        """The clients of some WebSocket subscriptions, by subscription id (nothing is read for none)."""
+        if not sub_ids:
+            return {}
+        wanted = set(sub_ids)
+        return {c['sub_id']: c for c in self._read(statements.websocket_clients) if c['sub_id'] in wanted}
 
     def expiration_time(self, topic_name: str, secs: float) -> float:
         """When a message of a topic given secs more to live expires (capped by the topic's limit)."""

@@ -25,7 +25,8 @@ SERVICE_TOPIC_PREFIX = '/zato/s/to/'
 KIND_SERVICE = 'service'
 KIND_PULL = 'pull'
 KIND_REST_PUSH = 'rest_push'
-KINDS = (KIND_SERVICE, KIND_PULL, KIND_REST_PUSH)
+KIND_WEBSOCKET = 'websocket'
+KINDS = (KIND_SERVICE, KIND_PULL, KIND_REST_PUSH, KIND_WEBSOCKET)
 
 #: HTTP methods a REST push subscription may use.
 PUSH_METHODS = ('POST', 'PUT', 'PATCH')
@@ -73,6 +74,9 @@ class TopicInfo:
     depth_check_freq: int = 100
     limit_retention: int = 31536000
     limit_message_expiry: int = 31536000
+    #: Seconds a WebSocket subscription may go with no client attached and no activity before the sweeper
+    #: deletes it with its queue; 0: never.
+    limit_sub_inactivity: int = 86400
     hook_service: str = ''
     is_service_topic: bool = False
 

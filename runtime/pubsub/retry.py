@@ -7,7 +7,10 @@ is capped by ``max_wait_secs``, and gets ±20 % jitter so that many failed messa
 come back at the same instant. After ``max_attempts``, or once the message has
 expired, the decision is to dead-letter it. A message that cannot be rendered for its subscriber
 (``UnrenderableMessage``: stored data that is not JSON within the limits) is dead-lettered at the
-first attempt, with reason ``unrenderable``: trying again cannot change it.
+first attempt, with reason ``unrenderable``: trying again cannot change it. An error whose class
+says ``retry_at_once = True`` (a WebSocket client that left with messages unacknowledged: nothing
+went wrong with the messages themselves) is due again at once, with its attempt counted all the
+same, so that ``max_attempts`` and expiry still dead-letter it.
 """
 
 from __future__ import annotations
@@ -74,10 +77,13 @@ def decide(options: DeliveryOptions, delivery_count: int, exc: BaseException, no
         return RedeliveryDecision(True, reason=REASON_UNRENDERABLE)
     if delivery_count >= options.max_attempts:
         return RedeliveryDecision(True, reason='max_attempts')
-    base = options.wait_sock_err if is_socket_error(exc) else options.wait_non_sock_err
-    wait = min(base * (2 ** (delivery_count - 1)), options.max_wait_secs)
-    wait *= 1 + random.uniform(-JITTER, JITTER)
-    at = now + wait
+    if getattr(exc, 'retry_at_once', False) is True:
+        at = now
+    else:
+        base = options.wait_sock_err if is_socket_error(exc) else options.wait_non_sock_err
+        wait = min(base * (2 ** (delivery_count - 1)), options.max_wait_secs)
+        wait *= 1 + random.uniform(-JITTER, JITTER)
+        at = now + wait
     if at >= expiration_time:
         return RedeliveryDecision(True, reason='expired')
     return RedeliveryDecision(False, at=at)

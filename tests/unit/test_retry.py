@@ -133,3 +133,30 @@ def test_an_http_client_library_s_connection_error_is_a_socket_error() -> None:
     assert is_socket_error(connection_error('refused'))
     assert is_socket_error(read_timeout('no answer'))
     assert not is_socket_error(type('HTTPError', (IOError,), {'__module__': 'requests.exceptions'})('500'))
+
+
+class _LeftEarly(Exception):
+    retry_at_once = True
+
+
+def test_an_error_marked_retry_at_once_is_due_again_at_once_whatever_the_attempt() -> None:
+    for attempt in (1, 2, 10, 24):
+        assert decide(OPTIONS, attempt, _LeftEarly('gone'), NOW, NEVER) == RedeliveryDecision(False, at=NOW)
+
+
+def test_retry_at_once_still_dead_letters_after_max_attempts_and_past_expiry() -> None:
+    assert decide(OPTIONS, 25, _LeftEarly('gone'), NOW, NEVER) == RedeliveryDecision(True, reason='max_attempts')
+    assert decide(OPTIONS, 3, _LeftEarly('gone'), NOW, NOW) == RedeliveryDecision(True, reason='expired')
+
+
+def test_only_a_true_retry_at_once_counts() -> None:
+    class Truthy(Exception):
+        retry_at_once = 'yes'
+    assert _wait(Truthy('x'), 1) >= 3.0 * (1 - JITTER)
+
+
+def test_the_websocket_errors_say_how_they_are_retried() -> None:
+    from runtime.pubsub.subscribers.websocket import AckTimeout, ClientGone
+    assert decide(OPTIONS, 3, ClientGone(), NOW, NEVER) == RedeliveryDecision(False, at=NOW)
+    wait = _wait(AckTimeout(30), 3)
+    assert 3.0 * 4 * (1 - JITTER) <= wait <= 3.0 * 4 * (1 + JITTER)

@@ -11,8 +11,9 @@
 - one module per family of resources (each reads the input, calls the layer that does the work,
   and shows its answer): ``services`` (services, invoke, deploy, status), ``objects``
   (security definitions and channels), ``permissions``, ``pubsub`` (topics, subscriptions,
-  publishing), ``queues`` (queues and dead letters), ``jobs``, ``spark``, ``audit`` (the audit log,
-  detach, and the middleware every admin write passes);
+  publishing), ``queues`` (queues and dead letters), ``websockets`` (WebSocket subscribers and their
+  clients), ``jobs``, ``spark``, ``audit`` (the audit log, detach, and the middleware every admin
+  write passes);
 - ``routes``: the one list of every admin route, and what each resource writes.
 
 Dependencies go one way: ``routes`` imports the families, the families import the shared modules,

@@ -4,7 +4,9 @@
   DELETE); a name may hold ``/``, e.g. ``/admin/topics//zato/s/to/crm_customer_new``.
 - ``/admin/subscriptions`` (GET, POST) and ``/admin/subscriptions/{id}`` (GET, PATCH, DELETE),
   ``.../pause``, ``.../resume``. Subscriptions are named by their numeric id: the sub_key is a
-  secret and is only returned once, when the subscription is created.
+  secret and is only returned once, when the subscription is created. A WebSocket subscription
+  also shows its client (``client``: connected, worker, peer, window, in flight, last activity);
+  ``/admin/pubsub/websockets`` (``runtime.http.admin.websockets``) lists them all.
 - ``/admin/queues/...``: queues and dead letters are in ``runtime.http.admin.queues``.
 - ``POST /admin/publish``: publish on behalf of a service or a security definition.
 
@@ -35,7 +37,7 @@ from runtime.errors import (
 from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import MAX_DB_INT, Body, check_data, check_numbers, has_bad_chars
 from runtime.http.admin.lookups import security_exists
-from runtime.http.admin.subscription_views import SUBSCRIPTION, sub_details, sub_view
+from runtime.http.admin.subscription_views import SUBSCRIPTION, sub_details, sub_views
 from runtime.http.openapi import (
     ANY,
     BOOL,
@@ -53,6 +55,7 @@ from runtime.pubsub.registry import (
     KIND_PULL,
     KIND_REST_PUSH,
     KIND_SERVICE,
+    KIND_WEBSOCKET,
     KINDS,
     DeliveryOptions,
     TopicInfo,
@@ -199,7 +202,7 @@ class TopicResource(_PubSubResource):
                       'depth': depths.get(topic.id, {'gd': 0, 'non_gd': 0}),
                       'last_publications': publications,
                       'last_pub_time_iso': publications[0]['pub_time_iso'] if publications else None,
-                      'subscriptions': [sub_view(s, stats.get(s.id), rows_by_id.get(s.id)) for s in subs]}
+                      'subscriptions': sub_views(self._queues, subs, stats, rows_by_id)}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         topic = self._topics.topic(name)
@@ -254,6 +257,9 @@ def _check_endpoint(parts: AdminParts, kind: str, service: str, security: str, p
         raise InvalidInput('service', 'is required for a service subscription')
     if kind == KIND_PULL and not (security or service):
         raise InvalidInput('security', 'is required for a pull subscription (or service, for a service pull queue)')
+    if kind == KIND_WEBSOCKET and not security:
+        # Only the definition owning it may resume it over a WebSocket (subscribe {sub_key}).
+        raise InvalidInput('security', 'is required for a websocket subscription')
     if kind == KIND_REST_PUSH:
         parts = urlsplit(push_url)
         if parts.scheme not in ('http', 'https') or not parts.hostname:
@@ -272,8 +278,8 @@ class SubscriptionsResource(_PubSubResource):
                                  query('kind', {'enum': list(KINDS)}, 'Only subscriptions of this kind')],
                          response={'subscriptions': arr(SUBSCRIPTION)}),
         'post': operation(
-            'Subscribe a service, a pull client or a REST push endpoint to a topic or pattern', tags=_T,
-            status=201, errors=(400, 404),
+            'Subscribe a service, a pull client, a REST push endpoint or a WebSocket client to a topic or pattern',
+            tags=_T, status=201, errors=(400, 404),
             description='The answer carries the sub_key, a secret shown only here.',
             example={'topic': 'orders.**', 'kind': 'service', 'service': 'conduit.ping',
                      'options': {'max_attempts': 5}},
@@ -287,7 +293,7 @@ class SubscriptionsResource(_PubSubResource):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         subs = self._topics.subscriptions(req.get_param('topic'), req.get_param('kind'))
         stats, rows = self._queues.subscription_stats([s.id for s in subs])
-        resp.media = {'is_ok': True, 'subscriptions': [sub_view(s, stats.get(s.id), rows.get(s.id)) for s in subs]}
+        resp.media = {'is_ok': True, 'subscriptions': sub_views(self._queues, subs, stats, rows)}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         parts = self._parts

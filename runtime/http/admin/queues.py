@@ -21,7 +21,7 @@ import falcon
 from runtime.errors import BadRequest, InvalidInput, MessageTooLarge, ObjectNotFound
 from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import PAGE_PARAMS, Body, check_data, check_numbers, has_bad_chars, page
-from runtime.http.admin.subscription_views import SUBSCRIPTION, sub_details, sub_view
+from runtime.http.admin.subscription_views import SUBSCRIPTION, sub_details, sub_views
 from runtime.http.openapi import ANY, BOOL, INT, NULLABLE_STR, STR, TIME, arr, integer, obj, operation, string
 from runtime.pubsub.message import BASE64_SUFFIX, admin_view, encode_data
 from runtime.pubsub.queue_admin import MAX_PAGE
@@ -93,7 +93,7 @@ class QueuesResource(_QueueResource):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         subs, stats, rows = self._queues.queues()
-        resp.media = {'is_ok': True, 'queues': [sub_view(s, stats.get(s.id), rows.get(s.id)) for s in subs]}
+        resp.media = {'is_ok': True, 'queues': sub_views(self._queues, subs, stats, rows)}
 
 
 class QueueResource(_QueueResource):

@@ -12,7 +12,7 @@ from typing import Any
 import falcon
 
 from runtime.db.models import BasicAuthDef, Job, PubSubPermission, RestChannel, Subscription, Topic
-from runtime.http.admin import audit, jobs, objects, permissions, pubsub, queues, services, spark
+from runtime.http.admin import audit, jobs, objects, permissions, pubsub, queues, services, spark, websockets
 from runtime.http.admin.audit import DETACHABLE, Managed
 from runtime.http.admin.base import ADMIN_PREFIX, AdminParts, AdminResource
 from runtime.http.admin.input import MAX_DB_INT
@@ -46,6 +46,7 @@ ROUTES: tuple[tuple[str, type[AdminResource]], ...] = (
     ('/admin/subscriptions/{sub_id:int}/pause', pubsub.PauseResource),
     ('/admin/subscriptions/{sub_id:int}/resume', pubsub.ResumeResource),
     ('/admin/publish', pubsub.PublishResource),
+    ('/admin/pubsub/websockets', websockets.WebSocketsResource),
     ('/admin/queues', queues.QueuesResource),
     ('/admin/queues/{sub_id:int}', queues.QueueResource),
     ('/admin/queues/{sub_id:int}/messages', queues.QueueMessagesResource),

@@ -1,15 +1,17 @@
 """Subscriber kinds as plug-ins: what the broker and the catalog need to know of each kind.
 
 A kind is one module here with one class implementing ``Subscriber``: its ``kind`` name (the
-``Subscription.kind`` value), whether workers deliver it under a lease (``delivered``: service
-and REST push subscribers) or its clients read it themselves (pull), ``check`` for the fields a
+``Subscription.kind`` value), whether workers deliver it under a lease (``delivered``: service,
+REST push and WebSocket subscribers) or its clients read it themselves (pull), ``wants_delivery``
+(whether this worker should compete for a subscription's lease now: always for service and REST
+push, only while its client is attached here for WebSocket), ``check`` for the fields a
 new subscription of the kind must have, and, for delivered kinds, ``deliverer``, which builds
 what the subscription's ``DeliveryLoop`` calls (a ``Deliver`` for one message at a time or a
 ``DeliverBatch`` for whole batches, see ``runtime.pubsub.delivery``) and what closes it when the
 loop ends; ``queue_limited`` says whether its queues obey the topics' max depths. The broker
 knows no kind by name: it asks the plug-in of a subscription's kind.
 
-Adding a kind (a WebSocket or a file subscriber, say) is one new module with its ``Subscriber``
+Adding a kind (a file subscriber, say) is one new module with its ``Subscriber``
 class, registered in ``standard_subscribers`` below, and its name added to
 ``runtime.pubsub.registry.KINDS`` (the kinds stored subscriptions may have); broker.py does not change.
 """
@@ -20,10 +22,15 @@ from runtime.pubsub.subscribers.base import Context, Deliverer, RunService, Subs
 from runtime.pubsub.subscribers.pull import PullSubscriber
 from runtime.pubsub.subscribers.rest_push import RestPushSubscriber
 from runtime.pubsub.subscribers.service import ServiceSubscriber
+from runtime.pubsub.subscribers.websocket import Attachments, WebSocketSubscriber
 
-__all__ = ['Context', 'Deliverer', 'RunService', 'Subscriber', 'standard_subscribers']
+__all__ = ['Attachments', 'Context', 'Deliverer', 'RunService', 'Subscriber', 'standard_subscribers']
 
 
-def standard_subscribers(run_service: RunService) -> list[Subscriber]:
-    """Every subscriber kind Conduit has: the one place a new kind is registered."""
-    return [ServiceSubscriber(run_service), RestPushSubscriber(run_service), PullSubscriber()]
+def standard_subscribers(run_service: RunService, attachments: Attachments) -> list[Subscriber]:
+    """Every subscriber kind Conduit has: the one place a new kind is registered.
+
+    attachments: this worker's WebSocket connections and the subscriptions attached to them.
+    """
+    return [ServiceSubscriber(run_service), RestPushSubscriber(run_service), PullSubscriber(),
+            WebSocketSubscriber(run_service, attachments)]

@@ -49,5 +49,8 @@ class Subscriber(Protocol):
     def check(self, where: str, service: str, push_url: str) -> None:
         """ConfigError unless a new subscription of this kind has what it needs."""
 
+    def wants_delivery(self, sub: SubInfo) -> bool:
+        """Whether this worker should try to hold sub's delivery lease now (and so run its delivery loop)."""
+
     def deliverer(self, ctx: Context, sub: SubInfo) -> Deliverer:
         """What a delivery loop of sub calls (delivered kinds only)."""

@@ -340,6 +340,10 @@ class PullSubscriber:
     def check(self, where: str, service: str, push_url: str) -> None:
         """A pull subscription needs nothing more: its reader is its service or security definition."""
 
+    def wants_delivery(self, sub: SubInfo) -> bool:
+        """Never: no worker delivers a pull subscription."""
+        return False
+
     def deliverer(self, ctx: Context, sub: SubInfo) -> Deliverer:
         """Never asked: workers do not deliver pull subscriptions."""
         raise TypeError('pull subscriptions are read by their clients, not delivered')

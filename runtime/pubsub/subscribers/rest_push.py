@@ -247,6 +247,10 @@ class RestPushSubscriber:
         """A REST push subscription has an http(s) URL without credentials."""
         check_push_url(push_url, where)
 
+    def wants_delivery(self, sub: SubInfo) -> bool:
+        """Any worker may push a subscription's messages: each one competes for its lease."""
+        return True
+
     def deliverer(self, ctx: Context, sub: SubInfo) -> Deliverer:
         """One HTTP session per subscription, closed with its loop."""
         pusher = PushDeliverer(lambda s, d: prepare(ctx, s, d, self._run), ctx.json_limits)

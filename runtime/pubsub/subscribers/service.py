@@ -75,6 +75,10 @@ class ServiceSubscriber:
         if not service:
             raise ConfigError('subscription', 'a service subscription needs the service to invoke')
 
+    def wants_delivery(self, sub: SubInfo) -> bool:
+        """Any worker may deliver a service subscription: each one competes for its lease."""
+        return True
+
     def deliverer(self, ctx: Context, sub: SubInfo) -> Deliverer:
         """Invoke the service with each message; a failure raises, and the loop retries it."""
         def deliver(sub: SubInfo, d: Delivery) -> bool | None:

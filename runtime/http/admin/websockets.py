@@ -1,0 +1,53 @@
+"""The admin API of WebSocket subscribers: ``GET /admin/pubsub/websockets``.
+
+Every WebSocket subscription of every worker, with its client: whether one is attached and to
+which worker (``owner``, the worker's lease-owner id), the client's address, its window (most
+unacked messages it may hold), the unacked messages it holds, its queue depth and its last
+activity (times as UNIX seconds and ISO 8601, and ``idle_secs``). ``?security=`` keeps one
+security definition's, ``?connected=true|false`` those with or without a client attached;
+``totals`` counts what is listed.
+
+The rows are what the workers last wrote (``runtime.pubsub.queue_admin.QueueAdmin.websocket_clients``
+says how fresh). No sub_key is shown: it is a secret, given once to the client that subscribed
+(the numeric ``sub_id`` names the subscription in ``/admin/subscriptions/{id}`` and ``/admin/queues/{id}``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import falcon
+
+from runtime.errors import InvalidInput
+from runtime.http.admin.base import AdminParts, AdminResource
+from runtime.http.admin.input import has_bad_chars
+from runtime.http.admin.subscription_views import WEBSOCKET, websocket_view
+from runtime.http.openapi import BOOL, INT, arr, obj, operation, query, string
+
+_T = ['admin: pub/sub']
+
+
+class WebSocketsResource(AdminResource):
+    """GET /admin/pubsub/websockets: every WebSocket subscription with its client, and totals."""
+
+    openapi = {'get': operation(
+        'List WebSocket subscriptions with their client: connected, worker, peer, window, in flight, last activity',
+        tags=_T, errors=(400,),
+        params=[query('security', string(200), 'Only the subscriptions of this security definition'),
+                query('connected', BOOL, 'Only those with a client attached (true) or without one (false)')],
+        response={'websockets': arr(WEBSOCKET),
+                  'totals': obj({'subscriptions': INT, 'connected': INT}, required=['subscriptions', 'connected'])})}
+
+    def __init__(self, parts: AdminParts) -> None:
+        self._queues = parts.queue_admin
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        security = req.get_param('security')
+        if security is not None and (len(security) > 200 or has_bad_chars(security)):
+            raise InvalidInput('security', 'must be a security definition name: at most 200 characters, '
+                                           'without control characters')
+        connected = req.get_param_as_bool('connected')
+        now = time.time()
+        views = [websocket_view(c, now) for c in self._queues.websocket_clients(security, connected)]
+        resp.media = {'is_ok': True, 'websockets': views,
+                      'totals': {'subscriptions': len(views), 'connected': sum(v['connected'] for v in views)}}

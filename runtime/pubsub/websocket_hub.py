@@ -1,0 +1,220 @@
+"""The WebSocket hub: the one thing the HTTP side calls to subscribe, attach, resume and detach.
+
+A WebSocket subscription is an ordinary subscription of kind ``websocket`` owned by a security
+definition, with a ``conduit_ws_client`` row saying which worker holds its client's connection
+(``owner``, this worker's lease-owner id; '' while no client is attached) and its last activity.
+A client attaches a subscription to its connection (``attach``: a new subscription, or one it
+resumes after a reconnect); the subscription's delivery lease then follows it to this worker
+(``runtime.pubsub.subscribers.websocket``: only this worker wants it), and its delivery loop sends
+batches over that connection. When the connection closes, ``detach`` stops the loop at once and
+hands the lease back, and the messages the client had not acknowledged are due again at once.
+
+Resuming moves a subscription: on this worker the previous connection is told at once
+(``Attached.taken_over``); on another worker, its heartbeat finds the row owned by someone else
+and does the same there, then hands its lease back, which this worker's next lease refresh takes.
+The heartbeat (``run``, every ``heartbeat_secs``: the lease renewal interval) also writes the last
+activity and the unacknowledged count of every subscription attached here; a worker that stops
+writing it for long enough is taken as dead, and the sweeper may then delete its subscriptions
+once inactive (``runtime.pubsub.sweeper``). Every statement is in ``runtime.pubsub.statements``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import gevent
+from sqlalchemy import Connection, Engine
+
+from runtime.db.blocking import run_transaction
+from runtime.errors import ConfigError, InvalidTopicName, SubscriptionNotFound
+from runtime.pubsub import statements
+from runtime.pubsub.registry import KIND_WEBSOCKET
+from runtime.spawn import killed
+
+if TYPE_CHECKING:
+    from runtime.pubsub.catalog import Catalog
+    from runtime.pubsub.registry import Registry, SubInfo
+    from runtime.pubsub.subscribers.websocket import Attached, Attachments
+
+_log = logging.getLogger(__name__)
+
+
+class WebSocketHub:
+    """Subscribes, attaches, resumes and detaches this worker's WebSocket subscriptions; writes their heartbeat.
+
+    ``owner`` is this worker's lease-owner id; ``want_delivery`` asks for the leases to be refreshed
+    now and ``release_delivery(sub_id)`` stops a subscription's delivery loop here and hands its lease
+    back (both the broker's); ``registry`` and ``reload`` are the broker's registry and its reload.
+    """
+
+    def __init__(self, engine: Engine, attachments: Attachments, *, catalog: Catalog,
+                 registry: Callable[[], Registry], reload: Callable[[], None], owner: str,
+                 want_delivery: Callable[[], None], release_delivery: Callable[[int], None],
+                 heartbeat_secs: float) -> None:
+        self._engine = engine
+        self._attachments = attachments
+        self._catalog = catalog
+        self._registry = registry
+        self._reload = reload
+        self._owner = owner
+        self._want_delivery = want_delivery
+        self._release_delivery = release_delivery
+        self._heartbeat_secs = heartbeat_secs
+        #: When each subscription attached here was last active (attach, ack), for whoever asks.
+        self.last_activity: dict[int, float] = {}
+
+    # Subscriptions
+
+    def subscribe(self, security: str, pattern: str, window: int) -> SubInfo:
+        """A new WebSocket subscription of a security definition, delivering window messages at a time.
+
+        ConfigError when the pattern is not a valid topic name or pattern.
+        """
+        try:
+            return self._catalog.subscribe(pattern, KIND_WEBSOCKET, security=security,
+                                           options={'delivery_batch_size': window})
+        except InvalidTopicName as e:
+            raise ConfigError('subscription', str(e)) from None
+
+    def find(self, security: str, sub_key: str) -> SubInfo:
+        """A security definition's own WebSocket subscription by sub_key; SubscriptionNotFound otherwise."""
+        sub = self._registry().subs_by_key.get(sub_key)
+        if sub is None and run_transaction(self._engine, lambda c: statements.subscription_exists(c, sub_key),
+                                           write=False):
+            self._reload()  # made by another worker since this one's last sync
+            sub = self._registry().subs_by_key.get(sub_key)
+        if sub is None or sub.kind != KIND_WEBSOCKET or sub.security != security:
+            raise SubscriptionNotFound('WebSocket subscription')
+        return sub
+
+    def unsubscribe(self, sub: SubInfo) -> None:
+        """Remove a subscription with its queue and client row (after its delivery here stopped)."""
+        attached = self._attachments.get(sub.id)
+        if attached is not None and self._attachments.detach(sub.id, attached):
+            self._release_delivery(sub.id)
+        self.last_activity.pop(sub.id, None)
+        self._catalog.unsubscribe(sub.sub_key)
+
+    def queue_depth(self, sub: SubInfo) -> int:
+        """How many messages wait in a subscription's queue (those its client holds unacknowledged among them)."""
+        return run_transaction(self._engine, lambda c: statements.queue_depth(c, sub.id), write=False)
+
+    # Clients
+
+    def attach(self, sub: SubInfo, attached: Attached, peer: str) -> int:
+        """Deliver a subscription over this connection from now on; returns its queue depth.
+
+        A connection it was attached to before is told (``taken_over``): at once on this worker, at
+        the next heartbeat on another. SubscriptionNotFound if it was removed meanwhile.
+        """
+        now = time.time()
+
+        def work(conn: Connection) -> int | None:
+            if not statements.ws_attach(conn, sub.id, self._owner, peer, now):
+                return None
+            return statements.queue_depth(conn, sub.id)
+        depth = run_transaction(self._engine, work)
+        if depth is None:
+            raise SubscriptionNotFound('WebSocket subscription')
+        previous = self._attachments.attach(sub.id, attached)
+        self.last_activity[sub.id] = now
+        if previous is not None:
+            _log.info('%s: resumed on another connection of this worker', sub.label)
+            self._taken_over(previous, sub.id)
+        self._want_delivery()  # the lease follows the client now, not at the next renewal
+        return depth
+
+    def detach(self, sub_id: int, attached: Attached) -> None:
+        """This connection no longer holds the subscription: stop delivering it here and hand its lease back.
+
+        Nothing happens if the subscription was attached to another connection meanwhile.
+        """
+        if not self._attachments.detach(sub_id, attached):
+            return
+        self.last_activity.pop(sub_id, None)
+        try:
+            self._release_delivery(sub_id)
+        except Exception as e:  # the lease then lapses: unwanted, the next refresh drops it
+            _log.warning('sub#%d: handing its delivery lease back failed: %s: %s', sub_id, type(e).__name__, e)
+        now = time.time()
+        try:
+            run_transaction(self._engine, lambda c: statements.ws_detach(c, sub_id, self._owner, now))
+        except Exception as e:
+            # The row keeps this worker as owner: once the heartbeat has not written it for long enough,
+            # the sweeper treats the subscription as a dead worker's.
+            _log.warning('sub#%d: recording that its client left failed: %s: %s', sub_id, type(e).__name__, e)
+
+    def activity(self, sub_id: int) -> None:
+        """The client acknowledged messages (while attached, every heartbeat writes the activity)."""
+        if sub_id in self._attachments:
+            self.last_activity[sub_id] = time.time()
+
+    # Heartbeat
+
+    def run(self) -> None:
+        """Write the heartbeat every heartbeat_secs; until killed."""
+        while True:
+            gevent.sleep(self._heartbeat_secs)
+            try:
+                self.heartbeat()
+            except gevent.GreenletExit:
+                raise
+            except Exception as e:
+                if killed(e):
+                    return  # stopping: the kill landed in a database call
+                _log.warning('WebSocket heartbeat failed: %s: %s', type(e).__name__, e)
+
+    def heartbeat(self) -> list[int]:
+        """Write activity and unacknowledged counts of the subscriptions attached here; detach those moved away.
+
+        Returns the subscriptions detached because another connection resumed them (or they were removed).
+        """
+        attached = dict(self._attachments.items())
+        if not attached:
+            return []
+        in_flight = {sub_id: self._in_flight(a) for sub_id, a in attached.items()}
+        now = time.time()
+        lost = run_transaction(self._engine, lambda c: statements.ws_heartbeat(c, self._owner, in_flight, now))
+        moved = []
+        for sub_id in sorted(lost):
+            connection = attached[sub_id]
+            if not self._attachments.detach(sub_id, connection):
+                continue  # detached, or attached to another connection here, meanwhile
+            self.last_activity.pop(sub_id, None)
+            moved.append(sub_id)
+            sub = self._registry().subs.get(sub_id)
+            _log.info('%s: resumed on another worker or removed; detached here',
+                      sub.label if sub is not None else f'sub#{sub_id}')
+            try:
+                self._release_delivery(sub_id)
+            except Exception as e:
+                _log.warning('sub#%d: handing its delivery lease back failed: %s: %s', sub_id, type(e).__name__, e)
+            self._taken_over(connection, sub_id)
+        return moved
+
+    def stop(self) -> None:
+        """This worker is stopping: its clients' rows no longer name it (the connections close with it)."""
+        for sub_id, attached in self._attachments.items():
+            self._attachments.detach(sub_id, attached)
+        self.last_activity.clear()
+        try:
+            run_transaction(self._engine, lambda c: statements.ws_release_all(c, self._owner, time.time()))
+        except Exception as e:
+            _log.warning('recording that this worker\'s WebSocket clients left failed: %s: %s', type(e).__name__, e)
+
+    @staticmethod
+    def _in_flight(attached: Attached) -> int:
+        try:
+            return int(attached.in_flight)
+        except Exception:  # a connection breaking meanwhile must not stop the heartbeat of the others
+            return 0
+
+    @staticmethod
+    def _taken_over(attached: Attached, sub_id: int) -> None:
+        try:
+            attached.taken_over(sub_id)
+        except Exception:
+            _log.exception('sub#%d: telling the previous connection that it lost the subscription failed', sub_id)

@@ -1,0 +1,154 @@
+"""WsConnection against wsproto's client side over a socket pair: framing, bounds, pings, dead peers, closing."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import gevent
+import pytest
+from wsproto.connection import Connection, ConnectionType
+from wsproto.events import BytesMessage, CloseConnection, Ping, Pong, TextMessage
+
+from runtime.http.websocket.connection import Closed, TimedOut, WsConnection
+
+
+class Peer:
+    """The client end: wsproto in client mode on one end of a socket pair."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.ws = Connection(ConnectionType.CLIENT)
+
+    def send(self, event: object) -> None:
+        self.sock.sendall(self.ws.send(event))  # type: ignore[arg-type]
+
+    def events(self, timeout: float = 5.0) -> list[object]:
+        """Events the server sent, reading until at least one arrives (or the socket ends)."""
+        self.sock.settimeout(timeout)
+        got: list[object] = []
+        while not got:
+            data = self.sock.recv(65536)
+            self.ws.receive_data(data or None)
+            got = list(self.ws.events())
+            if not data:
+                break
+        return got
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def server(sock: socket.socket, **kw: float) -> WsConnection:
+    opts = {'max_message_bytes': 1000, 'ping_interval_secs': 60.0, 'dead_peer_secs': 120.0}
+    opts.update(kw)
+    return WsConnection(sock, label='test', **opts)  # type: ignore[arg-type]
+
+
+def test_text_messages_both_ways_and_fragments_joined(pair):
+    conn, peer = server(pair[0]), Peer(pair[1])
+    peer.send(TextMessage(data='{"a": 1}'))
+    assert conn.receive(timeout=5) == '{"a": 1}'
+    peer.send(TextMessage(data='ab', message_finished=False))
+    peer.send(TextMessage(data='cd', message_finished=True))
+    assert conn.receive(timeout=5) == 'abcd'
+    conn.send_text('héllo')
+    conn.send_text(b'{"x":2}')
+    texts: list[str] = []
+    while len(texts) < 2:
+        texts += [e.data for e in peer.events() if isinstance(e, TextMessage)]
+    assert texts == ['héllo', '{"x":2}']
+
+
+def test_message_over_the_limit_closes_1009(pair):
+    conn, peer = server(pair[0], max_message_bytes=100), Peer(pair[1])
+    peer.send(TextMessage(data='x' * 60, message_finished=False))
+    peer.send(TextMessage(data='y' * 60, message_finished=True))
+    with pytest.raises(Closed) as e:
+        conn.receive(timeout=5)
+    assert e.value.code == 1009
+    close = [ev for ev in peer.events() if isinstance(ev, CloseConnection)]
+    assert close and close[0].code == 1009
+
+
+def test_multibyte_characters_count_as_bytes(pair):
+    conn, peer = server(pair[0], max_message_bytes=100), Peer(pair[1])
+    peer.send(TextMessage(data='é' * 60))  # 60 characters, 120 bytes
+    with pytest.raises(Closed) as e:
+        conn.receive(timeout=5)
+    assert e.value.code == 1009
+
+
+def test_binary_frame_closes_1003(pair):
+    conn, peer = server(pair[0]), Peer(pair[1])
+    peer.send(BytesMessage(data=b'\x00\x01'))
+    with pytest.raises(Closed) as e:
+        conn.receive(timeout=5)
+    assert e.value.code == 1003
+
+
+def test_unmasked_frame_is_a_protocol_error(pair):
+    conn = server(pair[0])
+    pair[1].sendall(b'\x81\x02hi')  # a text frame without the mask a client must set
+    with pytest.raises(Closed) as e:
+        conn.receive(timeout=5)
+    assert e.value.code == 1002
+
+
+def test_ping_is_answered_and_close_is_echoed(pair):
+    conn, peer = server(pair[0]), Peer(pair[1])
+    peer.send(Ping(payload=b'abc'))
+    peer.send(TextMessage(data='after'))
+    assert conn.receive(timeout=5) == 'after'
+    pongs = [e for e in peer.events() if isinstance(e, Pong)]
+    assert pongs and pongs[0].payload == b'abc'
+    peer.send(CloseConnection(code=1000, reason='bye'))
+    with pytest.raises(Closed) as e:
+        conn.receive(timeout=5)
+    assert (e.value.code, e.value.reason) == (1000, 'bye')
+    assert any(isinstance(ev, CloseConnection) for ev in peer.events())
+    with pytest.raises(Closed):
+        conn.send_text('too late')
+
+
+def test_receive_times_out(pair):
+    conn = server(pair[0])
+    with pytest.raises(TimedOut):
+        conn.receive(timeout=0.2)
+
+
+def test_server_pings_and_drops_a_silent_peer(pair):
+    conn, peer = server(pair[0], ping_interval_secs=0.1, dead_peer_secs=0.5), Peer(pair[1])
+    started = time.monotonic()
+    with pytest.raises(Closed) as e:
+        conn.receive()
+    assert e.value.code == 1006 and 'no frame' in e.value.reason
+    assert time.monotonic() - started < 5
+    assert any(isinstance(ev, Ping) for ev in peer.events())
+
+
+def test_a_peer_answering_pings_stays(pair):
+    conn, peer = server(pair[0], ping_interval_secs=0.05, dead_peer_secs=0.3), Peer(pair[1])
+
+    def answer_pings() -> None:
+        for _ in range(20):
+            for ev in peer.events():
+                if isinstance(ev, Ping):
+                    peer.send(ev.response())
+    g = gevent.spawn(answer_pings)
+    with pytest.raises(TimedOut):
+        conn.receive(timeout=0.8)  # outlives dead_peer_secs: the pongs kept it
+    g.kill()
+
+
+def test_peer_vanishing_ends_the_connection(pair):
+    conn = server(pair[0])
+    pair[1].close()
+    with pytest.raises(Closed) as e:
+        conn.receive(timeout=5)
+    assert e.value.code == 1006
