@@ -45,6 +45,7 @@ import contextlib  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
@@ -155,18 +156,22 @@ def idle_client(spec: dict[str, Any]) -> None:
             with gate:
                 ws = _ws_connect(spec)
                 sockets.append(ws)
-                frame = ({'action': 'subscribe', 'id': str(i), 'sub_key': resume[i]} if resume
-                         else {'action': 'subscribe', 'id': str(i), 'topic': spec['topic']})
+                if spec.get('connect_only'):
+                    frame, expected = {'action': 'ping', 'id': str(i)}, 'pong'
+                elif resume:
+                    frame, expected = {'action': 'subscribe', 'id': str(i), 'sub_key': resume[i]}, 'subscribed'
+                else:
+                    frame, expected = {'action': 'subscribe', 'id': str(i), 'topic': spec['topic']}, 'subscribed'
                 t0 = time.time()
                 ws.send(json.dumps(frame))
                 answer = _answer(ws)
-                if answer.get('action') != 'subscribed' or (resume and not answer.get('resumed')):
+                if answer.get('action') != expected or (resume and not answer.get('resumed')):
                     raise RuntimeError(f"answer {answer.get('action')} {answer.get('status')} "
                                        f"{str(answer.get('details'))[:80]}")
                 now = time.time()
                 answer_ms.append((now - t0) * 1000)
                 setup_times.append(now)
-                sub_keys.append(answer['sub_key'])
+                sub_keys.append(answer.get('sub_key', ''))
                 state.done += 1
         except Exception as e:  # noqa: BLE001 - counted and reported, the others go on
             state.failed += 1
@@ -565,6 +570,20 @@ def bulk_subscriptions(srv: Server, count: int) -> tuple[list[str], float]:
     return keys, time.perf_counter() - started
 
 
+def registry_load_ms(srv: Server, times: int = 3) -> float:
+    """Median milliseconds of one load of the whole registry (what every subscribe does twice), in this process."""
+    from runtime.config import PubSubSection
+    from runtime.db.engine import transaction
+    from runtime.pubsub import statements
+    took = []
+    for _ in range(times):
+        started = time.perf_counter()
+        with transaction(srv.engine()) as conn:
+            statements.load_registry(conn, PubSubSection())
+        took.append((time.perf_counter() - started) * 1000)
+    return common.stats(took)[1]
+
+
 def _per_thousand(completed: list[float], started: float) -> list[float]:
     """Seconds taken by each successive 1,000 set-ups (a quarter of them when fewer than 2,000)."""
     chunk = 1000 if len(completed) >= 2000 else max(1, len(completed) // 4)
@@ -582,6 +601,7 @@ def idle_round(backend: str, mode: str, args: argparse.Namespace, tmp: Path, lab
         resume_keys = None
         if mode == 'resume':
             resume_keys, row['bulk_s'] = bulk_subscriptions(srv, n)
+            row['registry_load_ms'] = registry_load_ms(srv)
             # One resume makes the worker reload its registry now (it would at its next sync anyway).
             probe = _ws_connect({**srv.spec, 'source': '127.0.0.1'})
             probe.send(json.dumps({'action': 'subscribe', 'id': 'p', 'sub_key': resume_keys[-1]}))
@@ -594,7 +614,7 @@ def idle_round(backend: str, mode: str, args: argparse.Namespace, tmp: Path, lab
         counts = [PER_PROCESS] * (n // PER_PROCESS) + ([n % PER_PROCESS] if n % PER_PROCESS else [])
         specs, offset = [], 0
         for c in counts:
-            spec = {**srv.spec, 'count': c, 'topic': IDLE_TOPIC}
+            spec = {**srv.spec, 'count': c, 'topic': IDLE_TOPIC, 'connect_only': mode == 'connect'}
             if resume_keys:
                 spec['sub_keys'] = resume_keys[offset:offset + c]
             specs.append(spec)
@@ -604,10 +624,12 @@ def idle_round(backend: str, mode: str, args: argparse.Namespace, tmp: Path, lab
         with clients('idle-client', specs, tmp) as procs:
             started = time.time()
             deadline = time.monotonic() + (args.subscribe_budget if mode == 'subscribe' else 600)
+            timeline = []  # (time, connections set up so far), for the pace when the budget stops them
             while True:
                 for p in procs:
                     p.check_alive()
                 srv.check_alive()
+                timeline.append((time.time(), sum(p.progress.get('done', 0) for p in procs)))
                 if all('setup' in p.last for p in procs) or time.monotonic() > deadline:
                     break
                 gevent.sleep(0.2)
@@ -618,6 +640,8 @@ def idle_round(backend: str, mode: str, args: argparse.Namespace, tmp: Path, lab
             done = sum(p.last.get('setup', p.progress).get('done', 0) for p in procs)
             failed = sum(p.last.get('setup', p.progress).get('failed', 0) for p in procs)
             completed = sorted(t for p in procs for t in p.last.get('setup', {}).get('completed_at', []))
+            if not complete:  # only the progress reports: when each connection was set up, to 0.2 s
+                completed = [next(t for t, n in timeline if n > i) for i in range(timeline[-1][1])]
             answer_ms = sorted(ms for p in procs for ms in p.last.get('setup', {}).get('answer_ms', []))
             row.update(setup_s=(completed[-1] - started) if complete and completed else setup_s,
                        setup_cpu=srv.cpu() - cpu0, done=done, failed=failed, complete=complete,
@@ -628,14 +652,20 @@ def idle_round(backend: str, mode: str, args: argparse.Namespace, tmp: Path, lab
                            e for p in procs for e, c in p.progress.get('errors', {}).items() for _ in range(c))))
             print(f"  {label}: {done:,} of {n:,} set up in {row['setup_s']:.1f} s "
                   f"({'complete' if complete else 'stopped at the budget'}), {failed} failed, "
-                  f"per 1,000: {', '.join(f'{s:.1f}' for s in row['per_thousand'])} s", flush=True)
+                  f"s per 1,000: {', '.join(f'{s:.1f}' for s in row['per_thousand'])}; worker CPU "
+                  f"{row['setup_cpu'] / max(1e-9, setup_s) * 100:.0f} %; answers p50 "
+                  f"{common.fmt_ms(row['answer_p50'], '—')} ms, p99 {common.fmt_ms(row['answer_p99'], '—')} ms",
+                  flush=True)
             if not complete:
                 row['rate_last'] = _recent_rate(completed)
             settle(5)
             row['rss_setup'] = srv.rss()
             row['attached_setup'] = srv.attached()
             hold_cpu0, hold0 = srv.cpu(), time.perf_counter()
+            profiler = _profiler(args, srv, f'hold-{label}', args.hold)
             gevent.sleep(args.hold)
+            if profiler:
+                profiler.finish()
             row['hold_s'] = time.perf_counter() - hold0
             row['hold_cpu'] = (srv.cpu() - hold_cpu0) / row['hold_s']
             row['rss_hold'] = srv.rss()
@@ -646,8 +676,10 @@ def idle_round(backend: str, mode: str, args: argparse.Namespace, tmp: Path, lab
         base = row.get('rss_subscriptions', row['rss_empty'])
         row['kib_per_connection'] = (row['rss_hold'] - base) * 1024 / max(1, done)
         row['kib_per_connection_all'] = (row['rss_hold'] - row['rss_empty']) * 1024 / max(1, done)
+        row['setup_cpu_share'] = row['setup_cpu'] / max(1e-9, row['setup_s'])
     print(f"  {label}: worker RSS empty {row['rss_empty']:.0f} MiB, "
-          + (f"with {n:,} subscriptions {row['rss_subscriptions']:.0f} MiB, " if 'rss_subscriptions' in row else '')
+          + (f"with {n:,} subscriptions {row['rss_subscriptions']:.0f} MiB (one registry load "
+             f"{row['registry_load_ms']:.0f} ms), " if 'rss_subscriptions' in row else '')
           + f"after set-up {row['rss_setup']:.0f} MiB, after {args.hold:g} s idle {row['rss_hold']:.0f} MiB; "
           f"{row['kib_per_connection']:.1f} KiB per connection; attached {row['attached_hold']:,}; "
           f"closed {row['closed']}; idle CPU {row['hold_cpu'] * 100:.1f} %; errors {row['errors'] or 'none'}",
@@ -849,7 +881,8 @@ class Profiler:
 
     def __init__(self, pid: int, out: Path, seconds: float) -> None:
         self.out = out
-        self.proc = subprocess.Popen(['py-spy', 'record', '--pid', str(pid), '--rate', '200', '--format', 'raw',
+        py_spy = shutil.which('py-spy') or str(Path(sys.executable).parent / 'py-spy')
+        self.proc = subprocess.Popen([py_spy, 'record', '--pid', str(pid), '--rate', '200', '--format', 'raw',
                                       '--duration', str(int(seconds)), '--output', str(out), '--nonblocking'],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -938,8 +971,8 @@ def main(argv: list[str] | None = None) -> None:
         if p not in ('idle', 'fanout'):
             parser.error(f'no part {p!r}; choose from idle, fanout')
     for m in modes:
-        if m not in ('subscribe', 'resume'):
-            parser.error(f'no idle mode {m!r}; choose from subscribe, resume')
+        if m not in ('subscribe', 'resume', 'connect'):
+            parser.error(f'no idle mode {m!r}; choose from subscribe, resume, connect')
     idle_rows: list[dict[str, Any]] = []
     delivery_rows: list[dict[str, Any]] = []
     load = [os.getloadavg()]
@@ -1012,8 +1045,9 @@ def idle_lines(idle_rows: list[dict[str, Any]], args: argparse.Namespace) -> tup
              '|' + '---|' * 12]
     summary = []
     for (backend, mode), rows in by_key.items():
-        setup = ('`subscribe {topic}` (a new subscription each)' if mode == 'subscribe'
-                 else '`subscribe {sub_key}` (resume; made beforehand)')
+        setup = {'subscribe': '`subscribe {topic}` (a new subscription each)',
+                 'resume': '`subscribe {sub_key}` (resume; made beforehand)',
+                 'connect': 'authenticated, no subscription (`ping`; for comparison)'}[mode]
         cells = [backend, setup, _both(rows, _done), _both(rows, _num('setup_s', 1)), _both(rows, _first_last),
                  _both(rows, _num('rss_empty')), _both(rows, _num('rss_subscriptions')), _both(rows, _num('rss_setup')),
                  _both(rows, _num('rss_hold')), _both(rows, _num('kib_per_connection', 1)),
