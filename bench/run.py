@@ -42,6 +42,9 @@ BENCHMARKS: list[tuple[str, str, int]] = [
     ('spark_pipeline', 'spark_pipeline.py', 600),
     ('websockets_idle', 'websockets.py --parts idle', 900),
     ('websockets_fanout', 'websockets.py --parts fanout', 900),
+    ('websockets_idle_postgresql', 'websockets.py --parts idle --backends postgresql --idle-modes resume,subscribe',
+     900),
+    ('websockets_fanout_postgresql', 'websockets.py --parts fanout --backends postgresql', 900),
 ]
 
 #: Notes that stand on their own, after the benchmark sections.

@@ -793,14 +793,16 @@ def delivery_round(srv: Server, procs: list[ClientProcess], publisher: Publisher
         print(f'  debug {label}: messages not delivered to every subscriber (k: deliveries): {short}; '
               f'polls/s {polls / wall:.0f}', flush=True)
     counted.sort()
-    # Deliveries per second: every delivery of the counted messages, from the due time of the first one
-    # until the last delivery arrived (message k was due at t0 + (k - base) / rate).
+    # The deliveries of the counted messages over the time they took: from the due time of the first one
+    # until the last delivery arrived (message k was due at t0 + (k - base) / rate), or the time their
+    # publication took if that is longer (a server that keeps up is not credited with more than the rate).
     last_arrival = max(((k - base) / rate + ms / 1000 for k, ms in records if k >= base + skip), default=0.0)
-    window = last_arrival - skip / rate
+    window = max(last_arrival - skip / rate, (total - skip) / rate)
     achieved = len(counted) / window if window > 0 else 0.0
     row = {'deliveries_target': deliveries, 'subscribers': subscribers, 'publish_rate': rate, 'published': total,
            'counted_messages': total - skip, 'expected': (total - skip) * subscribers, 'delivered': len(counted),
-           'delivered_all': len(records), 'expected_all': expected, 'achieved': achieved, 'rate_kept': kept,
+           'delivered_all': len(records), 'expected_all': expected, 'achieved': achieved, 'window_s': window,
+           'rate_kept': kept,
            'p50': common.percentile(counted, 50) if counted else None,
            'p99': common.percentile(counted, 99) if counted else None,
            'max': counted[-1] if counted else None, 'server_cpu': server_cpu, 'client_cpu': client_cpu,
@@ -958,6 +960,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--profile', default='', help='record the worker with py-spy into this folder')
     parser.add_argument('--quick', action='store_true', help='a smoke run: tiny numbers')
     parser.add_argument('--no-write', action='store_true')
+    parser.add_argument('--report-only', action='store_true',
+                        help="rewrite the section from the last run's raw figures (bench/results/*.json)")
     args = parser.parse_args(argv)
     if args.role:
         ROLES[args.role](json.loads(Path(args.spec).read_text()))
@@ -976,6 +980,12 @@ def main(argv: list[str] | None = None) -> None:
     for m in modes:
         if m not in ('subscribe', 'resume', 'connect'):
             parser.error(f'no idle mode {m!r}; choose from subscribe, resume, connect')
+    if args.report_only:
+        saved = json.loads((common.RESULTS_DIR / f'{result_name(parts, args.backends)}.json').read_text(
+            encoding='utf-8'))
+        args = argparse.Namespace(**{**vars(args), **saved.get('args', {})})
+        write(saved['idle'], saved['delivery'], saved['load'], args)
+        return
     idle_rows: list[dict[str, Any]] = []
     delivery_rows: list[dict[str, Any]] = []
     load = [os.getloadavg()]
@@ -1013,7 +1023,19 @@ def _done(r: dict[str, Any]) -> str:
 
 def _first_last(r: dict[str, Any]) -> str:
     per = r['per_thousand']
-    return f'{per[0]:.1f} → {per[-1]:.1f}' if per else '—'
+    if not per:
+        return '—'
+    if r['done'] >= 2000:
+        return f'{per[0]:.1f} → {per[-1]:.1f}'
+    # Fewer than 2,000 (stopped at the budget): quarters of what was done, scaled to 1,000.
+    chunk = r['done'] // 4
+    return f'{per[0] * 1000 / chunk:.0f} → {per[-1] * 1000 / chunk:.0f} (pace of the first and last {chunk:,})'
+
+
+def _if_complete(fmt: Callable[[dict[str, Any]], str]) -> Callable[[dict[str, Any]], str]:
+    """fmt, or '—' for a set-up stopped at the budget."""
+    # Such a set-up leaves subscribes queued in the worker: its later figures are not an idle worker's.
+    return lambda row: fmt(row) if row['complete'] else '—'
 
 
 def _open(r: dict[str, Any]) -> str:
@@ -1051,10 +1073,12 @@ def idle_lines(idle_rows: list[dict[str, Any]], args: argparse.Namespace) -> tup
         setup = {'subscribe': '`subscribe {topic}` (a new subscription each)',
                  'resume': '`subscribe {sub_key}` (resume; made beforehand)',
                  'connect': 'authenticated, no subscription (`ping`; for comparison)'}[mode]
+        idle = _if_complete
         cells = [backend, setup, _both(rows, _done), _both(rows, _num('setup_s', 1)), _both(rows, _first_last),
-                 _both(rows, _num('rss_empty')), _both(rows, _num('rss_subscriptions')), _both(rows, _num('rss_setup')),
-                 _both(rows, _num('rss_hold')), _both(rows, _num('kib_per_connection', 1)),
-                 _both(rows, lambda r: f"{r['hold_cpu'] * 100:.1f} %"), _both(rows, _open)]
+                 _both(rows, _num('rss_empty')), _both(rows, _num('rss_subscriptions')),
+                 _both(rows, idle(_num('rss_setup'))), _both(rows, idle(_num('rss_hold'))),
+                 _both(rows, idle(_num('kib_per_connection', 1))),
+                 _both(rows, idle(lambda r: f"{r['hold_cpu'] * 100:.1f} %")), _both(rows, idle(_open))]
         lines.append('| ' + ' | '.join(cells) + ' |')
         if all(r['complete'] for r in rows):
             worst = max(r['rss_hold'] for r in rows) * 1.048576  # MiB → MB
@@ -1077,8 +1101,11 @@ def idle_lines(idle_rows: list[dict[str, Any]], args: argparse.Namespace) -> tup
               'answered. "resume": the subscriptions were made first, in one transaction straight in the database '
               '(`statements.create_subscription`, the statement the hub runs)'
               + (f", which took {_both(resumes, _num('bulk_s', 1))} s" if resumes else '') +
-              ', then each connection resumed one by its sub_key. RSS is the worker process\'s VmRSS, read after '
-              'a warm-up (one subscribe, resume and unsubscribe) and 3 s of quiet; "KiB per connection": (after '
+              ', then each connection resumed one by its sub_key'
+              + (f"; one load of the worker's registry with them took {_both(resumes, _num('registry_load_ms'))} ms "
+                 '(`statements.load_registry`, timed in this process: a subscribe runs it twice)' if resumes else '') +
+              '. RSS is the worker process\'s VmRSS, read after '
+              'a warm-up (one subscribe, and a resume of it) and 3 s of quiet; "KiB per connection": (after '
               'idle − before the connections) ÷ connections, where "before" is with the subscriptions when they '
               f'were made beforehand. Worker CPU while idle: over the {args.hold:g} s hold (the server pings every '
               'connection every 20 s). "At the end": conduit_ws_client rows with an owner, and connections the '
@@ -1099,6 +1126,10 @@ def delivery_lines(delivery_rows: list[dict[str, Any]], args: argparse.Namespace
         groups[(row['backend'], row['via'], row['deliveries_target'])].append(row)
     for (backend, via, target), rows in groups.items():
         r0 = rows[0]
+        for r in rows:
+            if 'window_s' not in r:  # figures of a run before the window was kept: the same rule, from them
+                r['window_s'] = max(r['delivered'] / r['achieved'], r['counted_messages'] / r['publish_rate'])
+                r['achieved'] = r['delivered'] / r['window_s']
         cells = [backend, 'WebSocket' if via == 'websocket' else 'REST pull', f"{r0['subscribers']:,}",
                  f"{target:,} ({r0['publish_rate']:g})", _both(rows, _num('achieved')), _both(rows, _ms('p50')),
                  _both(rows, _ms('p99')), _both(rows, _ms('max')), _both(rows, _delivered),
@@ -1130,14 +1161,16 @@ def delivery_lines(delivery_rows: list[dict[str, Any]], args: argparse.Namespace
               f'{args.seconds:g} s of publishing counted per round after {args.warmup:g} s not counted; a round '
               f'ends once every delivery arrived (or none for {args.drain_timeout:g} s). "Deliveries/s achieved": '
               'deliveries of the counted messages ÷ the time from the first one\'s due time to the last '
-              "delivery's arrival. CPU over the round: the worker process and the client processes (100 % = one "
+              "delivery's arrival, or ÷ the time their publication took if that is longer. "
+              'CPU over the round: the worker process and the client processes (100 % = one '
               'core).', '']
     return lines, summary
 
 
-def result_name(parts: list[str]) -> str:
-    """The results file of a run: one per part, so that make bench runs each within its time limit."""
-    return NAME if len(parts) != 1 else f'{NAME}_{parts[0]}'
+def result_name(parts: list[str], backends: str = 'sqlite') -> str:
+    """The results file of a run: one per part and backend, so that make bench runs each within its time limit."""
+    name = NAME if len(parts) != 1 else f'{NAME}_{parts[0]}'
+    return name if backends == 'sqlite' else f"{name}_{backends.replace(',', '_')}"
 
 
 def write(idle_rows: list[dict[str, Any]], delivery_rows: list[dict[str, Any]], load: list[tuple[float, ...]],
@@ -1167,8 +1200,9 @@ def write(idle_rows: list[dict[str, Any]], delivery_rows: list[dict[str, Any]], 
                     f'--warmup {args.warmup:g}']
     options.append(f'--rounds {args.rounds}')
     lines += [f"Command: `{common.command_line('websockets.py', options)}`"]
-    common.write_result(result_name(parts), '\n'.join(lines), {'idle': idle_rows, 'delivery': delivery_rows,
-                                                                'load': load, 'summary': summary})
+    saved_args = {k: v for k, v in vars(args).items() if k not in ('role', 'spec', 'report_only', 'no_write')}
+    data = {'idle': idle_rows, 'delivery': delivery_rows, 'load': load, 'summary': summary, 'args': saved_args}
+    common.write_result(result_name(parts, args.backends), '\n'.join(lines), data)
 
 
 if __name__ == '__main__':
