@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common  # noqa: E402
 
-#: (name, script, time limit in seconds), in the order of the report. The name is the results file.
+#: (name, script and its arguments, time limit in seconds), in the order of the report. The name is the
+#: results file.
 BENCHMARKS: list[tuple[str, str, int]] = [
     ('throughput', 'throughput.py', 900),
     ('peers', 'peers.py', 1200),
@@ -39,6 +40,11 @@ BENCHMARKS: list[tuple[str, str, int]] = [
     ('backlog', 'backlog.py', 900),
     ('patterns', 'patterns.py', 600),
     ('spark_pipeline', 'spark_pipeline.py', 600),
+    ('websockets_idle', 'websockets.py --parts idle', 900),
+    ('websockets_fanout', 'websockets.py --parts fanout', 900),
+    ('websockets_idle_postgresql', 'websockets.py --parts idle --backends postgresql --idle-modes resume,subscribe',
+     900),
+    ('websockets_fanout_postgresql', 'websockets.py --parts fanout --backends postgresql', 900),
 ]
 
 #: Notes that stand on their own, after the benchmark sections.
@@ -54,7 +60,8 @@ def run_one(name: str, script: str, limit: int) -> tuple[bool, float, str]:
     print(f'== {name}: bench/{script}', flush=True)
     started = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, str(common.REPO / 'bench' / script)], cwd=common.REPO,
+        program, *args = script.split()
+        proc = subprocess.run([sys.executable, str(common.REPO / 'bench' / program), *args], cwd=common.REPO,
                               capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or '') if isinstance(e.stdout, str) else (e.stdout or b'').decode(errors='replace')

@@ -27,6 +27,7 @@ SMALL = {
     'invoke.py': ['--rounds', '1', '--number', '1000'],
     'slow_clients.py': ['--sockets', '50', '--seconds', '2'],
     'sign_in_flood.py': ['--clients', '4', '--seconds', '2'],
+    'websockets.py': ['--quick'],
 }
 
 
