@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import falcon
 
@@ -187,6 +187,16 @@ def check_permission(parts: RestParts, caller: BasicAuth, action: str, topic: st
     canonical = canonical_topic_name(topic)
     if canonical != topic and check(caller.name, canonical):
         return
+    _refuse(parts, caller, action, topic)
+
+
+def check_pattern_permission(parts: RestParts, caller: BasicAuth, pattern: str) -> None:
+    """Raise unless one of the caller's ``sub`` entries covers every topic the pattern matches."""
+    if not parts.permissions.can_sub_pattern(caller.name, pattern):
+        _refuse(parts, caller, SUB, pattern)
+
+
+def _refuse(parts: RestParts, caller: BasicAuth, action: str, topic: str) -> NoReturn:
     denied = PermissionDenied(caller.name, action, topic)
     if not _zato_codes(parts):
         raise denied

@@ -376,10 +376,13 @@ class Broker:
         for name in gained:
             if name.startswith('pubsub:sub:'):
                 sub = self.registry.subs.get(int(name.rsplit(':', 1)[1]))
-                # Paused, or (a WebSocket client) detached, while the lease was being taken: the next
-                # refresh gives the lease back.
                 if sub is not None and self._wants(sub):
                     self._start_loop(sub)
+                else:
+                    # Paused, or (a WebSocket client) detached, while the lease was being taken. Forgotten as
+                    # held, so that the next refresh reports it as gained again if it is wanted by then (the
+                    # client back already: else no loop would ever start), or hands it back if it is not.
+                    self.leases.held.discard(name)
 
     def _start_loop(self, sub: SubInfo) -> None:
         if sub.id in self.loops:

@@ -32,7 +32,7 @@ from runtime.db.blocking import run_transaction
 from runtime.db.models import BasicAuthDef, PubSubPermission
 from runtime.errors import ConfigError, InvalidPermission, InvalidTopicName, ObjectNotFound
 from runtime.objects import DELETE, Scope, SectionHandler
-from runtime.pubsub.topics import is_pattern, matches, normalize, validate_pattern
+from runtime.pubsub.topics import covers, is_pattern, matches, normalize, validate_pattern
 from runtime.sync import bump
 
 if TYPE_CHECKING:
@@ -206,6 +206,13 @@ class Permissions:
     def can_sub(self, security: str, topic: str) -> bool:
         """Whether a definition may receive messages of topic."""
         return self.match(security, SUB, topic) is not None
+
+    def can_sub_pattern(self, security: str, pattern: str) -> bool:
+        """Whether a definition may subscribe to a pattern: one of its sub entries covers every topic it matches."""
+        if not is_pattern(pattern):
+            return self.can_sub(security, pattern)
+        grant = self._grants.get(security)
+        return grant is not None and any(is_pattern(p) and covers(p, pattern) for p in grant.sub.patterns)
 
     def sub_allowed(self, sub: SubInfo, topic: TopicInfo) -> bool:
         """Whether a subscription may receive a topic's messages (services always may)."""

@@ -138,6 +138,34 @@ def matches(pattern: str, topic: str) -> bool:
     return row[0]
 
 
+
+def _seg_covers(grant: str, seg: str) -> bool:
+    """Whether every segment seg can stand for also matches grant (seg may be a glob itself)."""
+    if '*' not in seg:
+        return _seg_match(grant, seg)
+    return grant == '*' or grant == seg  # a glob covers another only trivially: kept conservative
+
+
+def covers(grant: str, pattern: str) -> bool:
+    """Return True if every topic that ``pattern`` matches is also matched by ``grant`` (validates both).
+
+    Sound, not complete: a pattern's ``**`` is covered only by the grant's ``**``, and a glob segment
+    (``ord*``) only by ``*`` or by the same glob; when unsure, the answer is False.
+    """
+    gra = _split(validate_pattern(grant))
+    pat = _split(validate_pattern(pattern))
+    n_pat = len(pat)
+    row = [False] * n_pat + [True]
+    for g in reversed(gra):
+        new = [False] * (n_pat + 1)
+        for j in range(n_pat, -1, -1):
+            if g == '**':
+                new[j] = row[j] or (j < n_pat and new[j + 1])
+            else:
+                new[j] = j < n_pat and pat[j] != '**' and row[j + 1] and _seg_covers(g, pat[j])
+        row = new
+    return row[0]
+
 class _Node:
     """One trie node; edges are pattern segments, ``values`` belong to patterns ending here."""
 

@@ -37,14 +37,13 @@ from runtime.errors import (
     UnrenderableMessage,
 )
 from runtime.http.auth import CALLER_REALM, SignInThrottle
-from runtime.http.pubsub_rest import RestParts, check_permission, publish_message, subscription_topic
+from runtime.http.pubsub_rest import RestParts, check_pattern_permission, publish_message, subscription_topic
 from runtime.http.signin_log import FailedSignInLog
 from runtime.http.websocket.connection import POLICY_VIOLATION, Closed, TimedOut, WsConnection
 from runtime.invoke import new_cid
 from runtime.json_limits import JsonLimits
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import render_pull
-from runtime.pubsub.permissions import SUB
 from runtime.pubsub.subscribers.websocket import AckTimeout, ClientGone
 from runtime.pubsub.topics import validate_pattern
 from runtime.websocket_metrics import WebSocketMetrics
@@ -287,9 +286,9 @@ class Session:
                 if not isinstance(pattern, str):
                     raise BadRequest("'pattern' must be a string")
                 validate_pattern(pattern)
-                # The pattern itself, read as a name, must be granted (sub=orders.** covers orders.*); each
-                # message is still checked against its own topic when it is published.
-                check_permission(self._parts.rest, caller, SUB, pattern)
+                # A sub entry must cover every topic the pattern matches (sub=orders.** covers orders.*); each
+                # message is still checked against its own topic when it is delivered.
+                check_pattern_permission(self._parts.rest, caller, pattern)
                 name = pattern
             sub = hub.subscribe(caller.name, name, window)
         fields: dict[str, Any] = {'sub_key': sub.sub_key, 'window': sub.options.delivery_batch_size}
