@@ -36,6 +36,7 @@ LONG_FIRST = (
     'tests/server/test_scheduler_server.py',
     'tests/server/test_hot_deploy_imports.py',
     'tests/reliability/test_db_outage.py',
+    'tests/server/test_websocket.py',
     'tests/server/test_pubsub_server.py',
     'tests/runtime/test_pubsub_push.py',
     'tests/server/test_admin_writes.py',
@@ -43,6 +44,7 @@ LONG_FIRST = (
     'tests/server/test_readme_examples.py',
     'tests/runtime/test_spark_jobs.py',
     'tests/reliability/test_kill_loop.py',
+    'tests/reliability/test_websocket_faults.py',
     'tests/server/test_packaging.py',
 )
 

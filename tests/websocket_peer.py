@@ -186,10 +186,10 @@ class Peer:
 
     def take(self, count: int, timeout: float = WAIT_SECS, sub_key: str | None = None) -> list[dict[str, Any]]:
         """The next count messages, each acknowledged as soon as it arrived (so no window ever holds them up)."""
-        taken = []
+        taken: list[dict[str, Any]] = []
         for n in range(count):
             message = self.wait(lambda f: f.get('action') == 'message' and (sub_key is None or f['sub_key'] == sub_key),
-                                timeout, f'message {n + 1} of {count}')
+                                timeout, f'message {n + 1} of {count} (after data {[m["data"] for m in taken]})')
             self.send({'action': 'ack', 'id': f'take-{message["ack_id"]}', 'ack_ids': [message['ack_id']]})
             taken.append(message)
         for message in taken:
