@@ -272,7 +272,15 @@ class DeliveryLoop:
             head_at = min(retries, key=lambda r: position[r[0].entry_id])[1]
             retries = [(d, head_at, error) for d, _, error in retries]
         errors = {o.delivery.entry_id: o.error for o in outcomes if o.error is not None}
+        given_back = [d for d, _, _ in retries if getattr(errors[d.entry_id], 'retry_at_once', False)]
+        if given_back:
+            # Not failures (a WebSocket client left holding them): one line for them all, due again at once.
+            _log.info('%s: %d message(s) given back, due again at once (first: %s, attempt %d): %s', self.sub.label,
+                      len(given_back), given_back[0].msg_id, given_back[0].delivery_count,
+                      errors[given_back[0].entry_id])
         for d, at, error in retries:
+            if getattr(errors[d.entry_id], 'retry_at_once', False):
+                continue
             if d.delivery_count == 1:
                 # The first failure gets the traceback; later ones one short line each, not 25 tracebacks.
                 _log.warning('%s: message %s failed (attempt 1), next attempt in %.2f s: %s%s', self.sub.label,

@@ -24,8 +24,10 @@ import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+from weakref import WeakValueDictionary
 
 import gevent
+import gevent.lock
 from sqlalchemy import Connection, Engine
 
 from runtime.db.blocking import run_transaction
@@ -40,6 +42,22 @@ if TYPE_CHECKING:
     from runtime.pubsub.subscribers.websocket import Attached, Attachments
 
 _log = logging.getLogger(__name__)
+
+
+class _Lock:
+    """A lock that a WeakValueDictionary can hold: alive while a ``with`` block (or a waiter) holds it."""
+
+    __slots__ = ('_lock', '__weakref__')
+
+    def __init__(self) -> None:
+        self._lock = gevent.lock.Semaphore()
+
+    def __enter__(self) -> _Lock:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
 
 
 class WebSocketHub:
@@ -65,6 +83,8 @@ class WebSocketHub:
         self._heartbeat_secs = heartbeat_secs
         #: When each subscription attached here was last active (attach, ack), for whoever asks.
         self.last_activity: dict[int, float] = {}
+        #: The row lock of each subscription someone is using (forgotten once nobody holds it).
+        self._locks: WeakValueDictionary[int, _Lock] = WeakValueDictionary()
 
     # Subscriptions
 
@@ -106,6 +126,14 @@ class WebSocketHub:
 
     # Clients
 
+    def _row_lock(self, sub_id: int) -> _Lock:
+        """One subscription's client-row writes of this worker, one at a time: a detach that ends after
+        a resume on this worker must not blank the row the resume wrote."""
+        lock = self._locks.get(sub_id)
+        if lock is None:
+            lock = self._locks[sub_id] = _Lock()
+        return lock
+
     def attach(self, sub: SubInfo, attached: Attached, peer: str) -> int:
         """Deliver a subscription over this connection from now on; returns its queue depth.
 
@@ -118,10 +146,11 @@ class WebSocketHub:
             if not statements.ws_attach(conn, sub.id, self._owner, peer, now):
                 return None
             return statements.queue_depth(conn, sub.id)
-        depth = run_transaction(self._engine, work)
-        if depth is None:
-            raise SubscriptionNotFound('WebSocket subscription')
-        previous = self._attachments.attach(sub.id, attached)
+        with self._row_lock(sub.id):
+            depth = run_transaction(self._engine, work)
+            if depth is None:
+                raise SubscriptionNotFound('WebSocket subscription')
+            previous = self._attachments.attach(sub.id, attached)
         self.last_activity[sub.id] = now
         if previous is not None:
             _log.info('%s: resumed on another connection of this worker', sub.label)
@@ -143,7 +172,10 @@ class WebSocketHub:
             _log.warning('sub#%d: handing its delivery lease back failed: %s: %s', sub_id, type(e).__name__, e)
         now = time.time()
         try:
-            run_transaction(self._engine, lambda c: statements.ws_detach(c, sub_id, self._owner, now))
+            with self._row_lock(sub_id):
+                if sub_id in self._attachments:
+                    return  # resumed on another connection of this worker meanwhile: the row is its client's
+                run_transaction(self._engine, lambda c: statements.ws_detach(c, sub_id, self._owner, now))
         except Exception as e:
             # The row keeps this worker as owner: once the heartbeat has not written it for long enough,
             # the sweeper treats the subscription as a dead worker's.
