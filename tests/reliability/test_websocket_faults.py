@@ -229,9 +229,19 @@ def test_resume_on_the_other_worker_keeps_order(server_factory: Callable[..., Li
         # Both workers learn the new definitions through the sync table: sign in until one lets us.
         first = poll(lambda: _try(lambda: Peer.connect(server, hello=SUBSCRIBER, timeout=5)),
                      message='a sign-in with the new definition')
-        sub_key = first.ok('subscribe', 'subscribed', topic='faults.ordered', window=5)['sub_key']
+        peer = first
+
+        def subscribed() -> str | None:
+            # Its permissions reach this worker at its next sync too: 401 until they have.
+            answer = peer.request('subscribe', topic='faults.ordered', window=5)
+            assert answer['action'] == 'subscribed' or answer.get('status') == 401, answer
+            return answer.get('sub_key')
+        sub_key = poll(subscribed, message='a subscription with the new permissions')
         first.close()
         poll(lambda: db.ws_client(sub_key) is not None and _owner(db, sub_key) == '', message='the first client gone')
+        # A worker learns of a subscription made by another one at its next sync (sync.interval_secs, 0.5 s),
+        # and of the publisher's permissions likewise: until then its publications would not reach the queue.
+        time.sleep(1.5)
         for n in range(5):
             rest_publish(server, PUBLISHER, 'faults.ordered', n)
         # Resumed with all five queued: the whole window is in flight at once.
