@@ -800,12 +800,6 @@ def delivery_round(srv: Server, procs: list[ClientProcess], publisher: Publisher
     polls = sum(p.progress.get('polls', 0) for p in procs) - polls0
     records = [r for p in procs for r in p.records() if base <= r[0] < base + total]
     counted = [ms for k, ms in records if k >= base + skip]
-    if os.environ.get('BENCH_WS_DEBUG'):
-        per_k = collections.Counter(k - base for k, _ in records)
-        short = {k: per_k.get(k, 0) for k in range(total) if per_k.get(k, 0) != subscribers}
-        print(f'  debug {label}: messages not delivered to every subscriber (k: deliveries): {short}; '
-              f'polls/s {polls / wall:.0f}', flush=True)
-    counted.sort()
     # The deliveries of the counted messages over the time they took: from the due time of the first one
     # until the last delivery arrived (message k was due at t0 + (k - base) / rate), or the time their
     # publication took if that is longer (a server that keeps up is not credited with more than the rate).
