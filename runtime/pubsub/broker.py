@@ -390,7 +390,7 @@ class Broker:
             return sub.id not in self._releasing and self.leases.owns(name)
         deliverer = self.subscribers[sub.kind].deliverer(self._context, sub)
         loop = DeliveryLoop(sub, self._backend, deliverer.deliver, owns, self.observers,
-                            deliver_batch=deliverer.deliver_batch)
+                            deliver_batch=deliverer.deliver_batch, on_wake=deliverer.wake)
         greenlet = self._spawn(loop.run, name=f'delivery:{sub.label}')
         greenlet.link(lambda _g, sub_id=sub.id: self._loop_ended(sub_id, greenlet))
         if deliverer.close is not None:

@@ -113,7 +113,8 @@ class Catalog:
         DeliveryOptions.from_settings(self._settings, options, where)
 
         def work(conn: Connection) -> str:
-            registry = statements.load_registry(conn, self._settings)
+            # Topics only: loading every subscription here too made each subscribe cost O(subscriptions) twice.
+            registry = statements.load_topics(conn)
             _sub_id, sub_key = statements.create_subscription(conn, registry, pattern, kind, service=service,
                                                          security=security, push_url=push_url, options=options,
                                                          origin=origin)

@@ -105,7 +105,7 @@ class DeliveryLoop:
 
     def __init__(self, sub: SubInfo, backend: QueueBackend, deliver: Deliver | None,
                  still_owner: Callable[[], bool], observers: Observers | None = None, *,
-                 deliver_batch: DeliverBatch | None = None) -> None:
+                 deliver_batch: DeliverBatch | None = None, on_wake: Callable[[], None] | None = None) -> None:
         if (deliver is None) == (deliver_batch is None):
             raise TypeError('a DeliveryLoop needs either deliver or deliver_batch')
         self.sub = sub
@@ -115,6 +115,9 @@ class DeliveryLoop:
         self._deliver_batch = deliver_batch
         self._still_owner = still_owner
         self._wake = Event()
+        #: Told of every wake-up too: a subscriber waiting inside deliver_batch (a WebSocket client's window)
+        #: hands the loop back its turn, so that new messages are taken at once.
+        self._on_wake = on_wake
         self._wake.set()
         #: Non-GD messages held in this worker's memory only (negative entry ids).
         self._ram: list[Delivery] = []
@@ -128,6 +131,8 @@ class DeliveryLoop:
     def wake(self) -> None:
         """New messages may be waiting: look now."""
         self._wake.set()
+        if self._on_wake is not None:
+            self._on_wake()
 
     def claim(self) -> tuple[CycleWork, AsyncResult] | None:
         """Let a commit that queues messages for this subscription take the loop's next batch.

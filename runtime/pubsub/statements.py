@@ -51,27 +51,43 @@ class Settlement:
 # Registry
 
 
+def _topics(conn: Connection) -> list[TopicInfo]:
+    return [TopicInfo(id=r.id, name=r.name, is_active=r.is_active, has_gd=r.has_gd,
+                      is_api_sub_allowed=r.is_api_sub_allowed, on_no_subs=r.on_no_subs,
+                      max_depth_gd=r.max_depth_gd, max_depth_non_gd=r.max_depth_non_gd,
+                      on_max_depth=r.on_max_depth, depth_check_freq=r.depth_check_freq,
+                      limit_retention=r.limit_retention, limit_message_expiry=r.limit_message_expiry,
+                      limit_sub_inactivity=r.limit_sub_inactivity, hook_service=r.hook_service,
+                      is_service_topic=r.is_service_topic)
+            for r in conn.execute(select(Topic)).all()]
+
+
 def load_registry(conn: Connection, settings: PubSubSection) -> Registry:
     """Every topic and subscription, as a Registry."""
-    topics = [TopicInfo(id=r.id, name=r.name, is_active=r.is_active, has_gd=r.has_gd,
-                        is_api_sub_allowed=r.is_api_sub_allowed, on_no_subs=r.on_no_subs,
-                        max_depth_gd=r.max_depth_gd, max_depth_non_gd=r.max_depth_non_gd,
-                        on_max_depth=r.on_max_depth, depth_check_freq=r.depth_check_freq,
-                        limit_retention=r.limit_retention, limit_message_expiry=r.limit_message_expiry,
-                        limit_sub_inactivity=r.limit_sub_inactivity, hook_service=r.hook_service,
-                        is_service_topic=r.is_service_topic)
-              for r in conn.execute(select(Topic)).all()]
     subs = []
+    # Most subscriptions share a few option texts (every WebSocket client's is its window): each text is
+    # checked once per load, not once per subscription.
+    parsed: dict[str, DeliveryOptions] = {}
     for r in conn.execute(select(Subscription)).all():
-        try:
-            options = DeliveryOptions.from_settings(settings, parse_options(r.options), f'subscription #{r.id}')
-        except (ConfigError, ValueError) as e:
-            # One subscription stored with options a newer version refuses must not stop all the others.
-            _log.error('subscription #%d: stored delivery options are invalid (%s); server defaults apply', r.id, e)
-            options = DeliveryOptions.from_settings(settings)
+        options = parsed.get(r.options)
+        if options is None:
+            try:
+                options = DeliveryOptions.from_settings(settings, parse_options(r.options), f'subscription #{r.id}')
+            except (ConfigError, ValueError) as e:
+                # One subscription stored with options a newer version refuses must not stop all the others.
+                _log.error('subscription #%d: stored delivery options are invalid (%s); server defaults apply',
+                           r.id, e)
+                options = DeliveryOptions.from_settings(settings)
+            else:
+                parsed[r.options] = options
         subs.append(SubInfo(id=r.id, sub_key=r.sub_key, pattern=r.pattern, kind=r.kind, service=r.service,
                             security=r.security, push_url=r.push_url, is_active=r.is_active, options=options))
-    return Registry(topics, subs)
+    return Registry(_topics(conn), subs)
+
+
+def load_topics(conn: Connection) -> Registry:
+    """Every topic, as a Registry without subscriptions (what a new subscription's backlog hand-over needs)."""
+    return Registry(_topics(conn))
 
 
 def create_topic(conn: Connection, name: str, attrs: dict[str, Any], is_service_topic: bool = False,

@@ -91,10 +91,12 @@ class WebSocketHub:
         return sub
 
     def unsubscribe(self, sub: SubInfo) -> None:
-        """Remove a subscription with its queue and client row (after its delivery here stopped)."""
+        """Remove a subscription with its queue and client row; its delivery loop here stops with it."""
         attached = self._attachments.get(sub.id)
-        if attached is not None and self._attachments.detach(sub.id, attached):
-            self._release_delivery(sub.id)
+        if attached is not None:
+            # Nothing more is sent; the reload that follows the removal stops the loop at once (nothing of
+            # its queue is left to settle), and the next lease refresh drops the lease.
+            self._attachments.detach(sub.id, attached)
         self.last_activity.pop(sub.id, None)
         self._catalog.unsubscribe(sub.sub_key)
 
@@ -188,11 +190,12 @@ class WebSocketHub:
             sub = self._registry().subs.get(sub_id)
             _log.info('%s: resumed on another worker or removed; detached here',
                       sub.label if sub is not None else f'sub#{sub_id}')
+            # Told first: the batch it is waiting on ends (ClientGone), so its loop settles and stops quickly.
+            self._taken_over(connection, sub_id)
             try:
                 self._release_delivery(sub_id)
             except Exception as e:
                 _log.warning('sub#%d: handing its delivery lease back failed: %s: %s', sub_id, type(e).__name__, e)
-            self._taken_over(connection, sub_id)
         return moved
 
     def stop(self) -> None:

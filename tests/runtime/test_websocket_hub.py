@@ -27,6 +27,7 @@ from runtime.errors import ConfigError, SubscriptionNotFound
 from runtime.pubsub import statements
 from runtime.pubsub.broker import lease_name
 from runtime.pubsub.delivery import Outcome
+from runtime.pubsub.leases import LeaseManager
 from runtime.pubsub.observers import PubSubObserver
 from runtime.pubsub.registry import Registry, SubInfo, TopicInfo
 from runtime.pubsub.subscribers.websocket import AckTimeout, ClientGone
@@ -410,5 +411,31 @@ def test_migration_0009_gives_existing_topics_the_default_limit(db_url: str) -> 
         with engine.connect() as conn:
             assert conn.exec_driver_sql('SELECT limit_sub_inactivity FROM conduit_topic').scalar_one() == 86400
             assert conn.exec_driver_sql('SELECT count(*) FROM conduit_ws_client').scalar_one() == 0
+    finally:
+        engine.dispose()
+
+
+def test_leases_kick_refreshes_at_once_and_release_hands_one_lease_back(db_url: str) -> None:
+    engine = make_engine(db_url, pool_size=2)
+    try:
+        upgrade(engine)
+        a, b = LeaseManager(engine, 10.0, 60.0), LeaseManager(engine, 10.0, 60.0)
+        wanted = {'x'}
+        changes: list[tuple[set[str], set[str]]] = []
+        runner = gevent.spawn(a.run, lambda: set(wanted), lambda gained, lost: changes.append((gained, lost)))
+        try:
+            wait_until(lambda: changes == [({'x'}, set())], TIMEOUT, message='the first refresh')
+            wanted.add('y')
+            a.kick()  # the next renewal is a minute away
+            wait_until(lambda: len(changes) == 2, TIMEOUT, message='a refresh on kick')
+            assert changes[1] == ({'y'}, set()) and a.owns('y')
+            assert b.refresh({'x', 'y'}) == (set(), set())  # both held by a
+            wanted.discard('x')
+            a.release('x')
+            b.release('y')  # not b's: a keeps it
+            assert not a.owns('x') and a.owns('y')
+            assert b.refresh({'x', 'y'}) == ({'x'}, set())
+        finally:
+            runner.kill()
     finally:
         engine.dispose()

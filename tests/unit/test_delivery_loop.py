@@ -192,3 +192,27 @@ def test_drain_times_out_naming_the_queue() -> None:
 
     with pytest.raises(AssertionError, match=r'not drained within 0.2 s \(sub#1\(service:orders.handler'):
         backend.drain(backend.loop(sub, deliver), timeout=0.2)
+
+
+def test_a_batch_deliverer_that_tries_nothing_makes_the_loop_wait_for_a_wake_up_not_spin() -> None:
+    backend, sub = MemoryQueueBackend(), _sub()
+    backend.put(sub, 'a')
+    calls: list[int] = []
+
+    def nobody_there(sub: SubInfo, batch: list[Delivery]) -> list:
+        calls.append(len(batch))
+        return []  # e.g. a WebSocket subscription whose client has just left: nothing sent
+
+    loop = backend.loop(sub, deliver_batch=nobody_there)
+    g = gevent.spawn(loop.run)
+    try:
+        gevent.sleep(0.3)
+        assert calls == [1]
+        loop.wake()
+        gevent.sleep(0.05)
+        assert calls == [1, 1]
+        gevent.sleep(0.05)
+        (entry,) = backend.queue(sub.id)
+        assert entry.delivery_count == 0  # never tried: each attempt taken back
+    finally:
+        g.kill()

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gevent
 from gevent.event import Event
@@ -31,6 +31,7 @@ from runtime import json_limits
 from runtime.errors import (
     BadRequest,
     ConduitError,
+    SubscriptionNotFound,
     TooManyRequests,
     Unauthorized,
     UnrenderableMessage,
@@ -46,6 +47,7 @@ from runtime.pubsub.message import render_pull
 from runtime.pubsub.permissions import SUB
 from runtime.pubsub.subscribers.websocket import AckTimeout, ClientGone
 from runtime.pubsub.topics import validate_pattern
+from runtime.websocket_metrics import WebSocketMetrics
 
 if TYPE_CHECKING:
     from runtime.config import WebSocketSection
@@ -69,16 +71,6 @@ MAX_USERNAME_CHARS = 200
 MAX_PASSWORD_CHARS = 1024
 
 
-class Counters(Protocol):
-    """The WebSocket figures a session reports (runtime.metrics)."""
-
-    def websocket_opened(self) -> None: ...
-
-    def websocket_closed(self) -> None: ...
-
-    def websocket_frame(self, action: str) -> None: ...
-
-
 @dataclass(frozen=True)
 class WebSocketParts:
     """What WebSocket connections work with."""
@@ -88,7 +80,7 @@ class WebSocketParts:
     rest: RestParts
     #: Subscriptions of kind websocket and their attachment to this worker's connections.
     hub: WebSocketHub
-    counters: Counters
+    counters: WebSocketMetrics
     json_limits: JsonLimits
 
 
@@ -366,17 +358,28 @@ class Session:
         """An ack_id no longer awaited (its outcome is settled)."""
         self._acks.pop(ack_id, None)
 
-    def dropped(self, channel: Channel, details: str) -> None:
-        """A subscription moved to another connection: forget it here and tell the client."""
+    def forget_channel(self, channel: Channel) -> None:
+        """A closed channel's ack_ids are answered not_found from now on."""
+        for ack_id in [a for a, c in self._acks.items() if c is channel]:
+            del self._acks[ack_id]
+
+    def dropped(self, channel: Channel) -> None:
+        """A subscription left this connection (resumed on another, or removed): forget it and tell the client."""
         if self._channels.get(channel.sub.id) is channel:
             del self._channels[channel.sub.id]
-        notice = {'action': 'detached', 'sub_key': channel.sub.sub_key, 'details': details}
         # Told from the pub/sub layer's greenlet: a slow client must not hold it up.
-        gevent.spawn(self._send_quietly, notice)
+        gevent.spawn(self._tell_dropped, channel.sub)
 
-    def _send_quietly(self, answer: dict[str, Any]) -> None:
+    def _tell_dropped(self, sub: SubInfo) -> None:
         try:
-            self._send(answer)
+            self._parts.hub.find(self._caller_now().name, sub.sub_key)
+            details = 'resumed on another connection'
+        except SubscriptionNotFound:
+            details = 'the subscription was removed'
+        except Exception:  # the database is away: the client learns what it needs, that it lost it
+            details = 'no longer delivered on this connection'
+        try:
+            self._send({'action': 'detached', 'sub_key': sub.sub_key, 'details': details})
         except Closed:
             pass
 
@@ -394,91 +397,172 @@ class Session:
                              type(e).__name__, e)
 
 
+class _Sent(NamedTuple):
+    """A message the client holds: its ack_id and when it was sent (monotonic)."""
+
+    ack_id: str
+    at: float
+
+
 class Channel:
-    """One subscription attached to one connection: what its delivery loop sends through (``Attached``)."""
+    """One subscription attached to one connection: what its delivery loop sends through (``Attached``).
+
+    The window slides: the loop hands over its head of the queue (at most the window) at every cycle,
+    and the channel sends only what the client does not hold yet, so that each acknowledgement makes
+    room for one more message at once. A message still held is left out of the channel's answer
+    (the loop takes its attempt back and takes it again next cycle); an acknowledged one is
+    answered delivered, one held past the ack deadline ``AckTimeout``, and every one held when the
+    client leaves ``ClientGone``.
+    """
 
     def __init__(self, session: Session, sub: SubInfo) -> None:
         self.sub = sub
         self._session = session
-        #: Sent and not yet acknowledged, by ack_id; and acknowledged in the batch under way.
-        self._unacked: dict[str, Delivery] = {}
-        self._acked: set[str] = set()
+        #: What the client holds unacknowledged, by queue entry id.
+        self._held: dict[int, _Sent] = {}
+        #: The entry of each ack_id the client holds.
+        self._entries: dict[str, int] = {}
+        #: Acknowledged by the client, not yet answered to the loop.
+        self._acked: set[int] = set()
         self._changed = Event()
         self._open = Event()
         self._closed = False
+        #: The loop was woken (new messages) while waiting here: give it its turn back.
+        self._woken = False
 
     @property
     def in_flight(self) -> int:
         """Messages the client holds unacknowledged."""
-        return len(self._unacked)
+        return len(self._held)
+
+    def wake(self) -> None:
+        """New messages may be waiting: the loop gets its turn back to take them (if the window has room)."""
+        self._woken = True
+        self._changed.set()
 
     def open(self) -> None:
         """The client knows the sub_key: messages may flow."""
         self._open.set()
 
     def close(self) -> None:
-        """No more messages through this channel; a batch under way ends (unacked ones go back)."""
+        """No more messages through this channel; the loop's wait ends (what the client held goes back)."""
         self._closed = True
         self._open.set()
         self._changed.set()
 
     def taken_over(self, sub_id: int) -> None:
-        """The subscription was resumed by another connection."""
+        """The subscription left this connection: resumed on another one, or removed."""
         if not self._closed:
             self.close()
-            self._session.dropped(self, 'resumed on another connection')
+            self._session.dropped(self)
 
     def acked(self, ack_id: str) -> bool:
-        """Record an acknowledgement; False if the message is not awaited any more."""
-        if ack_id not in self._unacked:
+        """Record an acknowledgement; False if the message is not held any more (answered already)."""
+        entry_id = self._entries.pop(ack_id, None)
+        if entry_id is None:
             return False
-        self._acked.add(ack_id)
+        self._held.pop(entry_id, None)
+        self._acked.add(entry_id)
         self._changed.set()
         return True
 
+    def _release(self, entry_id: int) -> None:
+        sent = self._held.pop(entry_id, None)
+        if sent is not None:
+            self._entries.pop(sent.ack_id, None)
+            self._session.forget_ack(sent.ack_id)
+
     def deliver_batch(self, sub: SubInfo, batch: list[Delivery]) -> list[Outcome]:
-        """Send a batch (at most the window) and wait for its acknowledgements; an Outcome per message sent."""
+        """Send what the client does not hold yet (up to the window); answer once something is settled."""
         self._open.wait()
-        if self._closed:
-            return []
-        session, parts = self._session, self._session._parts
-        outcomes: list[Outcome] = []
-        sent: list[tuple[str, Delivery]] = []
-        key = json.dumps(sub.sub_key).encode()
-        now = time.time()
-        for d in batch:
+        session, settings = self._session, self._session._parts.settings
+        deadline = settings.ack_deadline_secs
+        self._woken = False
+        try:
+            while True:
+                outcomes, waiting = self._settle(batch, deadline)
+                if outcomes or self._closed or (self._woken and len(self._held) < sub_window(self.sub)):
+                    # Answered, gone, or new messages the window has room for: the loop's turn (an empty
+                    # answer gives every message back untried; the loop, woken, takes them again at once).
+                    return outcomes
+                self._woken = False
+                if not waiting:
+                    # The window is full of messages the loop did not hand over this time (a message of
+                    # higher priority came first): nothing to answer, the loop looks again shortly.
+                    self._changed.clear()
+                    self._changed.wait(self._next_deadline(deadline))
+                    return []
+                self._changed.clear()
+                self._changed.wait(self._next_deadline(deadline))
+        except BaseException:
+            # Killed (the subscription's delivery stopped): what the client holds is no longer awaited.
+            for entry_id in list(self._held):
+                self._release(entry_id)
+            raise
+        finally:
             if self._closed:
-                break
+                for entry_id in list(self._held):
+                    self._release(entry_id)
+                session.forget_channel(self)
+
+    def _next_deadline(self, deadline: float) -> float:
+        oldest = min((s.at for s in self._held.values()), default=None)
+        return deadline if oldest is None else max(0.001, oldest + deadline - time.monotonic())
+
+    def _settle(self, batch: list[Delivery], deadline: float) -> tuple[list[Outcome], list[Delivery]]:
+        """Outcomes known now, and the messages of the batch the client holds (sending what fits first)."""
+        session, parts = self._session, self._session._parts
+        now = time.monotonic()
+        in_batch = {d.entry_id for d in batch}
+        for entry_id, sent in list(self._held.items()):
+            if now - sent.at >= deadline and entry_id not in in_batch:
+                self._release(entry_id)  # not in this batch: it is sent again when the loop takes it again
+        outcomes: list[Outcome] = []
+        waiting: list[Delivery] = []
+        room = sub_window(self.sub) - len(self._held)
+        key = json.dumps(self.sub.sub_key).encode()
+        wall = time.time()
+        for d in batch:
+            entry_id = d.entry_id
+            if entry_id in self._acked:
+                self._acked.discard(entry_id)
+                outcomes.append(Outcome(d, True))
+                continue
+            sent = self._held.get(entry_id)
+            if sent is not None:
+                if self._closed:
+                    self._release(entry_id)
+                    outcomes.append(Outcome(d, False, ClientGone()))
+                elif now - sent.at >= deadline:
+                    self._release(entry_id)
+                    outcomes.append(Outcome(d, False, AckTimeout(deadline)))
+                else:
+                    waiting.append(d)
+                continue
+            if self._closed or room <= 0:
+                continue  # not sent: the loop takes its attempt back
             ack_id = session.new_ack_id(self)
             try:
-                body = render_pull(d, sub.sub_key, now, ack_id, parts.json_limits)
+                body = render_pull(d, self.sub.sub_key, wall, ack_id, parts.json_limits)
             except UnrenderableMessage as e:
                 session.forget_ack(ack_id)
                 outcomes.append(Outcome(d, False, e))  # dead-lettered at once: trying again cannot help
                 continue
-            self._unacked[ack_id] = d
-            sent.append((ack_id, d))
+            self._held[entry_id] = _Sent(ack_id, now)
+            self._entries[ack_id] = entry_id
+            room -= 1
             try:
                 session.conn.send_text(b'{"action":"message","sub_key":' + key + b',"ack_id":"' + ack_id.encode()
                                        + b'",' + body[1:])
             except Closed:
                 self.close()
-        deadline = time.monotonic() + parts.settings.ack_deadline_secs
-        while not self._closed and len(self._acked) < len(sent):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._changed.clear()
-            self._changed.wait(left)
-        for ack_id, d in sent:
-            del self._unacked[ack_id]
-            session.forget_ack(ack_id)
-            if ack_id in self._acked:
-                outcomes.append(Outcome(d, True))
-            elif self._closed:
-                outcomes.append(Outcome(d, False, ClientGone('the client left before acknowledging the message')))
-            else:
-                outcomes.append(Outcome(d, False, AckTimeout(
-                    f'not acknowledged within {parts.settings.ack_deadline_secs:g} s')))
-        self._acked.clear()
-        return outcomes
+                self._release(entry_id)
+                outcomes.append(Outcome(d, False, ClientGone()))
+                continue
+            waiting.append(d)
+        return outcomes, waiting
+
+
+def sub_window(sub: SubInfo) -> int:
+    """The most messages a client may hold unacknowledged on a subscription (its batch size)."""
+    return sub.options.delivery_batch_size

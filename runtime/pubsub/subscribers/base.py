@@ -29,11 +29,13 @@ class Context:
 
 
 class Deliverer(NamedTuple):
-    """What a subscription's delivery loop calls: one of deliver and deliver_batch, and what closes it."""
+    """What a subscription's delivery loop calls: one of deliver and deliver_batch, what closes it, and
+    what it tells of its wake-ups (new messages may be waiting)."""
 
     deliver: Deliver | None = None
     deliver_batch: DeliverBatch | None = None
     close: Callable[[], None] | None = None
+    wake: Callable[[], None] | None = None
 
 
 class Subscriber(Protocol):

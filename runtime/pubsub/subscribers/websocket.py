@@ -76,6 +76,10 @@ class Attached(Protocol):
         """This connection no longer holds the subscription: stop using it and tell the client."""
         ...
 
+    def wake(self) -> None:
+        """New messages may be waiting: a deliver_batch waiting for acks returns, so the loop takes them."""
+        ...
+
 
 class Attachments:
     """The WebSocket subscriptions attached to this worker's connections: no I/O, no SQL."""
@@ -138,7 +142,12 @@ class WebSocketSubscriber:
         """Batches to whichever connection the subscription is attached to at the time."""
         def deliver_batch(sub: SubInfo, batch: list[Delivery]) -> list[Outcome]:
             return self._deliver_batch(ctx, sub, batch)
-        return Deliverer(deliver_batch=deliver_batch)
+
+        def wake() -> None:
+            attached = self._attachments.get(sub.id)
+            if attached is not None:
+                attached.wake()
+        return Deliverer(deliver_batch=deliver_batch, wake=wake)
 
     def _deliver_batch(self, ctx: Context, sub: SubInfo, batch: list[Delivery]) -> list[Outcome]:
         attached = self._attachments.get(sub.id)
