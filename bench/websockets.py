@@ -799,7 +799,7 @@ def delivery_round(srv: Server, procs: list[ClientProcess], publisher: Publisher
     client_cpu = (sum(p.progress.get('cpu', 0) for p in procs) - client_cpu0) / wall
     polls = sum(p.progress.get('polls', 0) for p in procs) - polls0
     records = [r for p in procs for r in p.records() if base <= r[0] < base + total]
-    counted = [ms for k, ms in records if k >= base + skip]
+    counted = sorted(ms for k, ms in records if k >= base + skip)
     # The deliveries of the counted messages over the time they took: from the due time of the first one
     # until the last delivery arrived (message k was due at t0 + (k - base) / rate), or the time their
     # publication took if that is longer (a server that keeps up is not credited with more than the rate).
