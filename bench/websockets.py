@@ -1164,7 +1164,10 @@ def delivery_lines(delivery_rows: list[dict[str, Any]], args: argparse.Namespace
             p99s = [r['p99'] for r in rows]
             summary.append({'figure': f"WebSocket deliveries/s, {r0['subscribers']:,} subscribers of one topic, "
                                       f'{backend}', 'target': '≥ 10,000 deliveries/s',
-                            'measured': f"{_both(rows, _num('achieved'))} deliveries/s (rounds)",
+                            'measured': f"{_both(rows, _num('achieved'))} deliveries/s (rounds), the worker at "
+                                        f"{_both(rows, _pct('server_cpu'))} of a core"
+                                        + (f", {_both(rows, _num('cpu_us_per_delivery'))} µs of its CPU per delivery"
+                                           if all('cpu_us_per_delivery' in r for r in rows) else ''),
                             'met': achieved >= 10_000})
             summary.append({'figure': f'publish→WebSocket client latency at {target:,} deliveries/s, {backend}',
                             'target': 'p99 ≤ 100 ms',
