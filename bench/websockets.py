@@ -799,7 +799,7 @@ def delivery_round(srv: Server, procs: list[ClientProcess], publisher: Publisher
     client_cpu = (sum(p.progress.get('cpu', 0) for p in procs) - client_cpu0) / wall
     polls = sum(p.progress.get('polls', 0) for p in procs) - polls0
     records = [r for p in procs for r in p.records() if base <= r[0] < base + total]
-    counted = [ms for k, ms in records if k >= base + skip]
+    counted = sorted(ms for k, ms in records if k >= base + skip)
     # The deliveries of the counted messages over the time they took: from the due time of the first one
     # until the last delivery arrived (message k was due at t0 + (k - base) / rate), or the time their
     # publication took if that is longer (a server that keeps up is not credited with more than the rate).
@@ -809,6 +809,7 @@ def delivery_round(srv: Server, procs: list[ClientProcess], publisher: Publisher
     row = {'deliveries_target': deliveries, 'subscribers': subscribers, 'publish_rate': rate, 'published': total,
            'counted_messages': total - skip, 'expected': (total - skip) * subscribers, 'delivered': len(counted),
            'delivered_all': len(records), 'expected_all': expected, 'achieved': achieved, 'window_s': window,
+           'wall_s': wall, 'cpu_us_per_delivery': server_cpu * wall / max(1, len(records)) * 1e6,
            'rate_kept': kept,
            'p50': common.percentile(counted, 50) if counted else None,
            'p99': common.percentile(counted, 99) if counted else None,
@@ -1078,9 +1079,10 @@ def idle_lines(idle_rows: list[dict[str, Any]], args: argparse.Namespace) -> tup
     lines = [f'## WebSocket: {args.connections:,} idle subscribers on one worker, {_backends(args)} '
              '(target: ≤ 400 MB)', '',
              '| backend | set-up | connections set up | set-up time s | s per 1,000 set-ups (first → last) | '
+             'worker CPU per set-up, ms | '
              'worker RSS empty, MiB | with the subscriptions, no connection | after set-up | '
              f'after {args.hold:g} s idle | KiB per connection | worker CPU while idle | at the end |',
-             '|' + '---|' * 12]
+             '|' + '---|' * 13]
     summary = []
     for (backend, mode), rows in by_key.items():
         setup = {'subscribe': '`subscribe {topic}` (a new subscription each)',
@@ -1088,6 +1090,7 @@ def idle_lines(idle_rows: list[dict[str, Any]], args: argparse.Namespace) -> tup
                  'connect': 'authenticated, no subscription (`ping`; for comparison)'}[mode]
         idle = _if_complete
         cells = [backend, setup, _both(rows, _done), _both(rows, _num('setup_s', 1)), _both(rows, _first_last),
+                 _both(rows, lambda r: f"{r['setup_cpu'] / max(1, r['done']) * 1000:.1f}"),
                  _both(rows, _num('rss_empty')), _both(rows, _num('rss_subscriptions')),
                  _both(rows, idle(_num('rss_setup'))), _both(rows, idle(_num('rss_hold'))),
                  _both(rows, idle(_num('kib_per_connection', 1))),
@@ -1133,8 +1136,8 @@ def delivery_lines(delivery_rows: list[dict[str, Any]], args: argparse.Namespace
     lines = [f'## WebSocket: fan-out of GD messages to {args.subscribers:,} subscribers, and REST pull beside it, '
              f'{_backends(args)} (targets: ≥ 10,000 deliveries/s; p99 ≤ 100 ms at 10,000 deliveries/s)', '',
              '| backend | via | subscribers | deliveries/s aimed at (publications/s) | deliveries/s achieved | '
-             'publish→client p50 ms | p99 ms | max ms | delivered of expected | worker CPU | clients\' CPU |',
-             '|' + '---|' * 11]
+             'publish→client p50 ms | p99 ms | max ms | delivered of expected | worker CPU | '
+             'worker CPU per delivery, µs | clients\' CPU |', '|' + '---|' * 12]
     summary = []
     groups: dict[tuple[str, str, int], list[dict[str, Any]]] = collections.defaultdict(list)
     for row in delivery_rows:
@@ -1148,7 +1151,8 @@ def delivery_lines(delivery_rows: list[dict[str, Any]], args: argparse.Namespace
         cells = [backend, 'WebSocket' if via == 'websocket' else 'REST pull', f"{r0['subscribers']:,}",
                  f"{target:,} ({r0['publish_rate']:g})", _both(rows, _num('achieved')), _both(rows, _ms('p50')),
                  _both(rows, _ms('p99')), _both(rows, _ms('max')), _both(rows, _delivered),
-                 _both(rows, _pct('server_cpu')), _both(rows, _pct('client_cpu'))]
+                 _both(rows, _pct('server_cpu')), _both(rows, _num('cpu_us_per_delivery')),
+                 _both(rows, _pct('client_cpu'))]
         lines.append('| ' + ' | '.join(cells) + ' |')
         if via == 'websocket' and target == min(args.deliveries) and target < max(args.deliveries):
             summary.append({'figure': f'publish→WebSocket client latency at {target:,} deliveries/s, {backend}',
@@ -1160,7 +1164,10 @@ def delivery_lines(delivery_rows: list[dict[str, Any]], args: argparse.Namespace
             p99s = [r['p99'] for r in rows]
             summary.append({'figure': f"WebSocket deliveries/s, {r0['subscribers']:,} subscribers of one topic, "
                                       f'{backend}', 'target': '≥ 10,000 deliveries/s',
-                            'measured': f"{_both(rows, _num('achieved'))} deliveries/s (rounds)",
+                            'measured': f"{_both(rows, _num('achieved'))} deliveries/s (rounds), the worker at "
+                                        f"{_both(rows, _pct('server_cpu'))} of a core"
+                                        + (f", {_both(rows, _num('cpu_us_per_delivery'))} µs of its CPU per delivery"
+                                           if all('cpu_us_per_delivery' in r for r in rows) else ''),
                             'met': achieved >= 10_000})
             summary.append({'figure': f'publish→WebSocket client latency at {target:,} deliveries/s, {backend}',
                             'target': 'p99 ≤ 100 ms',
@@ -1182,6 +1189,8 @@ def delivery_lines(delivery_rows: list[dict[str, Any]], args: argparse.Namespace
               f'ends once every delivery arrived (or none for {args.drain_timeout:g} s). "Deliveries/s achieved": '
               'deliveries of the counted messages ÷ the time from the first one\'s due time to the last '
               "delivery's arrival, or ÷ the time their publication took if that is longer. "
+              '"Worker CPU per delivery": the worker\'s CPU time over the round ÷ the deliveries in it, the figure '
+              'least moved by other work on the machine. '
               'CPU over the round: the worker process and the client processes (100 % = one '
               'core).', '']
     return lines, summary
