@@ -44,6 +44,7 @@ from runtime.invoke import new_cid
 from runtime.json_limits import JsonLimits
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import render_pull
+from runtime.pubsub.subscribers.pull import storage_errors
 from runtime.pubsub.subscribers.websocket import AckTimeout, ClientGone
 from runtime.pubsub.topics import validate_pattern
 from runtime.websocket_metrics import WebSocketMetrics
@@ -290,7 +291,8 @@ class Session:
                 # message is still checked against its own topic when it is delivered.
                 check_pattern_permission(self._parts.rest, caller, pattern)
                 name = pattern
-            sub = hub.subscribe(caller.name, name, window)
+            with storage_errors():
+                sub = hub.subscribe(caller.name, name, window)
         fields: dict[str, Any] = {'sub_key': sub.sub_key, 'window': sub.options.delivery_batch_size}
         if sub_key is not None:
             fields['resumed'] = True
@@ -304,7 +306,8 @@ class Session:
         channel = Channel(self, sub)
         self._channels[sub.id] = channel
         try:
-            fields['queue_depth'] = hub.attach(sub, channel, self.peer)
+            with storage_errors():
+                fields['queue_depth'] = hub.attach(sub, channel, self.peer)
         except BaseException:
             self._channels.pop(sub.id, None)
             channel.close()
@@ -339,7 +342,8 @@ class Session:
         if channel is not None:
             channel.close()
             hub.detach(sub.id, channel)
-        hub.unsubscribe(sub)
+        with storage_errors():
+            hub.unsubscribe(sub)
         return 'unsubscribed', {'sub_key': sub_key}
 
     def _ping(self, frame: dict[str, Any]) -> tuple[str, dict[str, Any]]:
