@@ -545,15 +545,7 @@ class Client:
         rid = self._send_request(frame, internal=True)
         if rid is None:
             raise Disconnected(f'sending {frame["action"]} failed: the connection dropped')
-        deadline = time.monotonic() + timeout
-        while True:
-            answer = self._take_answer(rid)
-            if answer is not None:
-                return self._checked(answer)
-            if time.monotonic() >= deadline:
-                self._forget(rid)
-                raise NoAnswer(frame['action'], timeout)
-            self._read_one(deadline)
+        return self._await_answer(rid, frame['action'], time.monotonic() + timeout, timeout, self._read_one)
 
     def _request(self, frame: dict[str, Any]) -> dict[str, Any]:
         """Send a request (once the connection is ready, reconnecting if needed) and wait for its answer."""
@@ -565,14 +557,20 @@ class Client:
                 break
             if time.monotonic() >= deadline:
                 raise NoAnswer(frame['action'], self.request_timeout)
+        return self._await_answer(rid, frame['action'], deadline, self.request_timeout,
+                                  lambda until: self._step(lambda: rid not in self._waiting, until))
+
+    def _await_answer(self, rid: str, action: str, deadline: float, timeout: float,
+                      wait: Callable[[float], None]) -> dict[str, Any]:
+        """The answer to request rid, checked; wait(deadline) reads or waits for one more frame meanwhile."""
         while True:
             answer = self._take_answer(rid)
             if answer is not None:
                 return self._checked(answer)
             if time.monotonic() >= deadline:
                 self._forget(rid)
-                raise NoAnswer(frame['action'], self.request_timeout)
-            self._step(lambda: rid not in self._waiting, deadline)
+                raise NoAnswer(action, timeout)
+            wait(deadline)
 
     def _step(self, done: Callable[[], bool], deadline: float | None) -> None:
         """Read one frame if no one else is reading, else wait until the reader files one; done() ends either."""
