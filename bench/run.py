@@ -45,6 +45,7 @@ BENCHMARKS: list[tuple[str, str, int]] = [
     ('websockets_idle_postgresql', 'websockets.py --parts idle --backends postgresql --idle-modes resume,subscribe',
      900),
     ('websockets_fanout_postgresql', 'websockets.py --parts fanout --backends postgresql', 900),
+    ('file_transfer', 'file_transfer.py', 3600),
 ]
 
 #: Notes that stand on their own, after the benchmark sections.

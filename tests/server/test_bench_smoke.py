@@ -28,6 +28,7 @@ SMALL = {
     'slow_clients.py': ['--sockets', '50', '--seconds', '2'],
     'sign_in_flood.py': ['--clients', '4', '--seconds', '2'],
     'websockets.py': ['--quick'],
+    'file_transfer.py': ['--quick'],
 }
 
 
