@@ -226,3 +226,80 @@ def test_kill_9_mid_file_then_restart_publishes_every_row_once(
     assert_exactly_once(expected, got)
     states = [r['state'] for r in runs(engine, 'ft-kill')]
     assert states.count('done') == 1, states
+
+
+def test_an_sftp_server_restarted_mid_poll_is_reported_and_polling_goes_on(
+        server_factory: Callable[..., LiveServer], engine: Engine, sshd: Any, tmp_path: Path) -> None:
+    """The poller's connection breaks under it: one clear log line, then files dropped later are processed."""
+    remote = sshd.root / 'in'
+    remote.mkdir()
+    server = server_factory(env={KEY_VAR: sshd.client_key_text})
+    server.write_objects('ft.yaml', objects_yaml([channel_item('ft-restart', str(remote), **sftp_options(sshd))]))
+    server.start()
+    wait_polling(server, 'ft-restart')
+    before = expected_ids('B', 3)
+    drop(remote, 'before.csv', csv_text('B', 3))
+    wait_done(engine, 'ft-restart', before, remote, timeout=30)
+    mark = len(server.log())
+    sshd.restart()
+    label = f'sftp://{sshd.username}@{sshd.host}:{sshd.port}'
+
+    def reported() -> str:
+        return '\n'.join(line for line in server.log()[mark:].splitlines() if label in line and 'ft-restart' in line)
+    lines = poll(reported, 30, message='a log line naming the channel and its SFTP server')
+    after = expected_ids('A', 3)
+    drop(remote, 'after restart.csv', csv_text('A', 3))
+    got = wait_done(engine, 'ft-restart', before | after, remote, timeout=60)
+    assert_exactly_once(before | after, got)
+    new_log = server.log()[mark:]
+    assert 'Traceback' not in new_log, new_log[-3000:]
+    assert sshd.client_key_text.splitlines()[1] not in server.log(), 'the private key reached the log'
+    assert lines
+
+
+def test_a_file_channel_made_through_the_admin_api_and_cli(
+        server_factory: Callable[..., LiveServer], engine: Engine, tmp_path: Path) -> None:
+    """Created through the API: it polls, its runs are listed (API and CLI); deleted: it stops polling."""
+    from click.testing import CliRunner
+
+    from runtime import cli as cli_module
+
+    inbox, other = tmp_path / 'api-in', tmp_path / 'other-in'
+    inbox.mkdir()
+    other.mkdir()
+    server = server_factory()
+    server.write_objects('ft.yaml', yaml.safe_dump({'pubsub_topic': [topic_item()]}))
+    server.start()
+    definition = channel_item('ft-api', str(inbox))
+    r = server.request('POST', '/admin/file-channels', json=definition, auth=server.admin)
+    assert r.status_code in (200, 201), r.text
+    first = expected_ids('P', 4)
+    drop(inbox, 'päyment 1.csv', csv_text('P', 4))
+    wait_done(engine, 'ft-api', first, inbox, timeout=30)
+
+    r = server.request('GET', '/admin/file-channels/ft-api/runs', auth=server.admin)
+    assert r.status_code == 200, r.text
+    listed = r.json()['runs']
+    assert [(x['file_name'], x['state'], x['published']) for x in listed] == [('päyment 1.csv', 'done', 4)]
+
+    def cli(*args: str) -> str:
+        config = str(server.base / 'config' / 'server.toml')
+        result = CliRunner().invoke(cli_module.main, ['--config', config, *args])
+        assert result.exit_code == 0, f'{args}: {result.output}'
+        return result.output
+    assert 'ft-api' in cli('file-channel', 'list')
+    assert 'päyment 1.csv' in cli('file-channel', 'runs', 'ft-api')
+
+    r = server.request('DELETE', '/admin/file-channels/ft-api', auth=server.admin)
+    assert r.status_code in (200, 204), r.text
+    assert server.request('GET', '/admin/file-channels/ft-api', auth=server.admin).status_code == 404
+    server.wait_for_log('ft-api')  # TODO: the poller's "stopped" line once H3's text is known
+    drop(inbox, 'late.csv', csv_text('Q', 2))
+    # Another channel, created later, processes its file: by then the deleted one would have taken
+    # late.csv had it still polled (it polls every POLL seconds, and the other needs two polls too).
+    r = server.request('POST', '/admin/file-channels', json=channel_item('ft-other', str(other)), auth=server.admin)
+    assert r.status_code in (200, 201), r.text
+    drop(other, 'other.csv', csv_text('O', 2))
+    wait_done(engine, 'ft-other', first | expected_ids('O', 2), other, timeout=30)
+    assert leftovers(inbox) == ['late.csv']
+    assert not set(published(engine)) & expected_ids('Q', 2)
