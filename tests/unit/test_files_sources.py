@@ -26,7 +26,7 @@ from runtime.files import sources
 from runtime.files.source_base import TEMP_MARK
 from runtime.files.sources import Entry, LocalSource, Source, open_source
 
-KINDS = ['local']  # 'sftp' joins with tests/sshd.py
+KINDS = ['local', 'sftp']
 
 HOSTILE_PATHS = ['../x', '/etc/passwd', 'a/../../x', 'a/..', '..', 'a\x00b', 'a\\..\\b', '']
 
