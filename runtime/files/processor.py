@@ -463,13 +463,13 @@ class FileProcessor:
         records = self._records()
         try:
             for record in records:
-                if record.index >= at_index:
-                    break
                 d = parsers.digest(record)
                 if remaining[d] > 0:
                     remaining[d] -= 1
                 else:
                     ours[d] += 1
+                if record.index + 1 >= at_index:
+                    break  # before the reader reaches the bad record
         finally:
             records.close()
         return ours
