@@ -520,3 +520,51 @@ class RouteClash(ConduitError):
     def __init__(self, name: str, clash: str) -> None:
         self.name = name
         super().__init__(f'channel {name!r}: {clash}')
+
+
+# File transfer
+
+
+class FileTransferError(ConduitError):
+    """A file channel's or file subscriber's directory (local or SFTP) cannot be used as asked."""
+
+
+class SourceMissing(FileTransferError, LookupError):
+    """A directory of a file source does not exist (the source and the directory are named)."""
+
+    http_status = 404
+
+    def __init__(self, label: str, path: str = '') -> None:
+        self.label = label
+        self.path = path
+        where = f'{label}: directory {path!r}' if path else f'directory {label}'
+        super().__init__(f'{where} does not exist')
+
+
+class SourceUnavailable(FileTransferError, ConnectionError):
+    """A file source cannot be reached or broke off (the source is named, never a credential)."""
+
+    http_status = 503
+
+    def __init__(self, label: str, reason: str) -> None:
+        self.label = label
+        self.reason = reason
+        super().__init__(f'{label}: {reason}')
+
+
+class FileParseError(ConduitError, ValueError):
+    """A file, or one record of it, is not what its channel's format says; the record and line are named.
+
+    record_index is 0-based (None when the fault is not in one record: a CSV header, data after a JSON
+    array, a whole-file record); line is 1-based (None when the format has no lines).
+    """
+
+    def __init__(self, record_index: int | None, line: int | None, reason: str) -> None:
+        self.record_index = record_index
+        self.line = line
+        self.reason = reason
+        if record_index is not None:
+            where = f'record {record_index}' + (f' (line {line})' if line is not None else '')
+        else:
+            where = f'line {line}' if line is not None else ''
+        super().__init__(f'{where}: {reason}' if where else reason)

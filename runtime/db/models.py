@@ -400,3 +400,61 @@ class AuditEntry(Base):
     #: JSON of the object before and after, secrets masked; None when there was none.
     before: Mapped[str | None] = mapped_column(Text, nullable=True)
     after: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+# File transfer. Times are UNIX epoch seconds, as in pub/sub.
+
+
+class FileChannelRow(Base):
+    """An inbound file channel: a directory (local or SFTP) whose files become messages or invocations."""
+
+    __tablename__ = 'conduit_file_channel'
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    #: JSON of FileChannelDef.as_values() without the name; secrets only as ${CONDUIT_SECRET_...} references.
+    definition: Mapped[str] = mapped_column(Text)
+    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    origin: Mapped[str] = mapped_column(String(16), default='api')
+    #: The object file that declared it ('' when made through the admin API or the CLI).
+    owner: Mapped[str] = mapped_column(String(1000), default='', server_default='')
+    updated_at: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class FileRun(Base):
+    """One processing of one file by one channel: how far it got, so that a crash resumes exactly there."""
+
+    __tablename__ = 'conduit_file_run'
+    __table_args__ = (Index('ix_file_run_hash', 'channel', 'content_hash'),
+                      Index('ix_file_run_name', 'channel', 'file_name'))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    channel: Mapped[str] = mapped_column(String(200), index=True)
+    #: The file's original path, relative to the channel's directory.
+    file_name: Mapped[str] = mapped_column(String(1000))
+    size: Mapped[int] = mapped_column(BigInteger)
+    mtime: Mapped[float] = mapped_column(Float)
+    #: Hex sha256 of the file's content.
+    content_hash: Mapped[str] = mapped_column(String(64))
+    #: 'running', 'done', 'failed', 'skipped' or 'superseded'.
+    state: Mapped[str] = mapped_column(String(16))
+    #: Records committed so far (published and/or invoked): a resumed run skips that many.
+    records_done: Mapped[int] = mapped_column(BigInteger, default=0)
+    published: Mapped[int] = mapped_column(BigInteger, default=0)
+    invoked: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: The claim owner (host and pid) of the worker that processed it last.
+    owner: Mapped[str] = mapped_column(String(200))
+    started_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str] = mapped_column(Text, default='')
+
+
+class FileDigest(Base):
+    """How many records with one digest a failed run published: a fixed file dropped again skips them."""
+
+    __tablename__ = 'conduit_file_digest'
+
+    run_id: Mapped[int] = mapped_column(Integer, ForeignKey('conduit_file_run.id', ondelete='CASCADE'),
+                                        primary_key=True, autoincrement=False)
+    digest: Mapped[str] = mapped_column(String(32), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)
