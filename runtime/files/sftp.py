@@ -17,8 +17,10 @@
   each connection, so that neither the database nor this object holds a secret. A private key
   is the text of an unencrypted OpenSSH or PEM key (ed25519, ECDSA, RSA). No agent and no keys from
   ``~/.ssh`` are used. Errors name the variable at most, never its value.
-- **Renames**: ``rename`` is SFTP's plain RENAME, which OpenSSH refuses when the target exists (one
-  winner among claimers); ``replace`` is the ``posix-rename@openssh.com`` extension.
+- **Renames**: ``rename`` is SFTP's plain RENAME, which OpenSSH (as SFTP version 3 asks) refuses
+  when the target exists; claims have one winner on any server, since their targets differ and
+  only one rename can take the source away. ``replace`` is the ``posix-rename@openssh.com``
+  extension, which OpenSSH and most servers derived from it offer.
 - **Links**: directory listings carry lstat attributes on OpenSSH, so links are not listed and
   ``open_read`` refuses one. What a path may reach beyond that is up to the server account's
   permissions (a chroot for a shared server): the source only refuses paths that leave its root
@@ -282,6 +284,12 @@ class SftpSource:
                     self._drop()
                     raise SourceUnavailable(self.label, f'{doing}: {_why(e)}') from None
                 raise
+            except BaseException as e:
+                if not isinstance(e, Exception):
+                    # Killed or timed out mid-request (a greenlet's Timeout): a packet may be half
+                    # sent, so the connection cannot be trusted any more.
+                    self._drop()
+                raise
 
     # Listing
 
@@ -512,6 +520,9 @@ class _RemoteReader(io.RawIOBase):
                     raise
                 source._drop()
                 raise SourceUnavailable(source.label, f'reading a file: {_why(e)}') from None
+            except BaseException:
+                source._drop()  # killed mid-request: see SftpSource._session
+                raise
         n = len(data)
         buffer[:n] = data
         return n
