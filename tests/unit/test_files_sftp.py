@@ -396,3 +396,15 @@ def test_a_killed_request_drops_the_connection(sshd: SshServer, root: Path, monk
     assert source._client is None
     assert source.exists('a.csv')
     source.close()
+
+
+@pytest.mark.parametrize('ci, outcome', [('', pytest.skip.Exception), ('true', pytest.fail.Exception)])
+def test_without_sshd_and_without_root_the_fixture_skips_or_fails_in_ci(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ci: str, outcome: type[BaseException]) -> None:
+    from tests import sshd as sshd_fixture
+
+    monkeypatch.setattr(sshd_fixture, 'SSHD', str(tmp_path / 'no-sshd'))
+    monkeypatch.setattr(sshd_fixture.os, 'geteuid', lambda: 1000)
+    monkeypatch.setenv('CI', ci)
+    with pytest.raises(outcome, match='openssh-server'):
+        sshd_fixture.ensure_sshd()
