@@ -8,8 +8,8 @@ A template is a path with ``{field}`` placeholders, ``{{`` and ``}}`` standing f
 Fields of an inbound move (``inbound_values``): ``name`` (the file's name), ``stem`` and ``suffix``
 (``a.tar.gz`` → ``a.tar`` and ``.gz``; ``{stem}{suffix}`` is the name), ``channel``, ``date``
 (``YYYY-MM-DD``), ``time`` (``HHMMSS``), ``year``, ``month``, ``day``. Fields of an outbound file
-(``outbound_values``): ``topic``, ``msg_id``, ``date``, ``time``, ``ext`` (no dot), ``seq``. Times are
-UTC, as everywhere in Conduit.
+(``outbound_values``): ``topic``, ``msg_id``, ``date``, ``time``, ``ext`` (no dot), ``seq``, and
+``year``, ``month``, ``day`` as well. Times are UTC, as everywhere in Conduit.
 
 Guarantees, whatever the values hold (they come from file names and messages, not from the admin):
 
@@ -41,7 +41,7 @@ from runtime.errors import ConfigError
 INBOUND_FIELDS = ('name', 'stem', 'suffix', 'channel', 'date', 'time', 'year', 'month', 'day')
 
 #: Fields of the template that names an outbound file.
-OUTBOUND_FIELDS = ('topic', 'msg_id', 'date', 'time', 'ext', 'seq')
+OUTBOUND_FIELDS = ('topic', 'msg_id', 'date', 'time', 'ext', 'seq', 'year', 'month', 'day')
 
 #: Characters a value may not bring into a path: separators, control characters (C0, DEL, C1), line and
 #: paragraph separators, and lone surrogates (undecodable bytes of a local file name).
