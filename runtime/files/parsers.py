@@ -579,7 +579,6 @@ class _JsonArray:
                 self._check_bad(e.pos + 1, index)
                 raise FileParseError(index, self._line_at(e.pos), f'invalid JSON: {e.msg}') from None
             except (InvalidJson, RecursionError, ValueError) as e:
-                self._check_bad(len(buf), index)
                 raise FileParseError(index, self._line_at(start), _parse_fault(e, limits).reason) from None
             if len(buf) - end <= _JSON_TAIL_CHARS and self._grow(index):
                 continue  # a number may go on in the next chunk
