@@ -73,6 +73,7 @@ _BAD_BYTES = 'conduit.files.bad-bytes'
 
 _SURROGATE = re.compile('[\ud800-\udfff]')
 _JSON_WS = re.compile(r'[ \t\n\r]*')
+_JSON_COMMA = re.compile(r'[ \t\n\r]*,[ \t\n\r]*')
 
 
 def _mark_bad_bytes(e: UnicodeError) -> tuple[str, int]:
@@ -443,23 +444,34 @@ _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 #: The canonical form of a JSON value: what its raw bytes (and so its digest) are made of.
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(',', ':'), allow_nan=False)
 
+#: The same, as the C encoder that JSONEncoder.encode builds anew on every call (half the cost of a small
+#: element); no circular-reference markers: a parsed value holds no cycle.
+_C_CANONICAL = (json.encoder.c_make_encoder(None, None, json.encoder.c_encode_basestring, None, ':', ',', True,
+                                            False, False)
+                if json.encoder.c_make_encoder is not None and json.encoder.c_encode_basestring is not None
+                else None)
+
 
 def _guarded(limits: JsonLimits, parse: Callable[..., Any], *args: Any) -> Any:
     """parse(*args) with every way it can refuse a text turned into _JsonFault (JSONDecodeError left to the caller)."""
     try:
-        value = parse(*args)
+        return parse(*args)
     except json.JSONDecodeError:
         raise
-    except InvalidJson as e:
-        raise _JsonFault(f'the value {e}') from None
-    except RecursionError:
+    except (InvalidJson, RecursionError, ValueError) as e:
+        raise _parse_fault(e, limits) from None
+
+
+def _parse_fault(e: Exception, limits: JsonLimits) -> _JsonFault:
+    """The fault of a parse that failed other than by a syntax error (JSONDecodeError)."""
+    if isinstance(e, InvalidJson):
+        return _JsonFault(f'the value {e}')
+    if isinstance(e, RecursionError):
         # The C parser stops at the interpreter's recursion limit, far above any sane max_depth.
-        raise _JsonFault(f'the value {limits.too_deep()}') from None
-    except ValueError as e:
-        if 'integer string conversion' in str(e):  # Python's int-str limit, hit inside the parser
-            raise _JsonFault(f'the value {limits.too_long()}') from None
-        raise _JsonFault(f'invalid JSON: {e}') from None
-    return value
+        return _JsonFault(f'the value {limits.too_deep()}')
+    if 'integer string conversion' in str(e):  # Python's int-str limit, hit inside the parser
+        return _JsonFault(f'the value {limits.too_long()}')
+    return _JsonFault(f'invalid JSON: {e}')
 
 
 def _check_limits(value: Any, limits: JsonLimits) -> None:
@@ -480,8 +492,9 @@ def _parse_json(text: str, limits: JsonLimits) -> Any:
 
 
 def _canonical(value: Any) -> bytes:
+    text = ''.join(_C_CANONICAL(value, 0)) if _C_CANONICAL is not None else _CANONICAL.encode(value)
     # surrogatepass: a string may hold a lone surrogate written as a \\ud800 escape; it is valid JSON text.
-    return _CANONICAL.encode(value).encode('utf-8', 'surrogatepass')
+    return text.encode('utf-8', 'surrogatepass')
 
 
 _KINDS = {'{': 'an object', '"': 'a string', 't': 'a boolean', 'f': 'a boolean', 'n': 'null'}
@@ -530,6 +543,12 @@ class _JsonArray:
                                      "the file ends inside the JSON array: a value or ']' expected")
             yield self._element(index)
             index += 1
+            # Most elements are followed by a comma and the next one in the same buffer: one match for all.
+            m = _JSON_COMMA.match(self._buf, self._pos)
+            if m is not None and m.end() < len(self._buf):
+                self._pos = m.end()
+                c = self._buf[self._pos]
+                continue
             c = self._skip_ws()
             if c == ',':
                 self._pos += 1
@@ -547,31 +566,32 @@ class _JsonArray:
                                      f"invalid JSON: ',' or ']' expected after this record, found {c!r}")
 
     def _element(self, index: int) -> Record:
+        limits = self._limits
         while True:
             start = self._pos
             buf = self._buf
             try:
-                value, end = _guarded(self._limits, _DECODER.raw_decode, buf, start)
+                value, end = _DECODER.raw_decode(buf, start)
             except json.JSONDecodeError as e:
                 cut_short = len(buf) - e.pos <= _JSON_TAIL_CHARS or e.msg.startswith('Unterminated string')
                 if cut_short and self._grow(index):
                     continue
                 self._check_bad(e.pos + 1, index)
                 raise FileParseError(index, self._line_at(e.pos), f'invalid JSON: {e.msg}') from None
-            except _JsonFault as e:
-                self._check_bad(len(buf), index)
-                raise FileParseError(index, self._line_at(start), e.reason) from None
+            except (InvalidJson, RecursionError, ValueError) as e:
+                raise FileParseError(index, self._line_at(start), _parse_fault(e, limits).reason) from None
             if len(buf) - end <= _JSON_TAIL_CHARS and self._grow(index):
                 continue  # a number may go on in the next chunk
             break
-        self._check_bad(end, index)
+        if self._text.bad_at is not None:
+            self._check_bad(end, index)
         line = self._line_at(start)
         if end - start > self._limit:
             raise _too_large(index, line, self._limit)
         try:
-            _check_limits(value, self._limits)
-        except _JsonFault as e:
-            raise FileParseError(index, line, e.reason) from None
+            check_json(value, limits)
+        except InvalidJson as e:
+            raise FileParseError(index, line, f'the value {e}') from None
         raw = _canonical(value)
         if len(raw) > self._limit:
             raise _too_large(index, line, self._limit)
