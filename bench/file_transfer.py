@@ -50,7 +50,6 @@ from bench import common  # noqa: E402
 NAME = 'file_transfer'
 TOPIC = 'bench.files'
 CHANNEL = 'bench-files'
-KEY_VAR = 'CONDUIT_SECRET_BENCH_SFTP_KEY'
 #: The workers' peak RSS the issue sets as the target for the large CSV.
 RSS_TARGET_MB = 200
 FILES_TARGET = 1000.0
@@ -286,9 +285,9 @@ def files_round(kind: str, args: argparse.Namespace, tmp: Path, label: str, sshd
     extra: dict[str, Any] = {'max_parallel_files': args.parallel} if args.parallel else {}
     if kind == 'sftp':
         directory = sshd.root / label
-        env[KEY_VAR] = sshd.client_key_text
+        env.update(sshd.secret_env)
         extra.update({'sftp_host': sshd.host, 'sftp_port': sshd.port, 'sftp_username': sshd.username,
-                      'sftp_private_key': '${' + KEY_VAR + '}', 'sftp_host_key': sshd.host_key})
+                      'sftp_private_key': sshd.key_reference, 'sftp_host_key': sshd.host_key_line})
         channel_dir = str(directory)
     else:
         directory = tmp / label / 'in'
