@@ -490,7 +490,6 @@ class FileParseError(ConduitError, ValueError):
         super().__init__(f'{where}: {reason}' if where else reason)
 
 
-
 # Admin API
 
 
