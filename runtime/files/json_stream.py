@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from runtime.errors import FileParseError
@@ -48,7 +48,7 @@ def _refuse_constant(token: str) -> Any:
 
 #: NaN and Infinity refused while parsing; the other limits are checked on the parsed value
 #: (runtime.json_limits.check).
-DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 #: The canonical form of a JSON value: what its raw bytes (and so its digest) are made of.
 _CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(',', ':'), allow_nan=False)
@@ -59,16 +59,6 @@ _C_CANONICAL = (json.encoder.c_make_encoder(None, None, json.encoder.c_encode_ba
                                             False, False)
                 if json.encoder.c_make_encoder is not None and json.encoder.c_encode_basestring is not None
                 else None)
-
-
-def _guarded(limits: JsonLimits, parse: Callable[..., Any], *args: Any) -> Any:
-    """parse(*args) with every way it can refuse a text turned into JsonFault (JSONDecodeError left to the caller)."""
-    try:
-        return parse(*args)
-    except json.JSONDecodeError:
-        raise
-    except (InvalidJson, RecursionError, ValueError) as e:
-        raise _parse_fault(e, limits) from None
 
 
 def _parse_fault(e: Exception, limits: JsonLimits) -> JsonFault:
@@ -83,24 +73,23 @@ def _parse_fault(e: Exception, limits: JsonLimits) -> JsonFault:
     return JsonFault(f'invalid JSON: {e}')
 
 
-def _check_limits(value: Any, limits: JsonLimits) -> None:
+def parse_json(text: str, limits: JsonLimits) -> Any:
+    """The JSON value that is the whole of text, within limits; JsonFault saying why not otherwise."""
+    try:
+        value = _DECODER.decode(text)
+    except json.JSONDecodeError as e:
+        raise JsonFault(f'invalid JSON: {e.msg} at column {e.colno}', e.lineno) from None
+    except (InvalidJson, RecursionError, ValueError) as e:
+        raise _parse_fault(e, limits) from None
     try:
         check_json(value, limits)
     except InvalidJson as e:
         raise JsonFault(f'the value {e}') from None
-
-
-def parse_json(text: str, limits: JsonLimits) -> Any:
-    """One JSON value that is the whole of text, within limits; JsonFault otherwise."""
-    try:
-        value = _guarded(limits, DECODER.decode, text)
-    except json.JSONDecodeError as e:
-        raise JsonFault(f'invalid JSON: {e.msg} at column {e.colno}', e.lineno) from None
-    _check_limits(value, limits)
     return value
 
 
 def canonical(value: Any) -> bytes:
+    """The canonical bytes of a parsed value: compact, keys sorted, UTF-8 (what its digest is made of)."""
     text = ''.join(_C_CANONICAL(value, 0)) if _C_CANONICAL is not None else _CANONICAL.encode(value)
     # surrogatepass: a string may hold a lone surrogate written as a \\ud800 escape; it is valid JSON text.
     return text.encode('utf-8', 'surrogatepass')
@@ -180,7 +169,7 @@ class JsonArray:
             start = self._pos
             buf = self._buf
             try:
-                value, end = DECODER.raw_decode(buf, start)
+                value, end = _DECODER.raw_decode(buf, start)
             except json.JSONDecodeError as e:
                 cut_short = len(buf) - e.pos <= _JSON_TAIL_CHARS or e.msg.startswith('Unterminated string')
                 if cut_short and self._grow(index):
