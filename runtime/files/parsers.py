@@ -28,6 +28,11 @@ Guarantees:
   dropped), a CSV row's values joined by U+001F, an array element re-dumped compactly with sorted
   keys, the file's bytes for a ``'file'`` record; all UTF-8.
 
+Empty input: ``'each'`` gives no records; so do a CSV of a header only and a file of no rows or
+lines read as ``'file'`` (csv, jsonl); a ``'file'`` text or bytes record of an empty file is empty;
+JSON read as ``'file'`` fails with "empty file". A CSV row with fewer fields than the header has ''
+for the missing ones; more is an error, and so are empty or repeated header names and NUL characters.
+
 The decoding and line layer is ``runtime.files.text_stream``, JSON parsing and the streamed array
 ``runtime.files.json_stream``; this module holds the formats and the records.
 
