@@ -146,6 +146,12 @@ def test_text_lines_with_their_line_numbers() -> None:
     assert values(b'a\n', 'text') == ['a']
 
 
+def test_characters_cut_by_reads() -> None:
+    data = 'żółw\n€uro\n𝄞\n'.encode()
+    assert values(Trickle(data, 1), 'text') == ['żółw', '€uro', '𝄞']
+    assert values(Trickle('żółw\n'.encode('utf-16'), 1), 'text', encoding='utf-16') == ['żółw']
+
+
 def test_text_in_other_encodings() -> None:
     assert values('żółw\nb'.encode('utf-16'), 'text', encoding='utf-16') == ['żółw', 'b']
     assert values('café\n'.encode('cp1252'), 'text', encoding='cp1252') == ['café']
@@ -246,6 +252,23 @@ def test_json_array_elements_with_their_lines() -> None:
 def test_json_array_elements_split_across_reads(step: int) -> None:
     assert [(r.line, r.data) for r in read(Trickle(ARRAY, step), 'json')] == \
            [(r.line, r.data) for r in read(ARRAY, 'json')]
+
+
+@pytest.mark.parametrize('shift', range(-6, 7))
+def test_json_array_values_cut_by_the_chunk_boundary(shift: int) -> None:
+    # Each value in turn straddles the end of the first chunk: a number, an escape, a literal, a comma.
+    tail = b'"a\\"b", 123456, -1.5e+10, true, null, "\\u00e9", {"k": [1]}]'
+    data = b'[' + b' ' * (parsers.CHUNK_BYTES - 2 + shift) + tail
+    assert values(data, 'json') == ['a"b', 123456, -1.5e10, True, None, 'é', {'k': [1]}]
+
+
+def test_many_elements_across_many_chunks() -> None:
+    items = [{'id': i, 'text': f'item, "{i}" ]', 'tags': [i, [i]]} for i in range(20_000)]
+    data = json.dumps(items, indent=1).encode()
+    assert len(data) > 20 * parsers.CHUNK_BYTES
+    records = read(data, 'json')
+    assert [r.data for r in records] == items
+    assert records[-1].line == data.count(b'\n') - len(json.dumps(items[-1], indent=1).splitlines()) + 1
 
 
 def test_json_array_elements_larger_than_a_chunk() -> None:
