@@ -74,6 +74,15 @@ def proc_status_kib(pid: int, field: str) -> int:
     return 0
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, every thread) of another process so far; 0 when it is gone."""
+    try:
+        fields = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
 def objects_yaml(total: int) -> str:
     """The one topic every part publishes to: holds the whole run, depth read rarely."""
     depth = max(2 * total, 100_000)
@@ -130,6 +139,12 @@ class Server:
     def create_channel(self, definition: dict[str, Any]) -> float:
         """Create the channel through the admin API; returns the time the request was sent."""
         sent = time.monotonic()
+        if os.environ.get('BENCH_TMP_DIRECT'):
+            from runtime.files.admin import FileChannelAdmin
+            from runtime.files.definition import FileChannelDef
+            FileChannelAdmin(self.engine(), lambda: None).create(
+                FileChannelDef.from_values({'name': CHANNEL, **definition}, 'b'))
+            return sent
         r = self.live.request('POST', '/admin/file-channels', json={'name': CHANNEL, **definition},
                               auth=self.live.admin, timeout=30)
         if r.status_code not in (200, 201):
@@ -155,7 +170,7 @@ class Server:
 def server(tmp: Path, label: str, workers: int, total: int, env: dict[str, str] | None = None) -> Iterator[Server]:
     """A fresh server on a fresh database, stopped afterwards."""
     base = tmp / label
-    base.mkdir()
+    base.mkdir(exist_ok=True)
     srv = Server(base, workers, env or {}, total)
     try:
         yield srv.start()
@@ -239,7 +254,7 @@ def write_csv(path: Path, megabytes: float, row_bytes: int) -> tuple[int, int]:
         written += len(header)
         chunk: list[str] = []
         while written < target:
-            for n in range(rows, rows + 10_000):
+            for n in range(rows, rows + max(1, min(10_000, (target - written) // row_bytes + 1))):
                 chunk.append(f'{n},customer-{n % 99991:05d},2024-{n % 12 + 1:02d}-{n % 28 + 1:02d},'
                              f'2024-{(n + 1) % 12 + 1:02d}-01,{n % 100000}.{n % 100:02d},EUR,open,{pad}\n')
             text = ''.join(chunk)
@@ -294,9 +309,12 @@ def files_round(kind: str, args: argparse.Namespace, tmp: Path, label: str, sshd
         channel_dir = str(directory)
     size = write_small_files(directory, args.files)
     with server(tmp, label, args.workers, args.files, env) as srv:
-        profiler = Profiler(srv.workers(), Path(args.profile), label) if args.profile else None
+        workers = srv.workers()
+        cpu_before = sum(process_cpu_seconds(pid) for pid in workers)
+        profiler = Profiler(workers, Path(args.profile), label) if args.profile else None
         started = srv.create_channel(channel_values(channel_dir, 'json', args, **extra))
         first, last, count = wait_published(srv, args.files, args.timeout, 0.05)
+        cpu = sum(process_cpu_seconds(pid) for pid in workers) - cpu_before
         if profiler:
             profiler.finish()
         left = len(list(directory.iterdir()))
@@ -307,9 +325,12 @@ def files_round(kind: str, args: argparse.Namespace, tmp: Path, label: str, sshd
            'seconds': last - started, 'first_after': (first or last) - started,
            'files_per_sec': args.files / (last - started),
            'steady_files_per_sec': (args.files - 1) / (last - first) if first and last > first else None,
-           'errors': errors[:5]}
+           'worker_cpu_secs': cpu, 'cpu_us_per_file': cpu / args.files * 1e6,
+           'worker_cpu_share': cpu / (last - started) / len(workers), 'errors': errors[:5]}
     print(f"{label}: {args.files} files in {row['seconds']:.2f} s = {row['files_per_sec']:,.0f} files/s "
-          f"(first after {row['first_after']:.2f} s; {left} left in the directory)", flush=True)
+          f"(first after {row['first_after']:.2f} s; {left} left in the directory); workers' CPU "
+          f"{row['cpu_us_per_file']:,.0f} µs per file, {row['worker_cpu_share'] * 100:.0f} % of a core each",
+          flush=True)
     return row
 
 
@@ -325,6 +346,7 @@ def csv_round(args: argparse.Namespace, tmp: Path, label: str) -> dict[str, Any]
     with server(tmp, label, args.workers, rows) as srv:
         workers = srv.workers()
         before = {pid: proc_status_kib(pid, 'VmRSS') for pid in workers}
+        cpu_before = sum(process_cpu_seconds(pid) for pid in workers)
         profiler = Profiler(workers, Path(args.profile), label) if args.profile else None
         started = srv.create_channel(channel_values(str(directory), 'csv', args, **extra))
         first = last = None
@@ -345,6 +367,7 @@ def csv_round(args: argparse.Namespace, tmp: Path, label: str) -> dict[str, Any]
         if profiler:
             profiler.finish()
         hwm = {pid: proc_status_kib(pid, 'VmHWM') / 1024 for pid in workers}
+        cpu = sum(process_cpu_seconds(pid) for pid in workers) - cpu_before
         count = srv.published()
         errors = srv.errors()
     if last is None:
@@ -353,9 +376,10 @@ def csv_round(args: argparse.Namespace, tmp: Path, label: str) -> dict[str, Any]
            'first_after': (first or last) - started, 'rows_per_sec': rows / (last - started),
            'mib_per_sec': size / 2**20 / (last - started), 'rss_before_mib': max(before.values()) / 1024,
            'rss_max_sampled_mib': max(samples), 'peak_rss_mib': max(hwm.values()), 'workers': len(workers),
-           'errors': errors[:5]}
+           'worker_cpu_secs': cpu, 'cpu_us_per_row': cpu / rows * 1e6, 'errors': errors[:5]}
     print(f"{label}: {rows:,} rows in {row['seconds']:.1f} s = {row['rows_per_sec']:,.0f} rows/s; "
-          f"worker peak RSS {row['peak_rss_mib']:.0f} MiB (before {row['rss_before_mib']:.0f} MiB)", flush=True)
+          f"worker peak RSS {row['peak_rss_mib']:.0f} MiB (before {row['rss_before_mib']:.0f} MiB); workers' CPU "
+          f"{row['cpu_us_per_row']:,.0f} µs per row", flush=True)
     return row
 
 
@@ -398,7 +422,7 @@ def main(argv: list[str] | None = None) -> None:
             load.append(os.getloadavg())
         if 'sftp' in parts:
             from tests.sshd import SshServer
-            sshd = SshServer(tmp / 'sshd')
+            sshd = SshServer(tmp)
             sshd.start()
             try:
                 for r in range(args.rounds):
