@@ -175,7 +175,8 @@ def test_csv_rows_become_one_message_each_for_a_pull_subscriber(make_rt: Callabl
     inbox.mkdir()
     store_channel(rt, 'invoices', inbox, patterns=['*.csv'], format='csv', topics=['invoice.received'])
     drop(inbox, 'notes.txt', 'not a csv: left alone')
-    path = drop(inbox, 'batch-1.csv', csv_text([(1, '10.50'), (2, '7'), (3, '0')]))
+    content = csv_text([(1, '10.50'), (2, '7'), (3, '0')])
+    path = drop(inbox, 'batch-1.csv', content)
 
     wait_until(gone(path), TIMEOUT, message='the CSV processed and deleted')
     assert published(rt, 'invoice.received') == [
@@ -188,7 +189,7 @@ def test_csv_rows_become_one_message_each_for_a_pull_subscriber(make_rt: Callabl
     assert files_in(inbox) == ['notes.txt']  # not matching the pattern: never touched
     (run,) = runs(rt, 'invoices')
     assert (run.state, run.file_name, run.records_done, run.published) == ('done', 'batch-1.csv', 3, 3)
-    assert run.size == path.stat().st_size if path.exists() else run.size > 0
+    assert run.size == len(content)
 
 
 def test_every_format_and_record_mode(make_rt: Callable[..., TestRuntime], tmp_path: Path) -> None:
@@ -542,3 +543,42 @@ def test_a_channel_removed_stops_polling_and_a_changed_one_restarts(make_rt: Cal
     path = drop(tmp_path / 'in', 'c.json', '{"n": 3}')
     gevent.sleep(0.3)
     assert path.exists()
+
+
+def test_with_a_marker_a_file_waits_for_it_and_the_marker_goes_with_the_file(
+        make_rt: Callable[..., TestRuntime], tmp_path: Path) -> None:
+    rt = make_rt()
+    topic_with_pull(rt, 'marked')
+    store_channel(rt, 'marked', tmp_path / 'in', topics=['marked'], complete_when='marker', marker_suffix='.ok',
+                  recursive=True, after='move', move_to='processed/{name}')
+    path = drop(tmp_path / 'in', 'm.json', '{"m": 1}')
+    poller = rt.file_transfer.pollers()['marked']
+    polls = poller.polls
+    wait_until(lambda: poller.polls >= polls + 5, TIMEOUT, message='polls without the marker')
+    assert path.exists() and data_of(rt, 'marked') == []
+    drop(tmp_path / 'in', 'm.json.ok', '')
+    wait_until(gone(path), TIMEOUT, message='processed once the marker is there')
+    assert files_in(tmp_path / 'in') == []  # the marker removed with its file
+    assert files_in(tmp_path / 'in' / 'processed') == ['m.json']
+    polls = poller.polls
+    wait_until(lambda: poller.polls >= polls + 3, TIMEOUT, message='more polls')
+    assert data_of(rt, 'marked') == [{'m': 1}]  # the processed directory is not polled, though recursive
+
+
+def test_records_too_large_for_one_invocation_fail_the_file(make_rt: Callable[..., TestRuntime], tmp_path: Path,
+                                                             recorder: Recorder) -> None:
+    rt = make_rt(Sink)
+    rt.file_transfer.stop()
+    transfer = make_transfer(rt, this_owner())
+    transfer._max_message_size = 64
+    store_channel(rt, 'huge', tmp_path / 'in', format='text', records='each', service='ft.sink')
+    transfer.start()
+    try:
+        path = drop(tmp_path / 'in', 'h.txt', ''.join(f'line {i:04d} of a file too large to send whole\n'
+                                                      for i in range(10)))
+        wait_until(gone(path), TIMEOUT, message='failed')
+    finally:
+        transfer.stop()
+    report = json.loads((tmp_path / 'in' / 'errors' / 'h.txt.error.json').read_text())
+    assert 'too large for one invocation of ft.sink' in report['reason']
+    assert recorder['sink'] == []
