@@ -28,6 +28,14 @@ Guarantees:
   dropped), a CSV row's values joined by U+001F, an array element re-dumped compactly with sorted
   keys, the file's bytes for a ``'file'`` record; all UTF-8.
 
+Empty input: ``'each'`` gives no records; so do a CSV of a header only and a file of no rows or
+lines read as ``'file'`` (csv, jsonl); a ``'file'`` text or bytes record of an empty file is empty;
+JSON read as ``'file'`` fails with "empty file". A CSV row with fewer fields than the header has ''
+for the missing ones; more is an error, and so are empty or repeated header names and NUL characters.
+
+The decoding and line layer is ``runtime.files.text_stream``, JSON parsing and the streamed array
+``runtime.files.json_stream``; this module holds the formats and the records.
+
 The size of a record is the size of its text in the file (characters, checked while reading) and of
 its ``raw`` bytes (checked once it is complete); either over ``max_record_bytes`` is an error. Lines
 end at ``\\n`` (a ``\\r`` before it is dropped); a byte-order mark at the start is dropped.
@@ -39,15 +47,17 @@ import codecs
 import csv
 import hashlib
 import io
-import json
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from runtime.errors import ConfigError, FileParseError
-from runtime.json_limits import InvalidJson, JsonLimits
-from runtime.json_limits import check as check_json
+from runtime.files.json_stream import JsonArray, JsonFault, parse_json
+from runtime.files.text_stream import CHUNK_BYTES, LineTooLong, TextStream, decode_whole, line_batches, too_large, utf8
+from runtime.json_limits import JsonLimits
+
+__all__ = ['CHUNK_BYTES', 'FORMATS', 'RECORD_MODES', 'Record', 'check_csv_delimiter', 'check_encoding', 'digest',
+           'digest_bytes', 'read_records']
 
 #: The formats a file channel reads.
 FORMATS = ('bytes', 'text', 'json', 'jsonl', 'csv')
@@ -55,33 +65,8 @@ FORMATS = ('bytes', 'text', 'json', 'jsonl', 'csv')
 #: 'file': the whole file is one record; 'each': one record per line, element or row.
 RECORD_MODES = ('file', 'each')
 
-#: Bytes read from the stream at a time.
-CHUNK_BYTES = 64 * 1024
-
-#: How near the end of the buffered text a JSON element may end (or fail) and still be cut short
-#: by the end of the buffer: a number or a literal split across two chunks parses (or fails) up to
-#: there. Such an element is parsed again with more text.
-_JSON_TAIL_CHARS = 64
-
 #: Separator of a CSV row's values in its raw bytes: a control character no CSV value normally holds.
 _CSV_RAW_SEPARATOR = '\x1f'
-
-#: The error handler that keeps decoding past a byte invalid in the encoding, turning each such byte b
-#: into the lone surrogate U+DC00+b: strict decoders never produce lone surrogates, so the reader that
-#: meets one knows the record and line of a bad byte, which the decoder does not.
-_BAD_BYTES = 'conduit.files.bad-bytes'
-
-_SURROGATE = re.compile('[\ud800-\udfff]')
-_JSON_WS = re.compile(r'[ \t\n\r]*')
-
-
-def _mark_bad_bytes(e: UnicodeError) -> tuple[str, int]:
-    if not isinstance(e, UnicodeDecodeError):
-        raise e
-    return ''.join(chr(0xDC00 + b) for b in e.object[e.start:e.end]), e.end
-
-
-codecs.register_error(_BAD_BYTES, _mark_bad_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,14 +129,15 @@ def read_records(stream: BinaryIO, fmt: str, *, records: str, encoding: str = 'u
         check_csv_delimiter(csv_delimiter, 'csv_delimiter')
     if records == 'file':
         return _whole_file(stream, fmt, encoding, csv_delimiter, max_record_bytes, json_limits)
-    text = _Text(stream, encoding)
+    text = TextStream(stream, encoding)
     if fmt == 'text':
         return _text_lines(text, max_record_bytes, encoding)
     if fmt == 'jsonl':
         return _json_lines(text, max_record_bytes, json_limits, encoding)
     if fmt == 'csv':
         return _csv_rows(text, max_record_bytes, csv_delimiter, encoding)
-    return _JsonArray(text, max_record_bytes, json_limits, encoding).records()
+    elements = JsonArray(text, max_record_bytes, json_limits, encoding).elements()
+    return (Record(index, line, value, raw) for index, line, value, raw in elements)
 
 
 # Whole files
@@ -167,19 +153,19 @@ def _whole_file(stream: BinaryIO, fmt: str, encoding: str, delimiter: str, limit
         # The same rows as 'each' gives, so that a bad one is named the same way; the file is in memory anyway.
         each = _csv_rows if fmt == 'csv' else _json_lines
         extra: Any = delimiter if fmt == 'csv' else limits
-        rows = [r.data for r in each(_Text(io.BytesIO(raw), encoding), limit, extra, encoding)]
+        rows = [r.data for r in each(TextStream(io.BytesIO(raw), encoding), limit, extra, encoding)]
         if rows:
             yield Record(0, 1, rows, raw)
         return
-    text = _decode_whole(raw, encoding)
+    text = decode_whole(raw, encoding)
     if fmt == 'text':
         yield Record(0, 1, text, raw)
         return
     if not text.strip(' \t\r\n'):
         raise FileParseError(None, None, 'empty file')
     try:
-        value = _parse_json(text, limits)
-    except _JsonFault as e:
+        value = parse_json(text, limits)
+    except JsonFault as e:
         raise FileParseError(None, e.line, e.reason) from None
     yield Record(0, None, value, raw)
 
@@ -197,151 +183,43 @@ def _read_at_most(stream: BinaryIO, limit: int) -> bytes:
             raise FileParseError(None, None, f'the file is larger than the limit of {limit} bytes')
         parts.append(chunk)
 
-
-def _decode_whole(raw: bytes, encoding: str) -> str:
-    try:
-        text = codecs.decode(raw, encoding)
-    except UnicodeDecodeError as e:
-        before = codecs.decode(raw[:e.start], encoding, _BAD_BYTES)
-        raise FileParseError(None, before.count('\n') + 1,
-                             f'not valid {encoding}: byte 0x{raw[e.start]:02x} at offset {e.start}') from None
-    return text[1:] if text.startswith('\ufeff') else text
-
-
-# Text, decoded as it streams
-
-
-class _Text:
-    """The text of a binary stream, decoded CHUNK_BYTES at a time, a leading byte-order mark dropped."""
-
-    def __init__(self, stream: BinaryIO, encoding: str) -> None:
-        self._stream = stream
-        self._decoder = codecs.getincrementaldecoder(encoding)()
-        self._started = False
-        self._done = False
-        #: Characters returned so far.
-        self.offset = 0
-        #: Offset of the first character that stands for an invalid byte, once one was met.
-        self.bad_at: int | None = None
-
-    def read(self) -> str:
-        """The next piece of text; '' once the stream is exhausted."""
-        while not self._done:
-            data = self._stream.read(CHUNK_BYTES)
-            if not data:
-                self._done = True
-            text = self._decode(data, self._done)
-            if not self._started and text:
-                self._started = True
-                if text[0] == '\ufeff':
-                    text = text[1:]
-            if text:
-                if self.bad_at is None and self._decoder.errors == _BAD_BYTES:
-                    m = _SURROGATE.search(text)
-                    if m is not None:
-                        self.bad_at = self.offset + m.start()
-                self.offset += len(text)
-                return text
-        return ''
-
-    def _decode(self, data: bytes, final: bool) -> str:
-        if self._decoder.errors == _BAD_BYTES:
-            return self._decoder.decode(data, final)
-        state = self._decoder.getstate()
-        try:
-            return self._decoder.decode(data, final)
-        except UnicodeDecodeError:
-            # Decode this chunk again, marking the bad bytes, and every chunk after it: see _BAD_BYTES.
-            self._decoder.setstate(state)
-            self._decoder.errors = _BAD_BYTES
-            return self._decoder.decode(data, final)
-
-
-class _LineTooLong(Exception):
-    """A line grew past the limit before its end was seen."""
-
-
-def _line_batches(text: _Text, limit: int) -> Iterator[list[str]]:
-    """Lists of complete lines without their '\\n', one list per chunk; an unterminated last line comes alone.
-
-    A line still without its end is held in pieces; once they hold more than limit characters (a
-    '\\r' before the '\\n' allowed) _LineTooLong is raised and nothing more is read.
-    """
-    head: list[str] = []
-    head_size = 0
-    while True:
-        chunk = text.read()
-        if not chunk:
-            break
-        lines = chunk.split('\n')
-        tail = lines.pop()
-        if head and lines:
-            head.append(lines[0])
-            lines[0] = ''.join(head)
-            head = []
-            head_size = 0
-        if lines:
-            yield lines
-        if tail:
-            head.append(tail)
-            head_size += len(tail)
-            if head_size > limit + 1:
-                raise _LineTooLong
-    if head:
-        yield [''.join(head)]
-
-
-def _utf8(s: str, index: int | None, line: int | None, encoding: str, column: bool = True) -> bytes:
-    """s in UTF-8; FileParseError naming the first byte the file's encoding did not accept (see _BAD_BYTES)."""
-    try:
-        return s.encode('utf-8')
-    except UnicodeEncodeError as e:
-        bad = ord(s[e.start]) - 0xDC00
-        at = f' at column {e.start + 1}' if column else ''
-        raise FileParseError(index, line, f'not valid {encoding}: byte 0x{bad:02x}{at}') from None
-
-
-def _too_large(index: int | None, line: int | None, limit: int) -> FileParseError:
-    return FileParseError(index, line, f'the record is larger than the limit of {limit} bytes')
-
-
-def _text_lines(text: _Text, limit: int, encoding: str) -> Iterator[Record]:
+def _text_lines(text: TextStream, limit: int, encoding: str) -> Iterator[Record]:
     index = 0
     try:
-        for lines in _line_batches(text, limit):
+        for lines in line_batches(text, limit):
             for line in lines:
                 if line.endswith('\r'):
                     line = line[:-1]
-                raw = _utf8(line, index, index + 1, encoding)
+                raw = utf8(line, index, index + 1, encoding)
                 if len(raw) > limit:
-                    raise _too_large(index, index + 1, limit)
+                    raise too_large(index, index + 1, limit)
                 yield Record(index, index + 1, line, raw)
                 index += 1
-    except _LineTooLong:
-        raise _too_large(index, index + 1, limit) from None
+    except LineTooLong:
+        raise too_large(index, index + 1, limit) from None
 
 
-def _json_lines(text: _Text, limit: int, limits: JsonLimits, encoding: str) -> Iterator[Record]:
+def _json_lines(text: TextStream, limit: int, limits: JsonLimits, encoding: str) -> Iterator[Record]:
     index = 0
     lineno = 0
     try:
-        for lines in _line_batches(text, limit):
+        for lines in line_batches(text, limit):
             for line in lines:
                 lineno += 1
                 line = line.strip(' \t\r')
                 if not line:
                     continue
-                raw = _utf8(line, index, lineno, encoding)
+                raw = utf8(line, index, lineno, encoding)
                 if len(raw) > limit:
-                    raise _too_large(index, lineno, limit)
+                    raise too_large(index, lineno, limit)
                 try:
-                    value = _parse_json(line, limits)
-                except _JsonFault as e:
+                    value = parse_json(line, limits)
+                except JsonFault as e:
                     raise FileParseError(index, lineno, e.reason) from None
                 yield Record(index, lineno, value, raw)
                 index += 1
-    except _LineTooLong:
-        raise _too_large(index, lineno + 1, limit) from None
+    except LineTooLong:
+        raise too_large(index, lineno + 1, limit) from None
 
 
 # CSV
@@ -351,7 +229,7 @@ class _NulInCsv(Exception):
     """A CSV line holds a NUL character (the csv module would take it as data)."""
 
 
-def _csv_rows(text: _Text, limit: int, delimiter: str, encoding: str) -> Iterator[Record]:
+def _csv_rows(text: TextStream, limit: int, delimiter: str, encoding: str) -> Iterator[Record]:
     # The csv module refuses fields over its process-wide limit (128 KiB by default) with an error that
     # would blame the wrong thing; the record limit below is the one that counts, so the module's is
     # raised to it (never lowered: other readers in the process keep what they had).
@@ -361,11 +239,11 @@ def _csv_rows(text: _Text, limit: int, delimiter: str, encoding: str) -> Iterato
 
     def lines() -> Iterator[str]:
         nonlocal size
-        for batch in _line_batches(text, limit):
+        for batch in line_batches(text, limit):
             for line in batch:
                 size += len(line)
                 if size > limit + 1:
-                    raise _LineTooLong
+                    raise LineTooLong
                 if '\x00' in line:
                     raise _NulInCsv
                 size += 1
@@ -385,15 +263,15 @@ def _csv_rows(text: _Text, limit: int, delimiter: str, encoding: str) -> Iterato
             return
         except csv.Error as e:
             raise FileParseError(index if header else None, start, f'invalid CSV: {e}') from None
-        except _LineTooLong:
-            raise _too_large(index if header else None, start, limit) from None
+        except LineTooLong:
+            raise too_large(index if header else None, start, limit) from None
         except _NulInCsv:
             raise FileParseError(index if header else None, reader.line_num + 1,
                                  'a NUL character is not valid in CSV text') from None
         if not row:
             continue  # a blank line
         if header is None:
-            _utf8(''.join(row), None, start, encoding, column=False)
+            utf8(''.join(row), None, start, encoding, column=False)
             _check_header(row, start)
             header = row
             width = len(row)
@@ -402,9 +280,9 @@ def _csv_rows(text: _Text, limit: int, delimiter: str, encoding: str) -> Iterato
             if len(row) > width:
                 raise FileParseError(index, start, f'the row has {len(row)} fields, the header {width}')
             row += [''] * (width - len(row))
-        raw = _utf8(_CSV_RAW_SEPARATOR.join(row), index, start, encoding, column=False)
+        raw = utf8(_CSV_RAW_SEPARATOR.join(row), index, start, encoding, column=False)
         if len(raw) > limit:
-            raise _too_large(index, start, limit)
+            raise too_large(index, start, limit)
         yield Record(index, start, dict(zip(header, row, strict=True)), raw)
         index += 1
 
@@ -421,227 +299,3 @@ def _check_header(names: list[str], line: int) -> None:
 
 
 # JSON
-
-
-class _JsonFault(Exception):
-    """A JSON text is not accepted: the reason, and the line within the text when known."""
-
-    def __init__(self, reason: str, line: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.line = line
-
-
-def _refuse_constant(token: str) -> Any:
-    raise InvalidJson(f'has {token}; NaN/Infinity is not valid JSON')
-
-
-#: NaN and Infinity refused while parsing; the other limits are checked on the parsed value
-#: (runtime.json_limits.check).
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
-
-#: The canonical form of a JSON value: what its raw bytes (and so its digest) are made of.
-_CANONICAL = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(',', ':'), allow_nan=False)
-
-
-def _guarded(limits: JsonLimits, parse: Callable[..., Any], *args: Any) -> Any:
-    """parse(*args) with every way it can refuse a text turned into _JsonFault (JSONDecodeError left to the caller)."""
-    try:
-        value = parse(*args)
-    except json.JSONDecodeError:
-        raise
-    except InvalidJson as e:
-        raise _JsonFault(f'the value {e}') from None
-    except RecursionError:
-        # The C parser stops at the interpreter's recursion limit, far above any sane max_depth.
-        raise _JsonFault(f'the value {limits.too_deep()}') from None
-    except ValueError as e:
-        if 'integer string conversion' in str(e):  # Python's int-str limit, hit inside the parser
-            raise _JsonFault(f'the value {limits.too_long()}') from None
-        raise _JsonFault(f'invalid JSON: {e}') from None
-    return value
-
-
-def _check_limits(value: Any, limits: JsonLimits) -> None:
-    try:
-        check_json(value, limits)
-    except InvalidJson as e:
-        raise _JsonFault(f'the value {e}') from None
-
-
-def _parse_json(text: str, limits: JsonLimits) -> Any:
-    """One JSON value that is the whole of text, within limits; _JsonFault otherwise."""
-    try:
-        value = _guarded(limits, _DECODER.decode, text)
-    except json.JSONDecodeError as e:
-        raise _JsonFault(f'invalid JSON: {e.msg} at column {e.colno}', e.lineno) from None
-    _check_limits(value, limits)
-    return value
-
-
-def _canonical(value: Any) -> bytes:
-    # surrogatepass: a string may hold a lone surrogate written as a \\ud800 escape; it is valid JSON text.
-    return _CANONICAL.encode(value).encode('utf-8', 'surrogatepass')
-
-
-_KINDS = {'{': 'an object', '"': 'a string', 't': 'a boolean', 'f': 'a boolean', 'n': 'null'}
-
-
-class _JsonArray:
-    """The elements of a top-level JSON array, parsed as the text streams in.
-
-    buf holds the text not consumed yet (and the element being parsed); pos is where parsing stands
-    in it; base is the offset of buf[0] in the whole text. Lines are counted up to lpos, lazily.
-    """
-
-    def __init__(self, text: _Text, limit: int, limits: JsonLimits, encoding: str) -> None:
-        self._text = text
-        self._limit = limit
-        self._limits = limits
-        self._encoding = encoding
-        self._buf = ''
-        self._pos = 0
-        self._base = 0
-        self._line = 1
-        self._lpos = 0
-        self._eof = False
-
-    def records(self) -> Iterator[Record]:
-        """Every element as a Record; FileParseError at the first fault."""
-        c = self._skip_ws()
-        if not c:
-            return
-        if c != '[':
-            kind = _KINDS.get(c) or ('a number' if c in '-0123456789' else None)
-            self._check_bad(self._pos + 1, None)
-            what = f'holds {kind}' if kind else f'is not JSON (it starts with {c!r})'
-            raise FileParseError(None, self._line_at(self._pos),
-                                 f"the file {what}, not an array: records='each' needs a top-level JSON array")
-        self._pos += 1
-        index = 0
-        c = self._skip_ws()
-        if c == ']':
-            self._pos += 1
-            self._after_array()
-            return
-        while True:
-            if not c:
-                raise FileParseError(index, self._line_at(self._pos),
-                                     "the file ends inside the JSON array: a value or ']' expected")
-            yield self._element(index)
-            index += 1
-            c = self._skip_ws()
-            if c == ',':
-                self._pos += 1
-                c = self._skip_ws()
-            elif c == ']':
-                self._pos += 1
-                self._after_array()
-                return
-            elif not c:
-                raise FileParseError(index - 1, self._line_at(self._pos),
-                                     "the file ends inside the JSON array: ',' or ']' expected after this record")
-            else:
-                self._check_bad(self._pos + 1, index - 1)
-                raise FileParseError(index - 1, self._line_at(self._pos),
-                                     f"invalid JSON: ',' or ']' expected after this record, found {c!r}")
-
-    def _element(self, index: int) -> Record:
-        while True:
-            start = self._pos
-            buf = self._buf
-            try:
-                value, end = _guarded(self._limits, _DECODER.raw_decode, buf, start)
-            except json.JSONDecodeError as e:
-                cut_short = len(buf) - e.pos <= _JSON_TAIL_CHARS or e.msg.startswith('Unterminated string')
-                if cut_short and self._grow(index):
-                    continue
-                self._check_bad(e.pos + 1, index)
-                raise FileParseError(index, self._line_at(e.pos), f'invalid JSON: {e.msg}') from None
-            except _JsonFault as e:
-                self._check_bad(len(buf), index)
-                raise FileParseError(index, self._line_at(start), e.reason) from None
-            if len(buf) - end <= _JSON_TAIL_CHARS and self._grow(index):
-                continue  # a number may go on in the next chunk
-            break
-        self._check_bad(end, index)
-        line = self._line_at(start)
-        if end - start > self._limit:
-            raise _too_large(index, line, self._limit)
-        try:
-            _check_limits(value, self._limits)
-        except _JsonFault as e:
-            raise FileParseError(index, line, e.reason) from None
-        raw = _canonical(value)
-        if len(raw) > self._limit:
-            raise _too_large(index, line, self._limit)
-        self._pos = end
-        return Record(index, line, value, raw)
-
-    def _grow(self, index: int) -> bool:
-        """Read more text after the element starting at pos (as much again, up to the limit).
-
-        False when the end of the text was seen before: nothing changed. True otherwise, even if no
-        more text came: the buffer may have moved, so the element is parsed again.
-
-        The element parsed (or failed) up to near the end of the buffer, so it is at least as long as
-        the buffer less _JSON_TAIL_CHARS: past the record limit that is a FileParseError at once.
-        """
-        if self._eof:
-            return False
-        have = len(self._buf) - self._pos
-        if have > self._limit + _JSON_TAIL_CHARS:
-            raise _too_large(index, self._line_at(self._pos), self._limit)
-        self._fill(min(max(2 * have, 1), self._limit + _JSON_TAIL_CHARS + 1))
-        return True
-
-    def _fill(self, need: int) -> bool:
-        """Drop the consumed text and read until need characters from pos on are buffered; False if none came."""
-        self._line_at(self._pos)
-        parts = [self._buf[self._pos:]]
-        have = len(parts[0])
-        read = False
-        while have < need:
-            chunk = self._text.read()
-            if not chunk:
-                self._eof = True
-                break
-            parts.append(chunk)
-            have += len(chunk)
-            read = True
-        self._base += self._pos
-        self._lpos -= self._pos
-        self._buf = ''.join(parts)
-        self._pos = 0
-        return read
-
-    def _skip_ws(self) -> str:
-        """Move pos past JSON whitespace; the character there, '' at the end of the text."""
-        while True:
-            self._pos = _JSON_WS.match(self._buf, self._pos).end()
-            if self._pos < len(self._buf):
-                return self._buf[self._pos]
-            if self._eof or not self._fill(1):
-                return ''
-
-    def _line_at(self, pos: int) -> int:
-        """The line of buf[pos]; pos never goes back (lines are counted once)."""
-        if pos > self._lpos:
-            self._line += self._buf.count('\n', self._lpos, pos)
-            self._lpos = pos
-        return self._line
-
-    def _check_bad(self, end: int, index: int | None) -> None:
-        """FileParseError if a byte invalid in the encoding came before buf[end] (see _BAD_BYTES)."""
-        bad_at = self._text.bad_at
-        if bad_at is not None and bad_at - self._base < end:
-            at = bad_at - self._base
-            bad = ord(self._buf[at]) - 0xDC00
-            raise FileParseError(index, self._line_at(at), f'not valid {self._encoding}: byte 0x{bad:02x}')
-
-    def _after_array(self) -> None:
-        c = self._skip_ws()
-        if c:
-            self._check_bad(self._pos + 1, None)
-            raise FileParseError(None, self._line_at(self._pos),
-                                 f'unexpected data after the JSON array: {self._buf[self._pos:self._pos + 20]!r}')
