@@ -44,7 +44,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import gevent
@@ -484,7 +483,8 @@ class FileProcessor:
                 self.ctx.source.remove(self.claim_path)
                 self._remove_marker()
             elif ch.after == 'move':
-                rendered = naming.render(ch.move_to, self._move_values(), f'file channel {ch.name!r} move_to')
+                values = naming.inbound_values(self.entry.path, ch.name, time.time())
+                rendered = naming.render(ch.move_to, values, f'file channel {ch.name!r} move_to')
                 source, claimed, target = self._place(rendered)
                 directory = posixpath.dirname(target)
                 if directory:
@@ -498,14 +498,6 @@ class FileProcessor:
         except (*_TRANSIENT, ValueError) as e:
             _log.error('%s: processed, but the %s action failed (%s); its claim stays until taken over (the '
                        'content is then skipped)', self._label, ch.after, _reason(e))
-
-    def _move_values(self) -> dict[str, str]:
-        name = self.entry.name
-        stem, suffix = posixpath.splitext(name)
-        now = datetime.now(UTC)
-        return {'name': name, 'stem': stem, 'suffix': suffix, 'channel': self.ch.name,
-                'date': now.strftime('%Y-%m-%d'), 'time': now.strftime('%H%M%S'), 'year': now.strftime('%Y'),
-                'month': now.strftime('%m'), 'day': now.strftime('%d')}
 
     def _place(self, target: str) -> tuple[Source, str, str]:
         """(source, the claim's path there, target's path there) for a target relative to the directory or absolute."""
