@@ -15,6 +15,9 @@ claims as "on this host"; a live pid of the other machine then keeps the claim u
 and a pid that does not run here lets it be taken early. Hosts sharing a directory must therefore
 have distinct host names (containers: set one each).
 
+Ages compare the claimer's clock with the checker's: servers sharing a directory need clocks in
+step to well within the claim timeout (NTP), or a live claim may be taken over early.
+
 Names that Conduit itself makes in a directory — claims, ``write_atomic``'s temporary files and
 ``.error.json`` reports — are never taken as new files (``is_internal``).
 """

@@ -17,8 +17,10 @@
   each connection, so that neither the database nor this object holds a secret. A private key
   is the text of an unencrypted OpenSSH or PEM key (ed25519, ECDSA, RSA). No agent and no keys from
   ``~/.ssh`` are used. Errors name the variable at most, never its value.
-- **Renames**: ``rename`` is SFTP's plain RENAME, which OpenSSH refuses when the target exists (one
-  winner among claimers); ``replace`` is the ``posix-rename@openssh.com`` extension.
+- **Renames**: ``rename`` is SFTP's plain RENAME, which OpenSSH (as SFTP version 3 asks) refuses
+  when the target exists; claims have one winner on any server, since their targets differ and
+  only one rename can take the source away. ``replace`` is the ``posix-rename@openssh.com``
+  extension, which OpenSSH and most servers derived from it offer.
 - **Links**: directory listings carry lstat attributes on OpenSSH, so links are not listed and
   ``open_read`` refuses one. What a path may reach beyond that is up to the server account's
   permissions (a chroot for a shared server): the source only refuses paths that leave its root
@@ -33,8 +35,6 @@ connection and fail with ``SourceUnavailable`` once it was replaced.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import io
 import logging
 import posixpath
@@ -42,7 +42,6 @@ import stat as stat_mode
 import threading
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import paramiko
@@ -51,95 +50,15 @@ from paramiko.sftp_attr import SFTPAttributes
 
 from runtime import secret_refs
 from runtime.errors import ConfigError, SourceMissing, SourceUnavailable
+from runtime.files.sftp_params import SftpParams, check_params, load_private_key, parse_host_key, sftp_label
 from runtime.files.source_base import Entry, clean_path, split_path, temp_name
+
+__all__ = ['SftpParams', 'SftpSource', 'check_params', 'load_private_key', 'parse_host_key', 'sftp_label']
 
 _log = logging.getLogger(__name__)
 
 #: Read buffer of remote files (paramiko asks for at most 32 KiB per request).
 READ_BUFFER_BYTES = 64 * 1024
-
-#: Key types a pinned host key line may have.
-HOST_KEY_TYPES = ('ssh-ed25519', 'ecdsa-sha2-nistp256', 'ecdsa-sha2-nistp384', 'ecdsa-sha2-nistp521', 'ssh-rsa')
-
-
-@dataclass(frozen=True)
-class SftpParams:
-    """How to reach an SFTP server; secrets only as ``${CONDUIT_SECRET_...}`` references."""
-
-    host: str
-    port: int = 22
-    username: str = ''
-    password_ref: str = ''  # '${CONDUIT_SECRET_X}' reference; resolved at connect via runtime.secret_refs
-    private_key_ref: str = ''  # reference whose value is the private key text (OpenSSH/PEM; ed25519, ecdsa, rsa)
-    host_key: str = ''  # the server's public key line 'ssh-ed25519 AAAA...' (pinned), or
-    known_hosts: str = ''  # a known_hosts file path; one of the two is required (never AutoAdd)
-    timeout_secs: float = 10.0
-
-
-def sftp_label(params: SftpParams, root: str) -> str:
-    """How logs and errors name an SFTP directory: ``sftp://user@host:port/dir`` (``/~/dir`` if relative)."""
-    host = f'[{params.host}]' if ':' in params.host else params.host
-    path = root if root.startswith('/') else f'/~/{root}'.rstrip('/')
-    return f'sftp://{params.username}@{host}:{params.port}{path}'
-
-
-def parse_host_key(line: str, where: str) -> paramiko.PKey:
-    """The public key of a pinned host key line ('ssh-ed25519 AAAA... [comment]'); ConfigError if malformed.
-
-    A known_hosts line ('host ssh-ed25519 AAAA...') is accepted too: its host names are ignored.
-    """
-    fields = line.split() if isinstance(line, str) else []
-    if fields and fields[0] not in HOST_KEY_TYPES and len(fields) > 1 and fields[1] in HOST_KEY_TYPES:
-        fields = fields[1:]
-    if len(fields) < 2 or fields[0] not in HOST_KEY_TYPES:
-        raise ConfigError(where, f'host_key must be a public key line "<type> <base64>" with type one of '
-                                 f'{", ".join(HOST_KEY_TYPES)}')
-    try:
-        key = paramiko.PKey.from_type_string(fields[0], base64.b64decode(fields[1], validate=True))
-    except (binascii.Error, ValueError, paramiko.SSHException) as e:
-        raise ConfigError(where, f'host_key is not a valid {fields[0]} public key: {type(e).__name__}') from None
-    if key.get_name() != fields[0]:
-        raise ConfigError(where, f'host_key says {fields[0]} but holds a {key.get_name()} key')
-    return key
-
-
-def check_params(params: SftpParams, where: str) -> None:
-    """ConfigError naming the field unless params can make a connection (secrets are not resolved here)."""
-    if not isinstance(params.host, str) or not params.host.strip() or any(c.isspace() for c in params.host):
-        raise ConfigError(where, 'sftp host must be a host name or address')
-    if isinstance(params.port, bool) or not isinstance(params.port, int) or not 0 < params.port < 65536:
-        raise ConfigError(where, f'sftp port must be 1..65535, not {params.port!r}')
-    if not isinstance(params.username, str) or not params.username:
-        raise ConfigError(where, 'sftp needs a username')
-    if not params.password_ref and not params.private_key_ref:
-        raise ConfigError(where, 'sftp needs a password or a private key (as ${CONDUIT_SECRET_...} references)')
-    if params.password_ref:
-        secret_refs.reference_name(params.password_ref, 'sftp password', where)
-    if params.private_key_ref:
-        secret_refs.reference_name(params.private_key_ref, 'sftp private key', where)
-    if not params.host_key and not params.known_hosts:
-        raise ConfigError(where, "sftp needs the server's host_key or a known_hosts file: an unknown server "
-                                 'is never trusted')
-    if params.host_key:
-        parse_host_key(params.host_key, where)
-    if isinstance(params.timeout_secs, bool) or not isinstance(params.timeout_secs, (int, float)) \
-            or not 0 < params.timeout_secs <= 3600:
-        raise ConfigError(where, f'sftp timeout must be more than 0 and at most 3600 seconds, '
-                                 f'not {params.timeout_secs!r}')
-
-
-def load_private_key(text: str, where: str) -> paramiko.PKey:
-    """The private key in text (OpenSSH or PEM; ed25519, ECDSA or RSA); ConfigError that never quotes it."""
-    for cls in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
-        try:
-            return cls.from_private_key(io.StringIO(text))
-        except paramiko.PasswordRequiredException:
-            raise ConfigError(where, 'the private key is encrypted: give it unencrypted') from None
-        except (paramiko.SSHException, ValueError, TypeError, IndexError, binascii.Error):
-            continue
-    raise ConfigError(where, 'the private key cannot be read: it must be an unencrypted OpenSSH or PEM '
-                             'ed25519, ECDSA or RSA key')
-
 
 class _RefuseUnknown(paramiko.MissingHostKeyPolicy):
     """Refuse a server whose name is not in the known keys (never add it)."""
@@ -281,6 +200,12 @@ class SftpSource:
                 if isinstance(e, (TimeoutError, ConnectionError)) or not self._alive():
                     self._drop()
                     raise SourceUnavailable(self.label, f'{doing}: {_why(e)}') from None
+                raise
+            except BaseException as e:
+                if not isinstance(e, Exception):
+                    # Killed or timed out mid-request (a greenlet's Timeout): a packet may be half
+                    # sent, so the connection cannot be trusted any more.
+                    self._drop()
                 raise
 
     # Listing
@@ -512,6 +437,9 @@ class _RemoteReader(io.RawIOBase):
                     raise
                 source._drop()
                 raise SourceUnavailable(source.label, f'reading a file: {_why(e)}') from None
+            except BaseException:
+                source._drop()  # killed mid-request: see SftpSource._session
+                raise
         n = len(data)
         buffer[:n] = data
         return n
