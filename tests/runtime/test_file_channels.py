@@ -33,6 +33,7 @@ from runtime.pubsub.message import decode_data
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.recorder import Recorder
+from tests.sshd import SshServer
 
 TIMEOUT = 30  # how long a condition may take under load; met conditions return at once
 
@@ -582,3 +583,27 @@ def test_records_too_large_for_one_invocation_fail_the_file(make_rt: Callable[..
     report = json.loads((tmp_path / 'in' / 'errors' / 'h.txt.error.json').read_text())
     assert 'too large for one invocation of ft.sink' in report['reason']
     assert recorder['sink'] == []
+
+
+def test_an_sftp_directory_is_processed_exactly_once_like_a_local_one(
+        make_rt: Callable[..., TestRuntime], sshd: SshServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in sshd.secret_env.items():
+        monkeypatch.setenv(name, value)
+    rt = make_rt()
+    topic_with_pull(rt, 'remote')
+    inbox = sshd.root / 'inbox'
+    inbox.mkdir()
+    store_channel(rt, 'remote', inbox, format='csv', topics=['remote'], after='move',
+                  move_to='processed/{date}/{name}', batch_size=2, sftp_host=sshd.host, sftp_port=sshd.port,
+                  sftp_username=sshd.username, sftp_private_key=sshd.key_reference,
+                  sftp_host_key=sshd.host_key_line)
+    first = drop(inbox, 'remote 1.csv', csv_text([(1, 1), (2, 2), (3, 3)]))
+    wait_until(gone(first), TIMEOUT, message='processed over SFTP')
+    again = drop(inbox, 'remote 2.csv', csv_text([(1, 1), (2, 2), (3, 3)]))
+    wait_until(gone(again), TIMEOUT, message='the copy handled')
+    assert [(d['id'], ext) for d, ext, _ in published(rt, 'remote')] == [
+        ('1', 'remote 1.csv'), ('2', 'remote 1.csv'), ('3', 'remote 1.csv')]
+    assert [(r.file_name, r.state) for r in runs(rt, 'remote')] == [('remote 1.csv', 'done'),
+                                                                    ('remote 2.csv', 'skipped')]
+    (day,) = (inbox / 'processed').iterdir()
+    assert files_in(day) == ['remote 1.csv', 'remote 2.csv']
