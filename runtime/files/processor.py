@@ -208,8 +208,8 @@ class FileProcessor:
                 return outcome
         decision = self._decide()
         if decision is None:
-            _log.info('%s: a file of the same content is being processed by %s; put back for a later poll',
-                      self._label, 'another worker')
+            _log.info('%s: a file of the same content is being processed now; put back for a later poll',
+                      self._label)
             self._put_back()
             return BUSY
         kind, run, digests = decision
@@ -231,7 +231,9 @@ class FileProcessor:
         with self.ctx.source.open_read(self.claim_path) as stream:
             if self.entry.size <= SMALL_FILE_BYTES:
                 content = stream.read(SMALL_FILE_BYTES + 1)
-                if len(content) <= SMALL_FILE_BYTES and not stream.read(1):
+                if len(content) <= SMALL_FILE_BYTES:
+                    content += stream.read(1)  # a short read is not the end: only an empty one is
+                if len(content) <= SMALL_FILE_BYTES:
                     self._content = content
                     return hashlib.sha256(content).hexdigest(), len(content)
                 sha.update(content)  # it grew since it was listed: streamed after all
