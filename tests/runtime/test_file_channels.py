@@ -25,6 +25,7 @@ from sqlalchemy import insert, select
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import FileChannelRow, FileDigest, FileRun, Message, QueueEntry
+from runtime.errors import MessageTooLarge, TopicNotFound
 from runtime.files.claims import CLAIM_MARK, this_host, this_owner
 from runtime.files.definition import FileChannelDef
 from runtime.files.manager import FileTransfer
@@ -607,3 +608,46 @@ def test_an_sftp_directory_is_processed_exactly_once_like_a_local_one(
                                                                     ('remote 2.csv', 'skipped')]
     (day,) = (inbox / 'processed').iterdir()
     assert files_in(day) == ['remote 1.csv', 'remote 2.csv']
+
+
+# The broker's batch publication, which file channels rest on
+
+
+def test_prepared_publications_and_other_work_commit_together_or_not_at_all(
+        make_rt: Callable[..., TestRuntime]) -> None:
+    rt = make_rt()
+    topic_with_pull(rt, 'batch')
+    rt.catalog.create_topic('dropped', on_no_subs='drop')
+    pubs = [rt.broker.prepare('batch', {'n': n}, publisher='file:x', ext_client_id='f.csv') for n in range(3)]
+    assert all(p is not None and p.has_gd for p in pubs)
+    assert rt.broker.prepare('dropped', {'n': 0}) is None  # no subscribers: dropped, as publish() would
+    with pytest.raises(TopicNotFound):
+        rt.broker.prepare('no.such.topic', {'n': 0})
+    rt.broker.settings.max_message_size = 10
+    with pytest.raises(MessageTooLarge):
+        rt.broker.prepare('batch', {'n': 'x' * 20})
+    assert data_of(rt, 'batch') == []  # nothing is stored by prepare
+
+    class Refused(Exception):
+        pass
+
+    def refuse(conn: Any) -> None:
+        conn.execute(insert(FileChannelRow).values(name='written', definition='{}', is_active=True, origin='api',
+                                                   owner='', updated_at=0.0))
+        raise Refused
+    with pytest.raises(Refused):
+        rt.broker.store_prepared([p for p in pubs if p is not None], refuse)
+    assert data_of(rt, 'batch') == []
+
+    def names() -> list[str]:
+        return run_transaction(rt.engine, lambda conn: list(conn.execute(select(FileChannelRow.name)).scalars()),
+                               write=False)
+    assert names() == []
+
+    def accept(conn: Any) -> str:
+        conn.execute(insert(FileChannelRow).values(name='written', definition='{}', is_active=True, origin='api',
+                                                   owner='', updated_at=0.0))
+        return 'stored'
+    assert rt.broker.store_prepared([p for p in pubs if p is not None], accept) == 'stored'
+    assert data_of(rt, 'batch') == [{'n': 0}, {'n': 1}, {'n': 2}]
+    assert names() == ['written']
