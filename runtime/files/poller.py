@@ -12,7 +12,9 @@ Every worker of every server runs a poller for each active channel; the claim (a
   ``max_parallel_files`` at once (the poll waits for a free slot before claiming the next file, so
   that a busy worker leaves files to the others);
 - takes over stale claims (older than ``claim_timeout_secs``, or whose owner process is gone on
-  this host): the claim is renamed to this worker's, and exactly one worker wins.
+  this host): the claim is renamed to this worker's, and exactly one worker wins. A claim of this
+  very worker that none of its processors holds is taken again at once: a file it could not put
+  back (its SFTP server broke off and was back a moment later) would otherwise wait out the timeout.
 
 With ``after = 'leave'`` a processed file stays where it was: the poller skips a file whose (path,
 size, mtime) matches a done or skipped run of the channel (remembered in memory, asked of the
@@ -162,7 +164,7 @@ class Poller:
         for entry in entries:
             claim = claims.parse_claim(entry.name)
             if claim is not None:
-                if claims.is_stale(claim, now, self.ctx.claim_timeout_secs):
+                if claims.is_stale(claim, now, self.ctx.claim_timeout_secs) or self._orphaned(entry, claim):
                     stale.append((entry, claim))
                 continue
             if claims.is_internal(entry.name) or entry.name.startswith('.'):
@@ -211,6 +213,11 @@ class Poller:
         self.completion.forget(entry.path)
         self._start(entry, claimed, now)
 
+    def _orphaned(self, entry: Entry, claim: claims.Claim) -> bool:
+        """Whether a claim is this worker's own and none of its processors holds the file."""
+        original = posixpath.join(posixpath.dirname(entry.path), claim.original)
+        return claim.owner == self.ctx.owner and original not in self._busy
+
     def _take_over(self, entry: Entry, claim: claims.Claim) -> None:
         """Take over a stale claim (its slot taken): rename it to this worker's claim, then process the file."""
         original = posixpath.join(posixpath.dirname(entry.path), claim.original)
@@ -227,7 +234,11 @@ class Poller:
         if not won:
             self._slots.release()
             return
-        _log.info('%s: took over %s, claimed by %s at %s (stale)', self.label, original, claim.owner, claim.at)
+        if claim.owner == self.ctx.owner:
+            _log.info('%s: took %s again: this worker claimed it at %s and could not put it back', self.label,
+                      original, claim.at)
+        else:
+            _log.info('%s: took over %s, claimed by %s at %s (stale)', self.label, original, claim.owner, claim.at)
         self._start(Entry(original, claim.original, entry.size, entry.mtime), claimed, now)
 
     def _start(self, entry: Entry, claimed: str, now: float) -> None:
