@@ -48,6 +48,7 @@ import io
 import json
 import logging
 import posixpath
+import secrets
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -77,6 +78,9 @@ _log = logging.getLogger(__name__)
 
 #: Bytes read at a time when hashing a file.
 HASH_CHUNK_BYTES = 1024 * 1024
+
+#: What separates the claim owner from the processing's own token in a run's owner.
+RUN_OWNER_MARK = '/'
 
 #: Files up to this size are read once, into memory, for their hash and their records.
 SMALL_FILE_BYTES = 1024 * 1024
@@ -145,6 +149,11 @@ class ChannelContext:
     wide_source: Callable[[], Source] | None = None
 
 
+def claim_owner(run_owner: str) -> str:
+    """The claim owner (``<host>_<pid>``) of a run's owner."""
+    return run_owner.partition(RUN_OWNER_MARK)[0]
+
+
 def claim_path(path: str, owner: str, now: float) -> str:
     """Where a file at path is while claimed by owner since now (same directory)."""
     directory, name = posixpath.split(path)
@@ -176,6 +185,10 @@ class FileProcessor:
         self.content_hash = ''
         #: The whole content of a small file, read once for the hash and the records.
         self._content: bytes | None = None
+        #: Who owns the run while this processor works on it: the claim owner and a token of this
+        #: processing, so that two processings in one process (a poller restarted while a file of the
+        #: old one still runs) never pass each other's compare-and-set of the run's progress.
+        self.run_owner = f'{ctx.owner}{RUN_OWNER_MARK}{secrets.token_hex(4)}'
 
     @property
     def _label(self) -> str:
@@ -255,7 +268,7 @@ class FileProcessor:
                 return kind, run, digests
             # A running run of this content: its owner died mid-file, or another file of the same content
             # is being processed right now. Its claim tells which (looked at outside the transaction).
-            if self.ctx.claim_alive(run.file_name, run.owner, self.claim_path):
+            if self.ctx.claim_alive(run.file_name, claim_owner(run.owner), self.claim_path):
                 return None
             taken = self.ctx.store_prepared([], lambda conn, r=run: self._take_over(conn, r))
             if taken is not None:
@@ -274,19 +287,19 @@ class FileProcessor:
         latest = runs[0] if runs else None
         if latest is not None and latest.state == statements.DONE and not ch.reprocess_same:
             statements.insert_run(conn, channel=ch.name, file_name=entry.path, size=self.size, mtime=entry.mtime,
-                                  content_hash=self.content_hash, state=statements.SKIPPED, owner=self.ctx.owner,
+                                  content_hash=self.content_hash, state=statements.SKIPPED, owner=self.run_owner,
                                   error=f'same content as {latest.file_name} (run #{latest.id})')
             return SKIPPED, latest, Counter()
         if latest is not None and latest.state in (statements.FAILED, statements.SUPERSEDED):
             run = statements.take_over_run(conn, latest.id, from_state=latest.state, from_owner=latest.owner,
-                                           owner=self.ctx.owner, file_name=entry.path, size=self.size,
+                                           owner=self.run_owner, file_name=entry.path, size=self.size,
                                            mtime=entry.mtime)
             if run is not None:  # always, under the channel's lock
                 return 'start', run, statements.failed_digests(conn, ch.name, entry.path, run.id)
         run_id = statements.insert_run(conn, channel=ch.name, file_name=entry.path, size=self.size,
                                        mtime=entry.mtime, content_hash=self.content_hash,
-                                       state=statements.RUNNING, owner=self.ctx.owner)
-        run = RunInfo(id=run_id, file_name=entry.path, state=statements.RUNNING, owner=self.ctx.owner,
+                                       state=statements.RUNNING, owner=self.run_owner)
+        run = RunInfo(id=run_id, file_name=entry.path, state=statements.RUNNING, owner=self.run_owner,
                       records_done=0, published=0, invoked=0, finished_at=None)
         return 'start', run, statements.failed_digests(conn, ch.name, entry.path, run_id)
 
@@ -324,7 +337,7 @@ class FileProcessor:
                 raise _NotNew
             statements.insert_run(conn, channel=ch.name, file_name=self.entry.path, size=self.size,
                                   mtime=self.entry.mtime, content_hash=self.content_hash, state=statements.DONE,
-                                  owner=self.ctx.owner, records_done=count, published=len(pubs))
+                                  owner=self.run_owner, records_done=count, published=len(pubs))
         try:
             self.ctx.store_prepared(pubs, work)
         except _NotNew:
@@ -334,7 +347,7 @@ class FileProcessor:
 
     def _take_over(self, conn: Connection, run: RunInfo) -> tuple[RunInfo, Counter[str]] | None:
         taken = statements.take_over_run(conn, run.id, from_state=statements.RUNNING, from_owner=run.owner,
-                                         owner=self.ctx.owner, file_name=self.entry.path, size=self.size,
+                                         owner=self.run_owner, file_name=self.entry.path, size=self.size,
                                          mtime=self.entry.mtime)
         if taken is None:
             return None
@@ -417,7 +430,7 @@ class FileProcessor:
             _log.info('%s: %d record(s) already published by an earlier failed run of this file were skipped',
                       self._label, already)
         superseded = self.ctx.store_prepared(progress.pubs, lambda conn: statements.finish_run(
-            conn, run.id, self.ctx.owner, channel=ch.name, file_name=self.entry.path, records_done=index,
+            conn, run.id, self.run_owner, channel=ch.name, file_name=self.entry.path, records_done=index,
             published=progress.published + len(progress.pubs), invoked=progress.invoked))
         if superseded:
             _log.debug('%s: %d earlier failed run(s) of the file superseded', self._label, superseded)
@@ -476,7 +489,7 @@ class FileProcessor:
         """Store the batch's publications with the run's progress, in one transaction."""
         published = progress.published + len(progress.pubs)
         self.ctx.store_prepared(progress.pubs, lambda conn: statements.advance_run(
-            conn, run.id, self.ctx.owner, records_done, published, progress.invoked))
+            conn, run.id, self.run_owner, records_done, published, progress.invoked))
         self.ctx.count(self.ch.name, 'published', len(progress.pubs))
         progress.pubs = []
         progress.published = published
@@ -505,7 +518,7 @@ class FileProcessor:
         published = progress.published + len(progress.pubs)
         digests = self._published_digests(known, at_index)
         self.ctx.store_prepared(progress.pubs, lambda conn: statements.fail_run(
-            conn, run.id, self.ctx.owner, records_done=at_index, published=published, invoked=progress.invoked,
+            conn, run.id, self.run_owner, records_done=at_index, published=published, invoked=progress.invoked,
             error=failed.reason, digests=digests))
         self.ctx.count(ch.name, 'published', len(progress.pubs))
         self.ctx.count(ch.name, 'failed', 1)
