@@ -469,6 +469,27 @@ class PushUnreachable(PushFailed, ConnectionError):
     """A REST push endpoint could not be reached or did not answer in time (a socket-level error)."""
 
 
+# File transfer: reading files
+
+
+class FileParseError(ConduitError, ValueError):
+    """A file, or one record of it, is not what its channel's format says; the record and line are named.
+
+    record_index is 0-based (None when the fault is not in one record: a CSV header, data after a JSON
+    array, a whole-file record); line is 1-based (None when the format has no lines).
+    """
+
+    def __init__(self, record_index: int | None, line: int | None, reason: str) -> None:
+        self.record_index = record_index
+        self.line = line
+        self.reason = reason
+        if record_index is not None:
+            where = f'record {record_index}' + (f' (line {line})' if line is not None else '')
+        else:
+            where = f'line {line}' if line is not None else ''
+        super().__init__(f'{where}: {reason}' if where else reason)
+
+
 # Admin API
 
 
