@@ -652,3 +652,20 @@ def test_prepared_publications_and_other_work_commit_together_or_not_at_all(
     assert rt.broker.store_prepared([p for p in pubs if p is not None], accept) == 'stored'
     assert data_of(rt, 'batch') == [{'n': 0}, {'n': 1}, {'n': 2}]
     assert names() == ['written']
+
+
+def test_runs_older_than_history_days_are_deleted_except_those_of_channels_that_leave_files(
+        make_rt: Callable[..., TestRuntime], tmp_path: Path) -> None:
+    rt = make_rt()
+    topic_with_pull(rt, 'hist')
+    store_channel(rt, 'deleting', tmp_path / 'a', topics=['hist'])
+    store_channel(rt, 'leaving', tmp_path / 'b', topics=['hist'], after='leave')
+    for directory, channel in (('a', 'deleting'), ('b', 'leaving')):
+        drop(tmp_path / directory, 'x.json', '{"x": 1}')
+        wait_until(lambda channel=channel: [r.state for r in runs(rt, channel)] == ['done'], TIMEOUT,
+                   message=f'{channel} processed')
+    days = rt.settings.file_transfer.history_days
+    assert rt.file_transfer.sweep_history(now=time.time() + (days - 1) * 86400) == 0  # not old enough yet
+    assert rt.file_transfer.sweep_history(now=time.time() + (days + 1) * 86400) == 1
+    assert runs(rt, 'deleting') == []
+    assert [r.state for r in runs(rt, 'leaving')] == ['done']
