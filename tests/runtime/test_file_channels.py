@@ -669,3 +669,21 @@ def test_runs_older_than_history_days_are_deleted_except_those_of_channels_that_
     assert rt.file_transfer.sweep_history(now=time.time() + (days + 1) * 86400) == 1
     assert runs(rt, 'deleting') == []
     assert [r.state for r in runs(rt, 'leaving')] == ['done']
+
+
+def test_a_file_whose_name_is_too_long_to_claim_is_logged_once_and_the_others_go_on(
+        make_rt: Callable[..., TestRuntime], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    rt = make_rt()
+    topic_with_pull(rt, 'names')
+    with caplog.at_level(logging.WARNING, logger='runtime.files'):
+        store_channel(rt, 'names', tmp_path / 'in', topics=['names'])
+        long_name = 'a' * 240 + '.json'  # a legal name, but its claim name would pass 255 bytes
+        drop(tmp_path / 'in', long_name, '{"n": "long"}')
+        path = drop(tmp_path / 'in', 'b.json', '{"n": "short"}')
+        wait_until(gone(path), TIMEOUT, message='the other file processed')
+        poller = rt.file_transfer.pollers()['names']
+        polls = poller.polls
+        wait_until(lambda: poller.polls >= polls + 3, TIMEOUT, message='more polls')
+    assert data_of(rt, 'names') == [{'n': 'short'}]
+    assert files_in(tmp_path / 'in') == [long_name]
+    assert len([r for r in caplog.records if 'cannot be claimed' in r.getMessage()]) == 1
