@@ -3,7 +3,7 @@
 An entry says who (the admin user and the client's address, or ``object files`` for an
 application of files), what (method, path, kind and name of the object, the action) and when, and
 holds the object as it was before and after the change. Secrets never reach it: any key that looks
-like a password, hash, sub_key, secret or token is masked at any depth, and JSON text columns
+like a password, hash, sub_key, secret, token or private key is masked at any depth, and JSON text columns
 (subscription options) are read and masked too. The table is written by one place only in the HTTP
 layer (``runtime.http.admin.audit``, through ``AuditLog``) and read through ``GET /admin/audit`` and
 ``conduit audit``.
@@ -38,13 +38,13 @@ class FileChange(Protocol):
 MASK = '***'
 
 #: Parts of key names whose values are secrets.
-_SECRET_PARTS = ('password', 'hash', 'sub_key', 'secret', 'token')
+_SECRET_PARTS = ('password', 'hash', 'sub_key', 'secret', 'token', 'private_key')
 
 #: Longest before/after kept, in characters of JSON; a bigger object keeps only that it was cut.
 MAX_SNAPSHOT_CHARS = 64_000
 
-#: Columns whose text is JSON, read so that secrets inside them are masked.
-_JSON_COLUMNS = ('options',)
+#: Columns whose text is JSON, read so that secrets inside them are masked (a file channel's definition).
+_JSON_COLUMNS = ('options', 'definition')
 
 #: Largest page of GET /admin/audit.
 MAX_PAGE = 1000

@@ -30,9 +30,11 @@ from runtime.db.engine import database_answers, make_engine, make_psycopg_cooper
 from runtime.db.migrate import upgrade
 from runtime.db.models import BasicAuthDef, RestChannel
 from runtime.errors import ConfigError
+from runtime.files.admin import FileChannelAdmin
 from runtime.files.claims import this_owner
 from runtime.files.definition import FILE_CHANNELS_KEY
 from runtime.files.manager import FileTransfer
+from runtime.files.objects import section_handler as file_channel_section
 from runtime.hot_deploy import SYNC_KEY as DEPLOYMENTS_KEY
 from runtime.hot_deploy import HotDeployer, services_directories
 from runtime.http.admin.parts import AdminParts
@@ -103,6 +105,7 @@ def make_objects_applier(settings: Settings, engine: Engine, demo: bool, files: 
         applier.add_handler(handler)
     applier.add_handler(permissions_section())  # after 'security': it names definitions
     applier.add_handler(scheduler_section(settings.scheduler))
+    applier.add_handler(file_channel_section(settings.pubsub.auto_create_topics))  # after pubsub_topic
     return applier
 
 
@@ -174,6 +177,9 @@ class Runtime:
         self.security_admin = SecurityAdmin(self.engine, lambda: self.synchronizer.changed(SECURITY_KEY),
                                             lambda: self.synchronizer.changed(PERMISSIONS_KEY))
         self.channel_admin = ChannelAdmin(self.engine, lambda: self.synchronizer.changed(CHANNELS_KEY))
+        self.file_channel_admin = FileChannelAdmin(
+            self.engine, self._file_channels_changed,
+            topics_auto_created=lambda: settings.pubsub.auto_create_topics)
         #: Who changed what through the admin API and the CLI.
         self.audit_log = AuditLog(self.engine)
         self.synchronizer.register(PUBSUB_KEY, self.broker.reload)
@@ -281,6 +287,11 @@ class Runtime:
                 _log.error('channel %r skipped: %s', r.name, e)
         self.router = ChannelRouter(channels)
 
+    def _file_channels_changed(self) -> None:
+        """After a change made here, this worker's file transfer reloads at once (when [file_transfer] runs one)."""
+        if self.synchronizer.registered(FILE_CHANNELS_KEY):
+            self.synchronizer.changed(FILE_CHANNELS_KEY)
+
     def reload_security(self) -> None:
         """Reload Basic Auth definitions from the database."""
         with self.engine.connect() as conn:
@@ -297,6 +308,7 @@ class Runtime:
             recorded_services=partial(recorded_names, self.engine), catalog=self.catalog, broker=self.broker,
             topic_admin=self.topic_admin, queue_admin=self.queue_admin, permission_admin=self.permission_admin,
             security_admin=self.security_admin, channel_admin=self.channel_admin,
+            file_channel_admin=self.file_channel_admin,
             store=self.store, invoker=self.invoker, hot_deployer=self.hot_deployer, scheduler=self.scheduler,
             spark=self.spark, security=self.security, audit=self.audit_log, synchronizer=self.synchronizer,
             recent_publications=self.metrics.recent_publications, channel_count=lambda: len(self.router.channels),

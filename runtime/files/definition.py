@@ -17,20 +17,18 @@ file: a channel never trusts the first key it is shown.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import math
 import posixpath
 from dataclasses import MISSING, dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runtime import secret_refs
 from runtime.errors import ConfigError, InvalidTopicName
+from runtime.files.naming import check_template
+from runtime.files.parsers import check_encoding
+from runtime.files.sftp_params import HOST_KEY_TYPES, SftpParams, check_params, parse_host_key
 from runtime.pubsub.topics import normalize, validate_topic_name
-
-if TYPE_CHECKING:
-    from runtime.files.sftp import SftpParams
 
 #: Sync key bumped whenever a file channel is created, changed or deleted.
 FILE_CHANNELS_KEY = 'file_channels'
@@ -55,10 +53,6 @@ DEFAULT_RECORDS = {'bytes': 'file', 'text': 'file', 'json': 'file', 'jsonl': 'ea
 
 #: Fields a ``move_to`` template may use (``runtime.files.naming`` fills them).
 MOVE_FIELDS = ('name', 'stem', 'suffix', 'channel', 'date', 'time', 'year', 'month', 'day')
-
-#: SSH public key types a pinned host key may have.
-HOST_KEY_TYPES = ('ssh-ed25519', 'ecdsa-sha2-nistp256', 'ecdsa-sha2-nistp384', 'ecdsa-sha2-nistp521',
-                  'ssh-rsa', 'sk-ssh-ed25519@openssh.com', 'sk-ecdsa-sha2-nistp256@openssh.com')
 
 #: Longest channel name, in characters (the name column's width).
 MAX_NAME_CHARS = 200
@@ -147,8 +141,6 @@ class FileChannelDef:
         """How to reach the SFTP server (references, not secrets), or None for a local directory."""
         if not self.sftp_host:
             return None
-        # Imported here: the SFTP module loads paramiko, which a server without SFTP channels never needs.
-        from runtime.files.sftp import SftpParams
         return SftpParams(host=self.sftp_host, port=self.sftp_port, username=self.sftp_username,
                           password_ref=self.sftp_password, private_key_ref=self.sftp_private_key,
                           host_key=self.sftp_host_key, known_hosts=self.sftp_known_hosts)
@@ -419,9 +411,10 @@ def _marker_suffix(check: _Checker) -> str:
 
 def _encoding(check: _Checker) -> str:
     value = check.text('encoding', required=True, max_len=64)
-    # Imported here: the parsers load on first use, the definition is read by every admin process.
-    from runtime.files.parsers import check_encoding
-    check_encoding(value, f'{check.where}: encoding')
+    try:
+        check_encoding(value, check.where)
+    except ConfigError as e:
+        raise check.error('encoding', f'is not usable: {e.reason}') from None
     return value
 
 
@@ -438,8 +431,10 @@ def _move_to(check: _Checker) -> str:
     _safe_path(check, 'move_to', value)
     if value.endswith('/'):
         raise check.error('move_to', 'must end with a file name template such as {name}, not /')
-    from runtime.files.naming import check_template
-    check_template(value, MOVE_FIELDS, f'{check.where}: move_to')
+    try:
+        check_template(value, MOVE_FIELDS, check.where)
+    except ConfigError as e:
+        raise check.error('move_to', f'is not a usable template: {e.reason}') from None
     return value
 
 
@@ -454,12 +449,9 @@ def _host_key(check: _Checker) -> str:
     if len(parts) < 2 or parts[0] not in HOST_KEY_TYPES:
         raise check.error('sftp_host_key', f'{usage}; key types: {", ".join(HOST_KEY_TYPES)}')
     try:
-        blob = base64.b64decode(parts[1], validate=True)
-    except (binascii.Error, ValueError):
-        raise check.error('sftp_host_key', f'{usage}; the key is not valid base64') from None
-    size = int.from_bytes(blob[:4], 'big') if len(blob) >= 4 else -1
-    if blob[4:4 + size] != parts[0].encode() or len(blob) <= 4 + size:
-        raise check.error('sftp_host_key', f'{usage}; the key does not hold a {parts[0]} key')
+        parse_host_key(value, check.where)
+    except ConfigError as e:
+        raise check.error('sftp_host_key', f'{usage}; {e.reason}') from None
     return ' '.join(parts[:2])
 
 
@@ -487,3 +479,6 @@ def _check_sftp(d: FileChannelDef, where: str) -> None:
                                      'pinned, never accepted on first sight')
     if d.sftp_known_hosts and not d.sftp_known_hosts.startswith('/'):
         raise error('sftp_known_hosts', f'must be an absolute path, not {d.sftp_known_hosts!r}')
+    params = d.sftp
+    if params is not None:
+        check_params(params, where)  # what the connection itself will need, in its own words

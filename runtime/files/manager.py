@@ -80,6 +80,8 @@ class FileTransfer:
         self._open_source = source_opener
         self._defs: dict[str, FileChannelDef] = {}
         self._running: dict[str, _Running] = {}
+        #: Files in progress in this worker per channel, by path: a restarted poller knows its predecessor's.
+        self._busy: dict[str, dict[str, gevent.Greenlet]] = {}
         self._sweeper: gevent.Greenlet | None = None
         self._started = False
         #: Test hook: called after each committed batch, after_batch(channel, file_name, batches).
@@ -155,7 +157,8 @@ class FileTransfer:
             run_service=self._run_service, json_limits=self._json_limits, max_message_size=self._max_message_size,
             claim_timeout_secs=self.settings.claim_timeout_secs, count=self._count,
             after_batch=self._after_batch)
-        poller = Poller(ch, source, ctx, self._spawn, self._read, wide_source=wide_source)
+        poller = Poller(ch, source, ctx, self._spawn, self._read, wide_source=wide_source,
+                        busy=self._busy.setdefault(ch.name, {}))
         greenlet = self._spawn(poller.run, name=f'file-channel:{ch.name}')
         self._running[ch.name] = _Running(poller, greenlet, wide)
         _log.info('file channel %s: polling %s every %g s', ch.name, source.label, ch.poll_interval_secs)

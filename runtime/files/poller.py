@@ -85,7 +85,8 @@ class Poller:
     """Polls one channel's directory and processes its complete files (one per channel per worker)."""
 
     def __init__(self, channel: FileChannelDef, source: Source, ctx: ChannelContext, spawn: Callable[..., Any],
-                 read: Read, *, wide_source: Callable[[], Source] | None = None) -> None:
+                 read: Read, *, wide_source: Callable[[], Source] | None = None,
+                 busy: dict[str, gevent.Greenlet] | None = None) -> None:
         self.channel = channel
         self.source = source
         self._spawn = spawn
@@ -98,10 +99,15 @@ class Poller:
         self.completion = Completion(channel.complete_when, channel.stable_polls, channel.marker_suffix)
         self._slots = BoundedSemaphore(channel.max_parallel_files)
         self._skip_dirs = skip_dirs(channel)
-        #: Files being processed by this poller, by original path.
-        self._busy: dict[str, gevent.Greenlet] = {}
+        #: Files being processed in this worker, by original path: shared with the channel's earlier poller
+        #: (restarted on a change), whose files may still be in progress.
+        self._busy: dict[str, gevent.Greenlet] = busy if busy is not None else {}
+        #: The processings this poller started (its stop waits for them alone).
+        self._mine: set[gevent.Greenlet] = set()
         #: Files left in place after processing: path -> (size, mtime).
         self._left: dict[str, tuple[int, float]] = {}
+        #: Files that could not be claimed (logged once each, while they are there).
+        self._unclaimable: set[str] = set()
         self._stopping = False
         self._missing = False
         self._unavailable = False
@@ -188,7 +194,16 @@ class Poller:
         for entry in complete:
             if not self._wait_for_slot():
                 return
-            self._claim(entry)
+            try:
+                self._claim(entry)
+            except SourceUnavailable:
+                raise
+            except (OSError, ValueError) as e:
+                # One file that cannot be claimed (a name too long for its claim name) must not stop the others.
+                if entry.path not in self._unclaimable:
+                    self._unclaimable.add(entry.path)
+                    _log.warning('%s: %s cannot be claimed, left where it is: %s', self.label, entry.path, e)
+        self._unclaimable &= listed
 
     def _wait_for_slot(self) -> bool:
         while not self._stopping:
@@ -248,9 +263,13 @@ class Poller:
             try:
                 processor.run()
             finally:
-                self._busy.pop(entry.path, None)
+                if self._busy.get(entry.path) is greenlet:
+                    del self._busy[entry.path]
+                self._mine.discard(greenlet)
                 self._slots.release()
-        self._busy[entry.path] = self._spawn(process, name=f'file:{self.channel.name}:{entry.path}')
+        greenlet = self._spawn(process, name=f'file:{self.channel.name}:{entry.path}')
+        self._busy[entry.path] = greenlet
+        self._mine.add(greenlet)
 
     def claim_alive(self, file_name: str, owner: str, exclude: str) -> bool:
         """Whether owner holds a claim on file_name that is not stale (other than the claim at exclude).
@@ -305,7 +324,7 @@ class Poller:
         after a restart of this process, else after the claim timeout).
         """
         self._stopping = True
-        busy = list(self._busy.values())
+        busy = list(self._mine)
         if busy:
             gevent.joinall(busy, timeout=timeout)
             for greenlet in busy:

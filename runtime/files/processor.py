@@ -32,19 +32,27 @@ one file invocation) run again. Publications are exactly once.
 
 Trouble that is not the file's (the database or the directory unavailable, a topic full) puts
 the file back under its name, to be resumed from its last committed batch at a later poll.
+
+Small files (most of them) take a shorter way when the channel invokes no service: read once into
+memory, their records fit one batch, and the check that their content and name are new, the
+publications and the run (done at once) are one transaction (``_in_one_transaction``).
+
+This module is longer than most (about 600 lines) on purpose: it is one algorithm whose steps,
+read in order, are the exactly-once argument; split up, the argument would be spread over files.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import posixpath
+import secrets
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import gevent
@@ -71,6 +79,12 @@ _log = logging.getLogger(__name__)
 #: Bytes read at a time when hashing a file.
 HASH_CHUNK_BYTES = 1024 * 1024
 
+#: What separates the claim owner from the processing's own token in a run's owner.
+RUN_OWNER_MARK = '/'
+
+#: Files up to this size are read once, into memory, for their hash and their records.
+SMALL_FILE_BYTES = 1024 * 1024
+
 #: Longest ext_client_id of a publication (the file name is cut there).
 MAX_EXT_CLIENT_ID_CHARS = 200
 
@@ -92,6 +106,10 @@ RunService = Callable[[str, Any, dict[str, Any]], Any]
 
 #: Errors of the moment, not of the file: the file is put back and taken again at a later poll.
 _TRANSIENT = (StorageUnavailable, TopicFull, FileTransferError, OSError)
+
+
+class _NotNew(Exception):
+    """A run of the file's content or name exists: the one-transaction way does not apply."""
 
 
 class _RecordFailed(Exception):
@@ -131,6 +149,11 @@ class ChannelContext:
     wide_source: Callable[[], Source] | None = None
 
 
+def claim_owner(run_owner: str) -> str:
+    """The claim owner (``<host>_<pid>``) of a run's owner."""
+    return run_owner.partition(RUN_OWNER_MARK)[0]
+
+
 def claim_path(path: str, owner: str, now: float) -> str:
     """Where a file at path is while claimed by owner since now (same directory)."""
     directory, name = posixpath.split(path)
@@ -160,6 +183,12 @@ class FileProcessor:
         self.claim_at = claimed_at
         self.size = entry.size
         self.content_hash = ''
+        #: The whole content of a small file, read once for the hash and the records.
+        self._content: bytes | None = None
+        #: Who owns the run while this processor works on it: the claim owner and a token of this
+        #: processing, so that two processings in one process (a poller restarted while a file of the
+        #: old one still runs) never pass each other's compare-and-set of the run's progress.
+        self.run_owner = f'{ctx.owner}{RUN_OWNER_MARK}{secrets.token_hex(4)}'
 
     @property
     def _label(self) -> str:
@@ -186,10 +215,14 @@ class FileProcessor:
 
     def _run(self, started: float) -> str:
         self.content_hash, self.size = self._hash()
+        if self._content is not None and not self.ch.service:
+            outcome = self._in_one_transaction(started)
+            if outcome is not None:
+                return outcome
         decision = self._decide()
         if decision is None:
-            _log.info('%s: a file of the same content is being processed by %s; put back for a later poll',
-                      self._label, 'another worker')
+            _log.info('%s: a file of the same content is being processed now; put back for a later poll',
+                      self._label)
             self._put_back()
             return BUSY
         kind, run, digests = decision
@@ -205,10 +238,19 @@ class FileProcessor:
     # Steps
 
     def _hash(self) -> tuple[str, int]:
-        """The sha256 of the content and its length, streamed."""
+        """The sha256 of the content and its length, streamed; a small file's content is kept (read once)."""
         sha = hashlib.sha256()
         size = 0
         with self.ctx.source.open_read(self.claim_path) as stream:
+            if self.entry.size <= SMALL_FILE_BYTES:
+                content = stream.read(SMALL_FILE_BYTES + 1)
+                if len(content) <= SMALL_FILE_BYTES:
+                    content += stream.read(1)  # a short read is not the end: only an empty one is
+                if len(content) <= SMALL_FILE_BYTES:
+                    self._content = content
+                    return hashlib.sha256(content).hexdigest(), len(content)
+                sha.update(content)  # it grew since it was listed: streamed after all
+                size = len(content)
             while True:
                 chunk = stream.read(HASH_CHUNK_BYTES)
                 if not chunk:
@@ -226,7 +268,7 @@ class FileProcessor:
                 return kind, run, digests
             # A running run of this content: its owner died mid-file, or another file of the same content
             # is being processed right now. Its claim tells which (looked at outside the transaction).
-            if self.ctx.claim_alive(run.file_name, run.owner, self.claim_path):
+            if self.ctx.claim_alive(run.file_name, claim_owner(run.owner), self.claim_path):
                 return None
             taken = self.ctx.store_prepared([], lambda conn, r=run: self._take_over(conn, r))
             if taken is not None:
@@ -245,25 +287,67 @@ class FileProcessor:
         latest = runs[0] if runs else None
         if latest is not None and latest.state == statements.DONE and not ch.reprocess_same:
             statements.insert_run(conn, channel=ch.name, file_name=entry.path, size=self.size, mtime=entry.mtime,
-                                  content_hash=self.content_hash, state=statements.SKIPPED, owner=self.ctx.owner,
+                                  content_hash=self.content_hash, state=statements.SKIPPED, owner=self.run_owner,
                                   error=f'same content as {latest.file_name} (run #{latest.id})')
             return SKIPPED, latest, Counter()
         if latest is not None and latest.state in (statements.FAILED, statements.SUPERSEDED):
             run = statements.take_over_run(conn, latest.id, from_state=latest.state, from_owner=latest.owner,
-                                           owner=self.ctx.owner, file_name=entry.path, size=self.size,
+                                           owner=self.run_owner, file_name=entry.path, size=self.size,
                                            mtime=entry.mtime)
             if run is not None:  # always, under the channel's lock
                 return 'start', run, statements.failed_digests(conn, ch.name, entry.path, run.id)
         run_id = statements.insert_run(conn, channel=ch.name, file_name=entry.path, size=self.size,
                                        mtime=entry.mtime, content_hash=self.content_hash,
-                                       state=statements.RUNNING, owner=self.ctx.owner)
-        run = RunInfo(id=run_id, file_name=entry.path, state=statements.RUNNING, owner=self.ctx.owner,
+                                       state=statements.RUNNING, owner=self.run_owner)
+        run = RunInfo(id=run_id, file_name=entry.path, state=statements.RUNNING, owner=self.run_owner,
                       records_done=0, published=0, invoked=0, finished_at=None)
         return 'start', run, statements.failed_digests(conn, ch.name, entry.path, run_id)
 
+    def _in_one_transaction(self, started: float) -> str | None:
+        """A small file published whole in one transaction with its run, done; None: take the usual way.
+
+        Most files are small and new: their records fit one batch, and no run of their content or
+        name exists. Their publications and a run already done are then committed together (one
+        commit per file instead of two). Anything else — more records than a batch, a bad record, a
+        run of the same content or a failed run of the same name found inside the transaction —
+        leaves nothing stored and the file goes the usual way, which handles it. Channels that invoke
+        a service never come here: a service must not be invoked for a file that turns out to be a
+        duplicate.
+        """
+        ch = self.ch
+        pubs: list[Publication] = []
+        count = 0
+        records = self._records()
+        try:
+            for record in records:
+                count += 1
+                if count > ch.batch_size:
+                    return None
+                progress = _Progress(records_done=0, published=0, invoked=0)
+                self._act(record, progress, per_record=False)
+                pubs.extend(progress.pubs)
+        except (_RecordFailed, FileParseError):
+            return None
+        finally:
+            records.close()
+
+        def work(conn: Connection) -> None:
+            statements.lock_channel(conn, ch.name)
+            if not statements.is_new(conn, ch.name, self.content_hash, self.entry.path):
+                raise _NotNew
+            statements.insert_run(conn, channel=ch.name, file_name=self.entry.path, size=self.size,
+                                  mtime=self.entry.mtime, content_hash=self.content_hash, state=statements.DONE,
+                                  owner=self.run_owner, records_done=count, published=len(pubs))
+        try:
+            self.ctx.store_prepared(pubs, work)
+        except _NotNew:
+            return None
+        self._done(count, len(pubs), 0, len(pubs), started)
+        return DONE
+
     def _take_over(self, conn: Connection, run: RunInfo) -> tuple[RunInfo, Counter[str]] | None:
         taken = statements.take_over_run(conn, run.id, from_state=statements.RUNNING, from_owner=run.owner,
-                                         owner=self.ctx.owner, file_name=self.entry.path, size=self.size,
+                                         owner=self.run_owner, file_name=self.entry.path, size=self.size,
                                          mtime=self.entry.mtime)
         if taken is None:
             return None
@@ -272,7 +356,8 @@ class FileProcessor:
     def _records(self) -> Iterator[parsers.Record]:
         """The file's records, streamed (the caller closes nothing: the generator does)."""
         ch = self.ch
-        with self.ctx.source.open_read(self.claim_path) as stream:
+        opened = io.BytesIO(self._content) if self._content is not None else self.ctx.source.open_read(self.claim_path)
+        with opened as stream:
             yield from parsers.read_records(stream, ch.format, records=ch.record_mode, encoding=ch.encoding,
                                             csv_delimiter=ch.csv_delimiter,
                                             max_record_bytes=self.ctx.max_message_size,
@@ -345,18 +430,22 @@ class FileProcessor:
             _log.info('%s: %d record(s) already published by an earlier failed run of this file were skipped',
                       self._label, already)
         superseded = self.ctx.store_prepared(progress.pubs, lambda conn: statements.finish_run(
-            conn, run.id, self.ctx.owner, channel=ch.name, file_name=self.entry.path, records_done=index,
+            conn, run.id, self.run_owner, channel=ch.name, file_name=self.entry.path, records_done=index,
             published=progress.published + len(progress.pubs), invoked=progress.invoked))
-        published = progress.published + len(progress.pubs)
-        self.ctx.count(ch.name, 'processed', 1)
-        self.ctx.count(ch.name, 'published', len(progress.pubs))
-        _log.info('file channel %s: %s done: %d record(s), %d message(s) published%s in %.3f s', ch.name,
-                  self.entry.path, index, published, f', {progress.invoked} invocation(s)' if ch.service else '',
-                  time.monotonic() - started)
         if superseded:
             _log.debug('%s: %d earlier failed run(s) of the file superseded', self._label, superseded)
-        self._after()
+        self._done(index, progress.published + len(progress.pubs), progress.invoked, len(progress.pubs), started)
         return DONE
+
+    def _done(self, records: int, published: int, invoked: int, just_published: int, started: float) -> None:
+        """Count and log a file processed, then delete, move or leave it."""
+        ch = self.ch
+        self.ctx.count(ch.name, 'processed', 1)
+        self.ctx.count(ch.name, 'published', just_published)
+        _log.info('file channel %s: %s done: %d record(s), %d message(s) published%s in %.3f s', ch.name,
+                  self.entry.path, records, published, f', {invoked} invocation(s)' if ch.service else '',
+                  time.monotonic() - started)
+        self._after()
 
     def _act(self, record: parsers.Record, progress: _Progress, per_record: bool) -> None:
         """Prepare a record's publications and invoke the service for it; _RecordFailed if it cannot be."""
@@ -400,7 +489,7 @@ class FileProcessor:
         """Store the batch's publications with the run's progress, in one transaction."""
         published = progress.published + len(progress.pubs)
         self.ctx.store_prepared(progress.pubs, lambda conn: statements.advance_run(
-            conn, run.id, self.ctx.owner, records_done, published, progress.invoked))
+            conn, run.id, self.run_owner, records_done, published, progress.invoked))
         self.ctx.count(self.ch.name, 'published', len(progress.pubs))
         progress.pubs = []
         progress.published = published
@@ -429,7 +518,7 @@ class FileProcessor:
         published = progress.published + len(progress.pubs)
         digests = self._published_digests(known, at_index)
         self.ctx.store_prepared(progress.pubs, lambda conn: statements.fail_run(
-            conn, run.id, self.ctx.owner, records_done=at_index, published=published, invoked=progress.invoked,
+            conn, run.id, self.run_owner, records_done=at_index, published=published, invoked=progress.invoked,
             error=failed.reason, digests=digests))
         self.ctx.count(ch.name, 'published', len(progress.pubs))
         self.ctx.count(ch.name, 'failed', 1)
@@ -484,7 +573,8 @@ class FileProcessor:
                 self.ctx.source.remove(self.claim_path)
                 self._remove_marker()
             elif ch.after == 'move':
-                rendered = naming.render(ch.move_to, self._move_values(), f'file channel {ch.name!r} move_to')
+                values = naming.inbound_values(self.entry.path, ch.name, time.time())
+                rendered = naming.render(ch.move_to, values, f'file channel {ch.name!r} move_to')
                 source, claimed, target = self._place(rendered)
                 directory = posixpath.dirname(target)
                 if directory:
@@ -498,14 +588,6 @@ class FileProcessor:
         except (*_TRANSIENT, ValueError) as e:
             _log.error('%s: processed, but the %s action failed (%s); its claim stays until taken over (the '
                        'content is then skipped)', self._label, ch.after, _reason(e))
-
-    def _move_values(self) -> dict[str, str]:
-        name = self.entry.name
-        stem, suffix = posixpath.splitext(name)
-        now = datetime.now(UTC)
-        return {'name': name, 'stem': stem, 'suffix': suffix, 'channel': self.ch.name,
-                'date': now.strftime('%Y-%m-%d'), 'time': now.strftime('%H%M%S'), 'year': now.strftime('%Y'),
-                'month': now.strftime('%m'), 'day': now.strftime('%d')}
 
     def _place(self, target: str) -> tuple[Source, str, str]:
         """(source, the claim's path there, target's path there) for a target relative to the directory or absolute."""

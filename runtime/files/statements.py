@@ -95,13 +95,24 @@ def runs_by_hash(conn: Connection, channel: str, content_hash: str) -> list[RunI
 
 
 def insert_run(conn: Connection, *, channel: str, file_name: str, size: int, mtime: float, content_hash: str,
-               state: str, owner: str, error: str = '') -> int:
-    """A new run; a skipped one is finished at once."""
+               state: str, owner: str, error: str = '', records_done: int = 0, published: int = 0) -> int:
+    """A new run; one that is not running (skipped, or done at once) is finished now."""
     now = time.time()
     return conn.execute(insert(FileRun).values(
         channel=channel, file_name=file_name, size=size, mtime=mtime, content_hash=content_hash, state=state,
-        records_done=0, published=0, invoked=0, owner=owner, started_at=now,
+        records_done=records_done, published=published, invoked=0, owner=owner, started_at=now,
         finished_at=None if state == RUNNING else now, error=error[:MAX_ERROR_CHARS])).inserted_primary_key[0]
+
+
+def is_new(conn: Connection, channel: str, content_hash: str, file_name: str) -> bool:
+    """Whether a channel has no run of this content (but skipped ones) and no failed run of this file name."""
+    seen = conn.execute(select(FileRun.id).where(
+        FileRun.channel == channel, FileRun.content_hash == content_hash, FileRun.state != SKIPPED).limit(1)).first()
+    if seen is not None:
+        return False
+    failed = conn.execute(select(FileRun.id).where(
+        FileRun.channel == channel, FileRun.file_name == file_name, FileRun.state == FAILED).limit(1)).first()
+    return failed is None
 
 
 def take_over_run(conn: Connection, run_id: int, *, from_state: str, from_owner: str, owner: str, file_name: str,

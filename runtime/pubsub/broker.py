@@ -3,9 +3,12 @@
 Publishing resolves the target (a topic, or a service and so its implicit topic), checks the
 message, finds the subscriptions through the registry's pattern index and stores the message with
 its queue entries through the group committer: ``publish`` returns only once that is durable.
-Non-GD messages skip storage for the subscriptions this worker delivers: they wait in the
-delivery loop's memory and are lost if the worker stops (as documented). Subscriptions delivered by
-another process, pull queues and a topic's own backlog get them through the database.
+``prepare`` and ``store_prepared`` split that in two for callers that must commit publications
+together with writes of their own (a file channel stores a batch of records with the progress of
+its file: ``runtime.files.processor``). Non-GD messages skip storage for the subscriptions this
+worker delivers: they wait in the delivery loop's memory and are lost if the worker stops (as
+documented). Subscriptions delivered by another process, pull queues and a topic's own backlog get
+them through the database.
 
 A lease per delivered subscription decides which worker delivers it; this worker competes for
 the leases the plug-in of each subscription's kind wants it to (``wants_delivery``: any worker for

@@ -25,6 +25,7 @@ from sqlalchemy import insert, select
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import FileChannelRow, FileDigest, FileRun, Message, QueueEntry
+from runtime.errors import MessageTooLarge, TopicNotFound
 from runtime.files.claims import CLAIM_MARK, this_host, this_owner
 from runtime.files.definition import FileChannelDef
 from runtime.files.manager import FileTransfer
@@ -33,6 +34,7 @@ from runtime.pubsub.message import decode_data
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.recorder import Recorder
+from tests.sshd import SshServer
 
 TIMEOUT = 30  # how long a condition may take under load; met conditions return at once
 
@@ -175,7 +177,8 @@ def test_csv_rows_become_one_message_each_for_a_pull_subscriber(make_rt: Callabl
     inbox.mkdir()
     store_channel(rt, 'invoices', inbox, patterns=['*.csv'], format='csv', topics=['invoice.received'])
     drop(inbox, 'notes.txt', 'not a csv: left alone')
-    path = drop(inbox, 'batch-1.csv', csv_text([(1, '10.50'), (2, '7'), (3, '0')]))
+    content = csv_text([(1, '10.50'), (2, '7'), (3, '0')])
+    path = drop(inbox, 'batch-1.csv', content)
 
     wait_until(gone(path), TIMEOUT, message='the CSV processed and deleted')
     assert published(rt, 'invoice.received') == [
@@ -188,7 +191,7 @@ def test_csv_rows_become_one_message_each_for_a_pull_subscriber(make_rt: Callabl
     assert files_in(inbox) == ['notes.txt']  # not matching the pattern: never touched
     (run,) = runs(rt, 'invoices')
     assert (run.state, run.file_name, run.records_done, run.published) == ('done', 'batch-1.csv', 3, 3)
-    assert run.size == path.stat().st_size if path.exists() else run.size > 0
+    assert run.size == len(content)
 
 
 def test_every_format_and_record_mode(make_rt: Callable[..., TestRuntime], tmp_path: Path) -> None:
@@ -418,7 +421,8 @@ def test_a_crash_mid_file_resumes_after_the_last_committed_batch(make_rt: Callab
         restarted.stop()
     assert [int(d['id']) for d in data_of(rt, 'big')] == list(range(1, 11))
     (run,) = runs(rt, 'big')
-    assert (run.state, run.records_done, run.published, run.owner) == ('done', 10, 10, this_owner())
+    assert (run.state, run.records_done, run.published) == ('done', 10, 10)
+    assert run.owner.startswith(this_owner() + '/')
 
 
 def test_two_workers_over_one_directory_publish_every_record_exactly_once(
@@ -542,3 +546,144 @@ def test_a_channel_removed_stops_polling_and_a_changed_one_restarts(make_rt: Cal
     path = drop(tmp_path / 'in', 'c.json', '{"n": 3}')
     gevent.sleep(0.3)
     assert path.exists()
+
+
+def test_with_a_marker_a_file_waits_for_it_and_the_marker_goes_with_the_file(
+        make_rt: Callable[..., TestRuntime], tmp_path: Path) -> None:
+    rt = make_rt()
+    topic_with_pull(rt, 'marked')
+    store_channel(rt, 'marked', tmp_path / 'in', topics=['marked'], complete_when='marker', marker_suffix='.ok',
+                  recursive=True, after='move', move_to='processed/{name}')
+    path = drop(tmp_path / 'in', 'm.json', '{"m": 1}')
+    poller = rt.file_transfer.pollers()['marked']
+    polls = poller.polls
+    wait_until(lambda: poller.polls >= polls + 5, TIMEOUT, message='polls without the marker')
+    assert path.exists() and data_of(rt, 'marked') == []
+    drop(tmp_path / 'in', 'm.json.ok', '')
+    wait_until(gone(path), TIMEOUT, message='processed once the marker is there')
+    assert files_in(tmp_path / 'in') == []  # the marker removed with its file
+    assert files_in(tmp_path / 'in' / 'processed') == ['m.json']
+    polls = poller.polls
+    wait_until(lambda: poller.polls >= polls + 3, TIMEOUT, message='more polls')
+    assert data_of(rt, 'marked') == [{'m': 1}]  # the processed directory is not polled, though recursive
+
+
+def test_records_too_large_for_one_invocation_fail_the_file(make_rt: Callable[..., TestRuntime], tmp_path: Path,
+                                                             recorder: Recorder) -> None:
+    rt = make_rt(Sink)
+    rt.file_transfer.stop()
+    transfer = make_transfer(rt, this_owner())
+    transfer._max_message_size = 64
+    store_channel(rt, 'huge', tmp_path / 'in', format='text', records='each', service='ft.sink')
+    transfer.start()
+    try:
+        path = drop(tmp_path / 'in', 'h.txt', ''.join(f'line {i:04d} of a file too large to send whole\n'
+                                                      for i in range(10)))
+        wait_until(gone(path), TIMEOUT, message='failed')
+    finally:
+        transfer.stop()
+    report = json.loads((tmp_path / 'in' / 'errors' / 'h.txt.error.json').read_text())
+    assert 'too large for one invocation of ft.sink' in report['reason']
+    assert recorder['sink'] == []
+
+
+def test_an_sftp_directory_is_processed_exactly_once_like_a_local_one(
+        make_rt: Callable[..., TestRuntime], sshd: SshServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in sshd.secret_env.items():
+        monkeypatch.setenv(name, value)
+    rt = make_rt()
+    topic_with_pull(rt, 'remote')
+    inbox = sshd.root / 'inbox'
+    inbox.mkdir()
+    store_channel(rt, 'remote', inbox, format='csv', topics=['remote'], after='move',
+                  move_to='processed/{date}/{name}', batch_size=2, sftp_host=sshd.host, sftp_port=sshd.port,
+                  sftp_username=sshd.username, sftp_private_key=sshd.key_reference,
+                  sftp_host_key=sshd.host_key_line)
+    first = drop(inbox, 'remote 1.csv', csv_text([(1, 1), (2, 2), (3, 3)]))
+    wait_until(gone(first), TIMEOUT, message='processed over SFTP')
+    again = drop(inbox, 'remote 2.csv', csv_text([(1, 1), (2, 2), (3, 3)]))
+    wait_until(gone(again), TIMEOUT, message='the copy handled')
+    assert [(d['id'], ext) for d, ext, _ in published(rt, 'remote')] == [
+        ('1', 'remote 1.csv'), ('2', 'remote 1.csv'), ('3', 'remote 1.csv')]
+    assert [(r.file_name, r.state) for r in runs(rt, 'remote')] == [('remote 1.csv', 'done'),
+                                                                    ('remote 2.csv', 'skipped')]
+    (day,) = (inbox / 'processed').iterdir()
+    assert files_in(day) == ['remote 1.csv', 'remote 2.csv']
+
+
+# The broker's batch publication, which file channels rest on
+
+
+def test_prepared_publications_and_other_work_commit_together_or_not_at_all(
+        make_rt: Callable[..., TestRuntime]) -> None:
+    rt = make_rt()
+    topic_with_pull(rt, 'batch')
+    rt.catalog.create_topic('dropped', on_no_subs='drop')
+    pubs = [rt.broker.prepare('batch', {'n': n}, publisher='file:x', ext_client_id='f.csv') for n in range(3)]
+    assert all(p is not None and p.has_gd for p in pubs)
+    assert rt.broker.prepare('dropped', {'n': 0}) is None  # no subscribers: dropped, as publish() would
+    with pytest.raises(TopicNotFound):
+        rt.broker.prepare('no.such.topic', {'n': 0})
+    rt.broker.settings.max_message_size = 10
+    with pytest.raises(MessageTooLarge):
+        rt.broker.prepare('batch', {'n': 'x' * 20})
+    assert data_of(rt, 'batch') == []  # nothing is stored by prepare
+
+    class Refused(Exception):
+        pass
+
+    def refuse(conn: Any) -> None:
+        conn.execute(insert(FileChannelRow).values(name='written', definition='{}', is_active=True, origin='api',
+                                                   owner='', updated_at=0.0))
+        raise Refused
+    with pytest.raises(Refused):
+        rt.broker.store_prepared([p for p in pubs if p is not None], refuse)
+    assert data_of(rt, 'batch') == []
+
+    def names() -> list[str]:
+        return run_transaction(rt.engine, lambda conn: list(conn.execute(select(FileChannelRow.name)).scalars()),
+                               write=False)
+    assert names() == []
+
+    def accept(conn: Any) -> str:
+        conn.execute(insert(FileChannelRow).values(name='written', definition='{}', is_active=True, origin='api',
+                                                   owner='', updated_at=0.0))
+        return 'stored'
+    assert rt.broker.store_prepared([p for p in pubs if p is not None], accept) == 'stored'
+    assert data_of(rt, 'batch') == [{'n': 0}, {'n': 1}, {'n': 2}]
+    assert names() == ['written']
+
+
+def test_runs_older_than_history_days_are_deleted_except_those_of_channels_that_leave_files(
+        make_rt: Callable[..., TestRuntime], tmp_path: Path) -> None:
+    rt = make_rt()
+    topic_with_pull(rt, 'hist')
+    store_channel(rt, 'deleting', tmp_path / 'a', topics=['hist'])
+    store_channel(rt, 'leaving', tmp_path / 'b', topics=['hist'], after='leave')
+    for directory, channel in (('a', 'deleting'), ('b', 'leaving')):
+        drop(tmp_path / directory, 'x.json', '{"x": 1}')
+        wait_until(lambda channel=channel: [r.state for r in runs(rt, channel)] == ['done'], TIMEOUT,
+                   message=f'{channel} processed')
+    days = rt.settings.file_transfer.history_days
+    assert rt.file_transfer.sweep_history(now=time.time() + (days - 1) * 86400) == 0  # not old enough yet
+    assert rt.file_transfer.sweep_history(now=time.time() + (days + 1) * 86400) == 1
+    assert runs(rt, 'deleting') == []
+    assert [r.state for r in runs(rt, 'leaving')] == ['done']
+
+
+def test_a_file_whose_name_is_too_long_to_claim_is_logged_once_and_the_others_go_on(
+        make_rt: Callable[..., TestRuntime], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    rt = make_rt()
+    topic_with_pull(rt, 'names')
+    with caplog.at_level(logging.WARNING, logger='runtime.files'):
+        store_channel(rt, 'names', tmp_path / 'in', topics=['names'])
+        long_name = 'a' * 240 + '.json'  # a legal name, but its claim name would pass 255 bytes
+        drop(tmp_path / 'in', long_name, '{"n": "long"}')
+        path = drop(tmp_path / 'in', 'b.json', '{"n": "short"}')
+        wait_until(gone(path), TIMEOUT, message='the other file processed')
+        poller = rt.file_transfer.pollers()['names']
+        polls = poller.polls
+        wait_until(lambda: poller.polls >= polls + 3, TIMEOUT, message='more polls')
+    assert data_of(rt, 'names') == [{'n': 'short'}]
+    assert files_in(tmp_path / 'in') == [long_name]
+    assert len([r for r in caplog.records if 'cannot be claimed' in r.getMessage()]) == 1

@@ -12,8 +12,8 @@
   and shows its answer): ``services`` (services, invoke, deploy, status), ``objects``
   (security definitions and channels), ``permissions``, ``pubsub`` (topics, subscriptions,
   publishing), ``queues`` (queues and dead letters), ``websockets`` (WebSocket subscribers and their
-  clients), ``jobs``, ``spark``, ``audit`` (the audit log, detach, and the middleware every admin
-  write passes);
+  clients), ``file_channels`` (inbound file-transfer channels and their runs), ``jobs``, ``spark``,
+  ``audit`` (the audit log, detach, and the middleware every admin write passes);
 - ``routes``: the one list of every admin route, and what each resource writes.
 
 Dependencies go one way: ``routes`` imports the families, the families import the shared modules,

@@ -253,6 +253,6 @@ AuditResource.openapi = {'get': operation(
 DetachResource.openapi = {'post': operation(
     'Detach an object from the object file that declared it: the admin API and the CLI may then change it, '
     'and the file no longer does', tags=['admin: audit'], errors=(400, 404),
-    body=obj({'kind': {'enum': ['security', 'channel', 'topic', 'subscription', 'permission', 'job']},
+    body=obj({'kind': {'enum': ['security', 'channel', 'topic', 'subscription', 'permission', 'job', 'file_channel']},
               'name': string(200, 1, description='Name (a subscription: its id)')}, required=['kind', 'name']),
     response={'detached': BOOL, 'kind': STR, 'name': STR, 'file': STR})}

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from runtime.audit import AuditLog
     from runtime.channel_admin import ChannelAdmin
     from runtime.config import Settings
+    from runtime.files.admin import FileChannelAdmin
     from runtime.hot_deploy import HotDeployer
     from runtime.invoke import Invoker
     from runtime.pubsub.broker import Broker
@@ -68,6 +69,8 @@ class AdminParts:
     security_admin: SecurityAdmin
     #: Reads and changes the REST channels; tells who names a service.
     channel_admin: ChannelAdmin
+    #: Reads and changes the inbound file-transfer channels; reads their run history.
+    file_channel_admin: FileChannelAdmin
     #: The services deployed in this worker.
     store: ServiceStore
     invoker: Invoker

@@ -11,8 +11,19 @@ from typing import Any
 
 import falcon
 
-from runtime.db.models import BasicAuthDef, Job, PubSubPermission, RestChannel, Subscription, Topic
-from runtime.http.admin import audit, jobs, objects, permissions, pubsub, queues, services, spark, websockets
+from runtime.db.models import BasicAuthDef, FileChannelRow, Job, PubSubPermission, RestChannel, Subscription, Topic
+from runtime.http.admin import (
+    audit,
+    file_channels,
+    jobs,
+    objects,
+    permissions,
+    pubsub,
+    queues,
+    services,
+    spark,
+    websockets,
+)
 from runtime.http.admin.audit import DETACHABLE, Managed
 from runtime.http.admin.base import ADMIN_PREFIX, AdminParts, AdminResource
 from runtime.http.admin.input import MAX_DB_INT
@@ -59,6 +70,9 @@ ROUTES: tuple[tuple[str, type[AdminResource]], ...] = (
     ('/admin/security/{name}/password', objects.SecurityPasswordResource),
     ('/admin/channels', objects.ChannelsResource),
     ('/admin/channels/{name}', objects.ChannelResource),
+    ('/admin/file-channels', file_channels.FileChannelsResource),
+    ('/admin/file-channels/{name}', file_channels.FileChannelResource),
+    ('/admin/file-channels/{name}/runs', file_channels.FileChannelRunsResource),
     ('/admin/audit', audit.AuditResource),
     ('/admin/detach', audit.DetachResource),
 )
@@ -94,6 +108,7 @@ def declare_writes() -> None:
     topic = Managed('topic', Topic, 'name_key', to_key=normalize)
     subscription = Managed('subscription', Subscription, 'id', param='sub_id', answer='subscription')
     job = Managed('job', Job, 'name', answer='job')
+    file_channel = Managed('file_channel', FileChannelRow, 'name', answer='file_channel')
     managed = {
         objects.SecurityDefsResource: Managed('security', BasicAuthDef, 'name', param=None, answer='security'),
         objects.SecurityDefResource: security,
@@ -114,12 +129,16 @@ def declare_writes() -> None:
         jobs.JobPauseResource: job,
         jobs.JobResumeResource: job,
         jobs.JobRunResource: Managed('job', Job, 'name', changes_object=False),
+        file_channels.FileChannelsResource: Managed('file_channel', FileChannelRow, 'name', param=None,
+                                                    answer='file_channel'),
+        file_channels.FileChannelResource: file_channel,
     }
     for cls, what in managed.items():
         cls.managed = what
     DETACHABLE.update({'security': security, 'channel': channel, 'topic': topic,
                        'subscription': Managed('subscription', Subscription, 'id', param='sub_id', to_key=_sub_id),
-                       'permission': Managed('permission', PubSubPermission, 'security'), 'job': job})
+                       'permission': Managed('permission', PubSubPermission, 'security'), 'job': job,
+                       'file_channel': file_channel})
     actions = {
         objects.SecurityPasswordResource: 'password', pubsub.PauseResource: 'pause',
         pubsub.ResumeResource: 'resume', jobs.JobPauseResource: 'pause',

@@ -1,0 +1,211 @@
+"""The admin API of file channels in process: the real app and administration layer, no gunicorn.
+
+Creating, reading, changing, replacing and deleting channels, their run history, and hostile
+bodies: every refusal is a 400 naming the field, a 404 naming the channel or a 409, never a 500
+or a traceback, and a secret written in clear is never echoed — not in the answer, not in the
+audit log.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import insert
+
+from runtime.db.blocking import run_transaction
+from runtime.db.models import FileRun
+from runtime.testing import AppClient, TestRuntime, admin_client
+
+_BLOB = base64.b64encode(len(b'ssh-ed25519').to_bytes(4, 'big') + b'ssh-ed25519'
+                         + (32).to_bytes(4, 'big') + bytes(32)).decode()
+
+CHANNEL = {'name': 'invoices', 'directory': '/var/conduit/in', 'patterns': ['*.csv'], 'format': 'csv',
+           'topics': ['invoice.received']}
+SFTP = {**CHANNEL, 'name': 'remote', 'directory': 'in', 'sftp_host': '127.0.0.1', 'sftp_port': 2222,
+        'sftp_username': 'conduit', 'sftp_password': '${CONDUIT_SECRET_SFTP}', 'sftp_host_key': f'ssh-ed25519 {_BLOB}'}
+
+
+@pytest.fixture
+def runtime(runtime_factory: Callable[..., TestRuntime], db_url: str) -> TestRuntime:
+    return runtime_factory(db_url=db_url)
+
+
+@pytest.fixture
+def client(runtime: TestRuntime) -> AppClient:
+    """An admin client with the topic the channels publish to."""
+    made = admin_client(runtime)
+    assert made.simulate_post('/admin/topics', json={'name': 'invoice.received'}).status_code == 201
+    return made
+
+
+def _ok(result: Any, status: int = 200) -> dict[str, Any]:
+    assert result.status_code == status, result.text
+    return result.json
+
+
+def _refused(result: Any, status: int) -> str:
+    assert result.status_code == status, result.text
+    assert 'Traceback' not in result.text
+    assert result.json['is_ok'] is False
+    return result.json['details']
+
+
+def test_create_list_show_change_replace_delete(client: AppClient) -> None:
+    made = _ok(client.simulate_post('/admin/file-channels', json=CHANNEL), 201)['file_channel']
+    assert made['name'] == 'invoices' and made['format'] == 'csv' and made['origin'] == 'api'
+    assert made['batch_size'] == 500 and made['after'] == 'delete'  # defaults shown
+    listed = _ok(client.simulate_get('/admin/file-channels'))['file_channels']
+    assert [c['name'] for c in listed] == ['invoices']
+
+    changed = _ok(client.simulate_patch('/admin/file-channels/invoices',
+                                        json={'batch_size': 100, 'after': 'move'}))['file_channel']
+    assert (changed['batch_size'], changed['after'], changed['format']) == (100, 'move', 'csv')
+    restored = _ok(client.simulate_patch('/admin/file-channels/invoices', json={'batch_size': None}))['file_channel']
+    assert restored['batch_size'] == 500
+
+    replaced = _ok(client.simulate_put('/admin/file-channels/invoices',
+                                       json={'directory': '/var/conduit/in2', 'topics': ['invoice.received']}))
+    assert replaced['file_channel']['format'] == 'json' and replaced['file_channel']['after'] == 'delete'
+
+    renamed = _ok(client.simulate_patch('/admin/file-channels/invoices', json={'name': 'invoices-eu'}))
+    assert renamed['file_channel']['name'] == 'invoices-eu'
+    _refused(client.simulate_get('/admin/file-channels/invoices'), 404)
+
+    assert _ok(client.simulate_delete('/admin/file-channels/invoices-eu'))['deleted'] == 'invoices-eu'
+    assert _ok(client.simulate_get('/admin/file-channels'))['file_channels'] == []
+
+    entries = _ok(client.simulate_get('/admin/audit', params={'kind': 'file_channel'}))['entries']
+    assert [e['action'] for e in reversed(entries)] == ['create', 'update', 'update', 'update', 'update', 'delete']
+    assert entries[-1]['after']['definition']['format'] == 'csv'  # the JSON column is read
+
+
+def test_a_duplicate_name_is_a_409(client: AppClient) -> None:
+    _ok(client.simulate_post('/admin/file-channels', json=CHANNEL), 201)
+    details = _refused(client.simulate_post('/admin/file-channels', json=CHANNEL), 409)
+    assert "'invoices' already exists" in details
+    _ok(client.simulate_post('/admin/file-channels', json={**CHANNEL, 'name': 'other'}), 201)
+    assert 'already exists' in _refused(client.simulate_patch('/admin/file-channels/other',
+                                                              json={'name': 'invoices'}), 409)
+
+
+@pytest.mark.parametrize('method', ['GET', 'PATCH', 'PUT', 'DELETE'])
+def test_an_unknown_channel_is_a_404_naming_it(client: AppClient, method: str) -> None:
+    details = _refused(client.simulate_request(method, '/admin/file-channels/ghost', json={'directory': '/x'}), 404)
+    assert "'ghost'" in details
+    assert "'ghost'" in _refused(client.simulate_get('/admin/file-channels/ghost/runs'), 404)
+
+
+@pytest.mark.parametrize(('body', 'field'), [
+    ({**CHANNEL, 'colour': 'red'}, 'colour'),
+    ({k: v for k, v in CHANNEL.items() if k != 'directory'}, 'directory'),
+    ({k: v for k, v in CHANNEL.items() if k != 'name'}, 'name'),
+    ({**CHANNEL, 'name': ''}, 'name'),
+    ({**CHANNEL, 'name': 12}, 'name'),
+    ({**CHANNEL, 'name': 'a\x00b'}, 'name'),
+    ({**CHANNEL, 'name': 'x' * 5000}, 'name'),
+    ({**CHANNEL, 'directory': 'relative'}, 'directory'),
+    ({**CHANNEL, 'directory': '/in/../../etc'}, 'directory'),
+    ({**CHANNEL, 'directory': '/in\ud800'}, 'directory'),
+    ({**CHANNEL, 'patterns': 'x' * 300}, 'patterns'),
+    ({**CHANNEL, 'patterns': ['../*']}, 'patterns'),
+    ({**CHANNEL, 'topics': ['invoice.*']}, 'topics'),
+    ({**CHANNEL, 'topics': ['no.such.topic']}, 'topics'),
+    ({**CHANNEL, 'topics': [], 'service': ''}, 'topics'),
+    ({**CHANNEL, 'service': 'no.such.service'}, 'service'),
+    ({**CHANNEL, 'batch_size': 10 ** 12}, 'batch_size'),
+    ({**CHANNEL, 'batch_size': -1}, 'batch_size'),
+    ({**CHANNEL, 'batch_size': '10'}, 'batch_size'),
+    ({**CHANNEL, 'poll_interval_secs': 1e308}, 'poll_interval_secs'),
+    ({**CHANNEL, 'stable_polls': 0}, 'stable_polls'),
+    ({**CHANNEL, 'format': 'xml'}, 'format'),
+    ({**CHANNEL, 'format': 'bytes', 'records': 'each'}, 'records'),
+    ({**CHANNEL, 'encoding': 'rot-13-and-a-half'}, 'encoding'),
+    ({**CHANNEL, 'after': 'move', 'move_to': '../../{name}'}, 'move_to'),
+    ({**CHANNEL, 'after': 'move', 'move_to': 'done/{secret}'}, 'move_to'),
+    ({**CHANNEL, 'error_dir': '/x/../..'}, 'error_dir'),
+    ({**SFTP, 'sftp_host_key': ''}, 'sftp_host_key'),
+    ({**SFTP, 'sftp_username': ''}, 'sftp_username'),
+    ({**SFTP, 'sftp_port': 0}, 'sftp_port'),
+    ({**SFTP, 'sftp_password': '${PATH}'}, 'sftp_password'),
+])
+def test_hostile_bodies_are_a_400_naming_the_field(client: AppClient, body: dict[str, Any], field: str) -> None:
+    # Sent as ASCII JSON: a lone surrogate travels as its \u escape, as a client would send it.
+    result = client.simulate_post('/admin/file-channels', body=json.dumps(body),
+                                  headers={'Content-Type': 'application/json'})
+    assert field in _refused(result, 400)
+    assert _ok(client.simulate_get('/admin/file-channels'))['file_channels'] == []
+
+
+@pytest.mark.parametrize('raw', ['', '[]', '"x"', '{"name": ', '{"name": "x", "directory": NaN}', 'null'])
+def test_malformed_bodies_are_a_400(client: AppClient, raw: str) -> None:
+    result = client.simulate_post('/admin/file-channels', body=raw, headers={'Content-Type': 'application/json'})
+    _refused(result, 400)
+
+
+@pytest.mark.parametrize('secret', ['hunter2-in-clear', '-----BEGIN OPENSSH PRIVATE KEY-----\nAAAAsecretkeybody\n'])
+@pytest.mark.parametrize('field', ['sftp_password', 'sftp_private_key'])
+def test_a_secret_in_clear_is_refused_and_never_echoed(client: AppClient, field: str, secret: str) -> None:
+    result = client.simulate_post('/admin/file-channels', json={**SFTP, field: secret})
+    details = _refused(result, 400)
+    assert field in details and secret.strip() not in result.text and 'secretkeybody' not in result.text
+    _ok(client.simulate_post('/admin/file-channels', json=SFTP), 201)
+    result = client.simulate_patch('/admin/file-channels/remote', json={field: secret})
+    _refused(result, 400)
+    assert 'secretkeybody' not in result.text and 'hunter2' not in result.text
+    audit = client.simulate_get('/admin/audit').text
+    assert 'hunter2' not in audit and 'secretkeybody' not in audit
+
+
+def test_sftp_channels_show_references_and_the_audit_log_masks_them(client: AppClient) -> None:
+    made = _ok(client.simulate_post('/admin/file-channels', json=SFTP), 201)['file_channel']
+    assert made['sftp_password'] == '${CONDUIT_SECRET_SFTP}' and made['sftp_port'] == 2222
+    entry = _ok(client.simulate_get('/admin/audit', params={'kind': 'file_channel'}))['entries'][0]
+    assert entry['after']['definition']['sftp_password'] == '***'
+
+
+def test_runs_are_paged_most_recent_first_and_filtered(client: AppClient, runtime: TestRuntime) -> None:
+    _ok(client.simulate_post('/admin/file-channels', json=CHANNEL), 201)
+    now = time.time()
+    run_transaction(runtime.engine, lambda c: c.execute(insert(FileRun), [
+        {'channel': 'invoices', 'file_name': f'day-{i}.csv', 'size': 10, 'mtime': now, 'content_hash': f'{i:064x}',
+         'state': 'failed' if i == 3 else 'done', 'owner': 'h-1', 'started_at': now + i,
+         'finished_at': now + i + 1, 'error': 'record 2 (line 3): bad' if i == 3 else ''} for i in range(5)]))
+    page = _ok(client.simulate_get('/admin/file-channels/invoices/runs', params={'limit': 2}))
+    assert page['total'] == 5 and [r['file_name'] for r in page['runs']] == ['day-4.csv', 'day-3.csv']
+    assert page['runs'][1]['error'] == 'record 2 (line 3): bad'
+    page = _ok(client.simulate_get('/admin/file-channels/invoices/runs', params={'offset': 4}))
+    assert [r['file_name'] for r in page['runs']] == ['day-0.csv']
+    failed = _ok(client.simulate_get('/admin/file-channels/invoices/runs', params={'state': 'failed'}))
+    assert failed['total'] == 1
+    for params in ({'state': 'exploded'}, {'limit': 0}, {'limit': 10 ** 9}, {'offset': -1}, {'limit': 'x'}):
+        _refused(client.simulate_get('/admin/file-channels/invoices/runs', params=params), 400)
+
+
+def test_channels_declared_in_a_file_are_guarded(client: AppClient, runtime: TestRuntime) -> None:
+    """A file's channel is changed only after detaching it, like every object a file declares."""
+    objects = runtime.settings.path(runtime.settings.objects.dir)
+    objects.mkdir(parents=True, exist_ok=True)
+    (objects / 'files.yaml').write_text(
+        'file_channel:\n  - name: declared\n    directory: /var/in\n    topics: [invoice.received]\n')
+    runtime.objects.apply()
+    details = _refused(client.simulate_patch('/admin/file-channels/declared', json={'batch_size': 5}), 409)
+    assert 'files.yaml' in details
+    _refused(client.simulate_delete('/admin/file-channels/declared'), 409)
+    changed = _ok(client.simulate_patch('/admin/file-channels/declared?detach=true', json={'batch_size': 5}))
+    assert changed['file_channel']['batch_size'] == 5 and changed['file_channel']['origin'] == 'api'
+    actions = [e['action'] for e in _ok(client.simulate_get('/admin/audit', params={'name': 'declared'}))['entries']]
+    assert 'detach' in actions
+
+
+def test_the_openapi_document_describes_the_routes(client: AppClient) -> None:
+    doc = _ok(client.simulate_get('/openapi.json'))
+    paths = doc['paths']
+    assert {'post', 'get'} <= set(paths['/admin/file-channels'])
+    assert {'get', 'patch', 'put', 'delete'} <= set(paths['/admin/file-channels/{name}'])
+    assert 'get' in paths['/admin/file-channels/{name}/runs']
+    assert json.dumps(doc)  # plain JSON
