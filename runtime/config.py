@@ -272,6 +272,20 @@ class ArchiveSection:
 
 
 @dataclass
+class FileTransferSection:
+    """[file_transfer]: inbound file channels (runtime.files): whether this server polls them, claims, history."""
+
+    #: Whether this server's workers poll the file channels (the admin API works either way).
+    enabled: bool = True
+    #: A claimed file whose claim was not renewed for this long is taken over by another worker (its
+    #: owner is taken for dead); a claim whose owner process is gone on this host is taken over at once.
+    claim_timeout_secs: float = 300.0
+    #: Runs (the record of each file processed) older than this are deleted; a file dropped again after
+    #: that is processed again even if its content was seen before.
+    history_days: float = 30.0
+
+
+@dataclass
 class LoggingSection:
     """Log level and format of the server: one format for Conduit's and gunicorn's own lines."""
 
@@ -303,6 +317,7 @@ class Settings:
     scheduler: SchedulerSection = field(default_factory=SchedulerSection)
     spark: SparkSection = field(default_factory=SparkSection)
     archive: ArchiveSection = field(default_factory=ArchiveSection)
+    file_transfer: FileTransferSection = field(default_factory=FileTransferSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
     #: Per service name, its configuration (the service's ``self.config``).
     services: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -461,6 +476,11 @@ def load_settings(path: Path | str | None = None, env: dict[str, str] | None = N
     if settings.pubsub.rest_status_codes not in REST_STATUS_CODES:
         raise ConfigError('[pubsub] rest_status_codes', f'must be one of {", ".join(REST_STATUS_CODES)}, '
                                                          f'not {settings.pubsub.rest_status_codes!r}')
+    ft = settings.file_transfer
+    if not ft.claim_timeout_secs >= 1:
+        raise ConfigError('[file_transfer] claim_timeout_secs', f'must be at least 1, not {ft.claim_timeout_secs!r}')
+    if not ft.history_days > 0:
+        raise ConfigError('[file_transfer] history_days', f'must be more than 0, not {ft.history_days!r}')
     for service, values in settings.services.items():
         for key, value in values.items():
             var = service_env_var(service, key)

@@ -1,7 +1,7 @@
 """One runtime instance: what a gunicorn worker (a "server" in Zato's terms) runs.
 
 ``Runtime`` is the composition root: it builds every part (service store, invoker, hot deployer,
-broker, metrics, scheduler, Spark jobs, ...) with the collaborators that part needs, passed to its
+broker, metrics, scheduler, Spark jobs, file transfer, ...) with the collaborators that part needs, passed to its
 constructor, and owns the in-memory copies of channels and security definitions and the background
 greenlets that keep them current (hot-deploy watcher, object-file watcher, sync poller). No part
 receives the runtime, and nothing but the server, the CLI and the test kit imports this module.
@@ -31,7 +31,9 @@ from runtime.db.migrate import upgrade
 from runtime.db.models import BasicAuthDef, RestChannel
 from runtime.errors import ConfigError
 from runtime.files.admin import FileChannelAdmin
+from runtime.files.claims import this_owner
 from runtime.files.definition import FILE_CHANNELS_KEY
+from runtime.files.manager import FileTransfer
 from runtime.files.objects import section_handler as file_channel_section
 from runtime.hot_deploy import SYNC_KEY as DEPLOYMENTS_KEY
 from runtime.hot_deploy import HotDeployer, services_directories
@@ -74,6 +76,9 @@ _log = logging.getLogger(__name__)
 
 #: Where the demo's extra objects live, relative to the project directory.
 DEMO_OBJECTS_DIR = 'config/demo'
+
+#: The channel of services run for inbound file channels (``self.channel`` in the service).
+FILE_TRANSFER_CHANNEL = 'file-transfer'
 
 
 def prepare_database(settings: Settings, demo: bool = False) -> None:
@@ -183,6 +188,13 @@ class Runtime:
         self.spark = SparkManager(settings, self.engine, spawn, has_service=self.store.has, broker=self.broker,
                                   catalog=self.catalog, archive=self.archive)
         self.synchronizer.register(SCHEDULER_KEY, self.scheduler.wake)
+        #: Inbound file channels: this worker's pollers of their directories (runtime.files).
+        self.file_transfer = FileTransfer(
+            self.engine, settings.file_transfer, spawn, prepare=self.broker.prepare,
+            store_prepared=self.broker.store_prepared, run_service=self._run_file_service,
+            json_limits=JsonLimits.from_settings(settings.http), max_message_size=settings.pubsub.max_message_size,
+            owner=this_owner(), count=self.metrics.files.count)
+        self.synchronizer.register(FILE_CHANNELS_KEY, self.file_transfer.reload)
         self.started = False
 
     # Lifecycle
@@ -205,6 +217,7 @@ class Runtime:
         self.synchronizer.poll()
         self.scheduler.start()
         self.spark.start()
+        self.file_transfer.start()  # after the broker: files are published through it
         if watch:
             self.spawner.spawn(self.hot_deployer.watch, pickup, hd.poll_interval_secs, hd.stable_polls,
                                name='hot-deploy-watcher')
@@ -223,6 +236,10 @@ class Runtime:
             self.spark.stop()  # before the broker: killed jobs publish spark.job.failed
         except Exception:
             _log.exception('stopping Spark jobs failed')
+        try:
+            self.file_transfer.stop()  # before the broker: files in progress commit their batch or are put back
+        except Exception:
+            _log.exception('stopping the file transfer failed')
         try:
             self.ws_hub.stop()  # before the broker hands its leases back: the clients' rows first
         except Exception:
@@ -309,6 +326,10 @@ class Runtime:
     def pubsub_api(self, service: Any) -> PubSubAPI:
         """The pub/sub API bound to a service."""
         return PubSubAPI(self.broker, self.catalog, service, self.store.get)
+
+    def _run_file_service(self, name: str, data: Any, raw_request: dict[str, Any]) -> Any:
+        """Run a deployed service for a file channel (channel 'file-transfer'); returns its response payload."""
+        return self._run_service(name, data, FILE_TRANSFER_CHANNEL, raw_request)
 
     def _run_service(self, name: str, data: Any, channel: str, raw_request: dict[str, Any] | None) -> Any:
         """Run a deployed service for pub/sub (a subscriber, a hook); returns its response payload."""

@@ -571,3 +571,4 @@ class SourceUnavailable(FileTransferError, ConnectionError):
         self.label = label
         self.reason = reason
         super().__init__(f'{label}: {reason}')
+

@@ -20,7 +20,9 @@ What is counted, and where:
   ``conduit_websocket_subscriptions_attached`` (subscriptions whose client is attached to this
   worker, asked of the attachments at scrape time);
 - ``conduit_pubsub_subscriptions_expired_total{kind}``: subscriptions the sweeper deleted for
-  inactivity (``limit_sub_inactivity``), by the observer event ``on_subscription_expired``.
+  inactivity (``limit_sub_inactivity``), by the observer event ``on_subscription_expired``;
+- file transfer: ``conduit_file_transfer_files_total{channel, outcome}`` (processed, failed,
+  skipped) and ``conduit_file_transfer_published_total{channel}``, counted by the file processors.
 
 The hot paths (publish, deliver, invoke) only bump plain dicts: a histogram observation is a bisect
 and two additions, well under a microsecond. prometheus_client is used at scrape time only, so
@@ -181,6 +183,28 @@ class PubSubMetrics(PubSubObserver):
                 for r in reversed(self.recent.get(topic_id, ()))]
 
 
+class FileTransferMetrics:
+    """Counts of inbound file channels: files processed, failed and skipped, records published, per channel."""
+
+    #: What is counted per channel.
+    FILE_OUTCOMES = ('processed', 'failed', 'skipped')
+
+    def __init__(self) -> None:
+        #: (channel, outcome) -> files
+        self.files: dict[tuple[str, str], int] = {}
+        #: channel -> messages published
+        self.published: dict[str, int] = {}
+
+    def count(self, channel: str, what: str, n: int = 1) -> None:
+        """Count n files of an outcome, or n messages published ('published') by a channel."""
+        if what == 'published':
+            if n:
+                self.published[channel] = self.published.get(channel, 0) + n
+        else:
+            key = (channel, what)
+            self.files[key] = self.files.get(key, 0) + n
+
+
 class HttpMetrics:
     """Falcon middleware: counts requests and times them, by method, route template and status."""
 
@@ -227,6 +251,7 @@ class Metrics:
         self._registry = registry
         self._websocket_attached = websocket_attached or (lambda: 0)
         self.pubsub = PubSubMetrics()
+        self.files = FileTransferMetrics()
         self.invoke = Histogram()
         self.http_requests: dict[tuple[str, str, str], int] = {}
         self.http_latency = Histogram()
@@ -278,7 +303,8 @@ class Metrics:
             invoke=(self.invoke.bounds, self.invoke.snapshot()),
             http_latency=(self.http_latency.bounds, self.http_latency.snapshot()),
             expired=list(pubsub.expired.items()), websocket_connections=self.websocket_connections,
-            websocket_frames=list(self.websocket_frames.items()), websocket_attached=self._websocket_attached())
+            websocket_frames=list(self.websocket_frames.items()), websocket_attached=self._websocket_attached(),
+            files=list(self.files.files.items()), files_published=list(self.files.published.items()))
         counters.queues, counters.topics = self._depths()
         return counters
 
@@ -322,6 +348,9 @@ class MetricsSnapshot:
     #: (action, client frames received)
     websocket_frames: list[tuple[str, int]] = field(default_factory=list)
     websocket_attached: int = 0
+    #: ((channel, outcome), files) and (channel, messages published) of inbound file channels
+    files: list[tuple[tuple[str, str], int]] = field(default_factory=list)
+    files_published: list[tuple[str, int]] = field(default_factory=list)
     #: None when the database could not be read.
     queues: list[tuple[list[str], int, int]] | None = None
     topics: list[tuple[str, int, int]] | None = None
@@ -372,6 +401,17 @@ class MetricsSnapshot:
                                      "('invalid': not a frame of the protocol)", labels=['action', 'pid'])
         for action, count in self.websocket_frames:
             family.add_metric([action, pid], count)
+        yield family
+        family = CounterMetricFamily('conduit_file_transfer_files', 'Files of inbound file channels, by outcome '
+                                     '(processed, failed, skipped: same content as a file processed before)',
+                                     labels=['channel', 'outcome', 'pid'])
+        for key, count in self.files:
+            family.add_metric([*key, pid], count)
+        yield family
+        family = CounterMetricFamily('conduit_file_transfer_published', 'Messages published from the records of '
+                                     'files', labels=['channel', 'pid'])
+        for channel, count in self.files_published:
+            family.add_metric([channel, pid], count)
         yield family
         if self.queues is not None:
             labels = ['subscription', 'kind', 'subscriber', 'topic']

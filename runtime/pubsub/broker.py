@@ -3,9 +3,12 @@
 Publishing resolves the target (a topic, or a service and so its implicit topic), checks the
 message, finds the subscriptions through the registry's pattern index and stores the message with
 its queue entries through the group committer: ``publish`` returns only once that is durable.
-Non-GD messages skip storage for the subscriptions this worker delivers: they wait in the
-delivery loop's memory and are lost if the worker stops (as documented). Subscriptions delivered by
-another process, pull queues and a topic's own backlog get them through the database.
+``prepare`` and ``store_prepared`` split that in two for callers that must commit publications
+together with writes of their own (a file channel stores a batch of records with the progress of
+its file: ``runtime.files.processor``). Non-GD messages skip storage for the subscriptions this
+worker delivers: they wait in the delivery loop's memory and are lost if the worker stops (as
+documented). Subscriptions delivered by another process, pull queues and a topic's own backlog get
+them through the database.
 
 A lease per delivered subscription decides which worker delivers it; this worker competes for
 the leases the plug-in of each subscription's kind wants it to (``wants_delivery``: any worker for
@@ -26,7 +29,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import gevent
 from gevent.event import AsyncResult
@@ -197,15 +200,11 @@ class Broker:
 
     # Publishing
 
-    def publish(self, target: str, data: Any, *, priority: int = 5, expiration: float | None = None,
-                has_gd: bool | None = None, correl_id: str | None = None, in_reply_to: str | None = None,
-                ext_client_id: str | None = None, mime_type: str | None = None, publisher: str = '',
-                sub_filter: Any = None, ext_pub_time: str | None = None) -> MsgId:
-        """Publish a message to a topic or a service; returns its msg_id once stored.
-
-        ext_pub_time is the publisher's own time, kept verbatim and shown to subscribers as
-        pub_time_iso; ordering and expiry use the server's clock.
-        """
+    def _publication(self, target: str, data: Any, *, priority: int, expiration: float | None,
+                     has_gd: bool | None, correl_id: str | None, in_reply_to: str | None,
+                     ext_client_id: str | None, mime_type: str | None, publisher: str, sub_filter: Any,
+                     ext_pub_time: str | None) -> tuple[TopicInfo, Publication, list[SubInfo]]:
+        """The checks every publication passes, and what it becomes: its topic, itself, its subscriptions."""
         topic = self.resolve(target, publisher)
         if not topic.is_active:
             raise TopicInactive(topic.name)
@@ -229,6 +228,22 @@ class Broker:
                           priority=priority, pub_time=now, expiration_time=now + expiration, publisher=publisher,
                           correl_id=correl_id, in_reply_to=in_reply_to, ext_client_id=ext_client_id, has_gd=gd,
                           size=size, sub_ids=[s.id for s in subs], ext_pub_time=ext_pub_time or None)
+        return topic, pub, subs
+
+    def publish(self, target: str, data: Any, *, priority: int = 5, expiration: float | None = None,
+                has_gd: bool | None = None, correl_id: str | None = None, in_reply_to: str | None = None,
+                ext_client_id: str | None = None, mime_type: str | None = None, publisher: str = '',
+                sub_filter: Any = None, ext_pub_time: str | None = None) -> MsgId:
+        """Publish a message to a topic or a service; returns its msg_id once stored.
+
+        ext_pub_time is the publisher's own time, kept verbatim and shown to subscribers as
+        pub_time_iso; ordering and expiry use the server's clock.
+        """
+        topic, pub, subs = self._publication(
+            target, data, priority=priority, expiration=expiration, has_gd=has_gd, correl_id=correl_id,
+            in_reply_to=in_reply_to, ext_client_id=ext_client_id, mime_type=mime_type, publisher=publisher,
+            sub_filter=sub_filter, ext_pub_time=ext_pub_time)
+        msg_id, gd = cast(MsgId, pub.msg_id), pub.has_gd
         if not subs:
             if topic.on_no_subs == 'drop':
                 _log.debug('message %s to %s dropped: no subscribers', msg_id, topic.name)
@@ -274,6 +289,72 @@ class Broker:
         if pub.in_topic:
             self._topic_depths.added(topic.id)
         return msg_id
+
+    def prepare(self, target: str, data: Any, *, priority: int = 5, expiration: float | None = None,
+                correl_id: str | None = None, in_reply_to: str | None = None, ext_client_id: str | None = None,
+                mime_type: str | None = None, publisher: str = '') -> Publication | None:
+        """Check a GD publication as publish() does, without storing it: store it with store_prepared().
+
+        None when the topic drops it (no subscribers and on_no_subs = drop) or every copy went to the
+        overflow log. Limits are decided here as far as they can be before the commit: a topic or queue
+        at its max depth refuses it (reject) or has the copy written to the overflow log at once
+        (overflow), so that a prepared publication that is never stored may still have left an
+        overflow line. Depth counts take the publication in once it is stored.
+        """
+        topic, pub, subs = self._publication(
+            target, data, priority=priority, expiration=expiration, has_gd=True, correl_id=correl_id,
+            in_reply_to=in_reply_to, ext_client_id=ext_client_id, mime_type=mime_type, publisher=publisher,
+            sub_filter=None, ext_pub_time=None)
+        if not subs:
+            if topic.on_no_subs == 'drop':
+                return None
+            pub.in_topic = True
+            if self._topic_depths.full(topic, True):
+                if topic.on_max_depth == 'reject':
+                    raise TopicFull(topic.name, self._topic_depths.depth(topic.id))
+                self._overflow_log.overflow(pub)
+                self.observers.emit('after_publish', pub, True)
+                return None
+        limited = [s for s in subs if s.kind in self._limited_kinds]
+        if limited:
+            subs = within_queue_limits(self._queue_depths, self._overflow_log, topic, pub, subs, limited, True)
+            if not subs:
+                pub.sub_ids = []
+                self.observers.emit('after_publish', pub, True)
+                return None
+            cast(MsgId, pub.msg_id).overflowed = len(subs) < len(pub.sub_ids)
+            pub.sub_ids = [s.id for s in subs]
+        return pub
+
+    def store_prepared(self, pubs: Sequence[Publication], work: Callable[[Connection], T] | None = None) -> T | None:
+        """Store prepared publications and run work(conn) in one transaction; returns what work returned.
+
+        Either both are committed or neither (work raising, or the database failing, stores no
+        publication and re-raises). Goes through the group committer, so that many callers share
+        commits; subscribers are woken and observers told once it is durable.
+        """
+        assert self._committer is not None, 'broker not started'
+        committer = self._committer
+        pubs = list(pubs)
+
+        def in_transaction(conn: Connection) -> T | None:
+            if pubs:
+                committer.write_publications(conn, pubs)
+            return work(conn) if work is not None else None
+        result = committer.run(in_transaction)
+        if not pubs:
+            return result
+        limited = {s.id for s in self.registry.subs.values() if s.kind in self._limited_kinds}
+        for pub in pubs:
+            counted = [i for i in pub.sub_ids if i in limited]
+            if counted:  # reserved and released at once: publish() reserves before the commit instead
+                self._queue_depths.reserve(counted)
+                self._queue_depths.release(counted)
+            if pub.in_topic:
+                self._topic_depths.added(pub.topic_id)
+            self.observers.emit('after_publish', pub, getattr(pub.msg_id, 'overflowed', False))
+        self._committed(pubs)
+        return result
 
     def _read_queue_depths(self, sub_ids: list[int]) -> dict[int, int]:
         """Depths of queues: stored entries plus the non-GD ones this worker's loops hold in memory."""
