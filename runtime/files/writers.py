@@ -5,7 +5,8 @@ its own first (``render_item``), so that one that cannot be written in the forma
 (``FileRenderError`` with its index) and left out while the others are written; ``file_body``
 then joins the rendered items into the chunks of one file:
 
-- ``json``: one item is its JSON text; several are a JSON array, one item per line;
+- ``json``: one item is its JSON text; several, or a batch of any size (``array``), are a JSON
+  array, one item per line;
 - ``jsonl``: one line of JSON text per item;
 - ``csv``: a header row and one row per item. An item must be a flat JSON object (values that are
   strings, numbers, booleans or null); its keys are the columns. The columns are the given ones,
@@ -157,12 +158,13 @@ def columns_of(items: Sequence[Rendered], given: Sequence[str] = ()) -> tuple[st
     return tuple(seen)
 
 
-def file_body(fmt: str, items: Sequence[Rendered], columns: Sequence[str] = ()) -> Iterator[bytes]:
-    """The chunks of one file holding these rendered items (at least one) in fmt."""
+def file_body(fmt: str, items: Sequence[Rendered], columns: Sequence[str] = (), *,
+              array: bool = False) -> Iterator[bytes]:
+    """The chunks of one file holding these rendered items (at least one) in fmt; array: json as a list always."""
     if not items:
         raise ValueError('a file holds at least one item')
     if fmt == 'json':
-        if len(items) == 1:
+        if len(items) == 1 and not array:
             yield items[0].text + b'\n'
             return
         yield b'[\n'

@@ -12,7 +12,7 @@ What is written (``runtime.files.writers``):
 - ``file_per: message`` (the default): one file per message; ``batch``: one file per delivery
   batch (at most ``delivery_batch_size`` messages), or per run of messages of one topic in it,
   so that every file has one topic and the files keep the messages' order;
-- ``file_format``: ``json`` (a message's data as JSON; a batch as a JSON array; text or bytes
+- ``file_format``: ``json`` (a message's data as JSON; a batch as a JSON array, even of one; text or bytes
   published with another mime type are written as they are in a file of one message, and binary
   data elsewhere is its stored base64 text), ``jsonl`` (one line per message) or ``csv`` (a header
   row, then one row per message, whose data must be a flat object; columns ``file_csv_columns``,
@@ -319,7 +319,8 @@ class FileDeliverer:
             raise FileWriteFailed(target.label, rendered, 'the file name template made a path outside the '
                                                           'target directory')
         chunks: Iterable[bytes] = ([file.as_is] if file.as_is is not None
-                                   else writers.file_body(opts.file_format, file.items, columns))
+                                   else writers.file_body(opts.file_format, file.items, columns,
+                                                          array=opts.file_per == 'batch'))
         try:
             source = self._source(target, opts)
             parent = posixpath.dirname(path)
