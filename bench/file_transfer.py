@@ -139,12 +139,6 @@ class Server:
     def create_channel(self, definition: dict[str, Any]) -> float:
         """Create the channel through the admin API; returns the time the request was sent."""
         sent = time.monotonic()
-        if os.environ.get('BENCH_TMP_DIRECT'):
-            from runtime.files.admin import FileChannelAdmin
-            from runtime.files.definition import FileChannelDef
-            FileChannelAdmin(self.engine(), lambda: None).create(
-                FileChannelDef.from_values({'name': CHANNEL, **definition}, 'b'))
-            return sent
         r = self.live.request('POST', '/admin/file-channels', json={'name': CHANNEL, **definition},
                               auth=self.live.admin, timeout=30)
         if r.status_code not in (200, 201):
