@@ -93,11 +93,16 @@ def objects_yaml(total: int) -> str:
 class Server:
     """A Conduit server on a fresh SQLite database: its workers, its admin API, what it published."""
 
+    #: The server's log level (--log-level): WARNING for the figures, INFO to see each file's time.
+    log_level = 'WARNING'
+    #: Where each server's log is copied when it stops (--keep), or None.
+    keep: Path | None = None
+
     def __init__(self, base: Path, workers: int, env: dict[str, str], total: int) -> None:
         from tests.live_server import LiveServer
         self.db_path = base / 'conduit.db'
         self.live = LiveServer(base / 'server', f'sqlite:///{self.db_path}', workers=workers, env=env,
-                               extra_config='[logging]\nlevel = "WARNING"\n')
+                               extra_config=f'[logging]\nlevel = "{self.log_level}"\n')
         self.live.write_objects('bench.yaml', objects_yaml(total))
         self._engine: Any = None
 
@@ -158,6 +163,9 @@ class Server:
         if self._engine is not None:
             self._engine.dispose()
         self.live.stop(30)
+        if self.keep is not None:
+            self.keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(self.live.log_path, self.keep / f'{self.live.base.parent.name}.log')
 
 
 @contextlib.contextmanager
@@ -394,11 +402,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--rounds', type=int, default=2, help='rounds of the files and sftp parts (csv: one)')
     parser.add_argument('--timeout', type=float, default=3600.0, help='seconds a part may take')
     parser.add_argument('--profile', default='', help='record the workers with py-spy into this folder')
+    parser.add_argument('--log-level', default='WARNING', help="the server's log level")
+    parser.add_argument('--keep', default='', help='copy each server log into this folder')
     parser.add_argument('--quick', action='store_true', help='a smoke run: tiny sizes')
     parser.add_argument('--no-write', action='store_true')
     args = parser.parse_args(argv)
     if args.quick:
         args.files, args.csv_mb, args.rounds, args.timeout, args.poll = 50, 1.0, 1, 120.0, 0.1
+    Server.log_level = args.log_level
+    Server.keep = Path(args.keep) if args.keep else None
     parts = [p for p in args.parts.split(',') if p]
     for p in parts:
         if p not in ('files', 'csv', 'sftp'):
