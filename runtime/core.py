@@ -178,7 +178,7 @@ class Runtime:
                                             lambda: self.synchronizer.changed(PERMISSIONS_KEY))
         self.channel_admin = ChannelAdmin(self.engine, lambda: self.synchronizer.changed(CHANNELS_KEY))
         self.file_channel_admin = FileChannelAdmin(
-            self.engine, self._file_channels_changed,
+            self.engine, lambda: self.synchronizer.changed(FILE_CHANNELS_KEY),
             topics_auto_created=lambda: settings.pubsub.auto_create_topics)
         #: Who changed what through the admin API and the CLI.
         self.audit_log = AuditLog(self.engine)
@@ -286,11 +286,6 @@ class Runtime:
             except ConfigError as e:
                 _log.error('channel %r skipped: %s', r.name, e)
         self.router = ChannelRouter(channels)
-
-    def _file_channels_changed(self) -> None:
-        """After a change made here, this worker's file transfer reloads at once (when [file_transfer] runs one)."""
-        if self.synchronizer.registered(FILE_CHANNELS_KEY):
-            self.synchronizer.changed(FILE_CHANNELS_KEY)
 
     def reload_security(self) -> None:
         """Reload Basic Auth definitions from the database."""

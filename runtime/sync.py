@@ -87,10 +87,6 @@ class Synchronizer:
         """Call reload whenever key's version changes."""
         self._reloaders[key] = reload
 
-    def registered(self, key: str) -> bool:
-        """Whether something reloads key in this worker."""
-        return key in self._reloaders
-
     def changed(self, key: str) -> None:
         """Reload one key now (this worker just changed it)."""
         self._reloaders[key]()

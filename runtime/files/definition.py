@@ -25,7 +25,7 @@ from typing import Any
 
 from runtime import secret_refs
 from runtime.errors import ConfigError, InvalidTopicName
-from runtime.files.naming import check_template
+from runtime.files.naming import INBOUND_FIELDS, check_template
 from runtime.files.parsers import check_encoding
 from runtime.files.sftp_params import HOST_KEY_TYPES, SftpParams, check_params, parse_host_key
 from runtime.pubsub.topics import normalize, validate_topic_name
@@ -52,7 +52,7 @@ INVOKE_PER = ('file', 'record')
 DEFAULT_RECORDS = {'bytes': 'file', 'text': 'file', 'json': 'file', 'jsonl': 'each', 'csv': 'each'}
 
 #: Fields a ``move_to`` template may use (``runtime.files.naming`` fills them).
-MOVE_FIELDS = ('name', 'stem', 'suffix', 'channel', 'date', 'time', 'year', 'month', 'day')
+MOVE_FIELDS = INBOUND_FIELDS
 
 #: Longest channel name, in characters (the name column's width).
 MAX_NAME_CHARS = 200

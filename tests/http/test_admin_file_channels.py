@@ -12,6 +12,7 @@ import base64
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from sqlalchemy import insert
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import FileRun
-from runtime.testing import AppClient, TestRuntime, admin_client
+from runtime.testing import AppClient, TestRuntime, admin_client, wait_until
 
 _BLOB = base64.b64encode(len(b'ssh-ed25519').to_bytes(4, 'big') + b'ssh-ed25519'
                          + (32).to_bytes(4, 'big') + bytes(32)).decode()
@@ -209,3 +210,22 @@ def test_the_openapi_document_describes_the_routes(client: AppClient) -> None:
     assert {'get', 'patch', 'put', 'delete'} <= set(paths['/admin/file-channels/{name}'])
     assert 'get' in paths['/admin/file-channels/{name}/runs']
     assert json.dumps(doc)  # plain JSON
+
+
+def test_changes_take_effect_in_the_worker_at_once(client: AppClient, runtime: TestRuntime, tmp_path: Path) -> None:
+    """A channel made through the API polls at once; deactivated or deleted, it stops."""
+    inbox = tmp_path / 'inbox'
+    inbox.mkdir()
+    body = {'name': 'live', 'directory': str(inbox), 'patterns': ['*.json'], 'topics': ['invoice.received'],
+            'poll_interval_secs': 0.05, 'stable_polls': 1}
+    _ok(client.simulate_post('/admin/file-channels', json=body), 201)
+    assert 'live' in runtime.file_transfer.pollers()
+    (inbox / 'one.json').write_text('{"invoice_id": "INV-1"}')
+    wait_until(lambda: _ok(client.simulate_get('/admin/file-channels/live/runs'))['total'] == 1, timeout=30,
+               message='one.json processed')
+    run = _ok(client.simulate_get('/admin/file-channels/live/runs'))['runs'][0]
+    assert (run['file_name'], run['state'], run['published']) == ('one.json', 'done', 1)
+    _ok(client.simulate_patch('/admin/file-channels/live', json={'is_active': False}))
+    assert 'live' not in runtime.file_transfer.pollers()
+    _ok(client.simulate_delete('/admin/file-channels/live'))
+    assert 'live' not in runtime.file_transfer.channels()

@@ -2,13 +2,15 @@
 
 The applier is the server's own (``runtime.core.make_objects_applier``) over a migrated database of
 the backend under test; the channels are read back through the administration layer, as the admin
-API shows them.
+API shows them. One test runs a started runtime: what a file declares, changes and removes reaches
+its file transfer (a poller publishes to the declared topic, then to the new one, then stops).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select
@@ -17,12 +19,13 @@ from runtime.core import make_objects_applier
 from runtime.db.blocking import run_transaction
 from runtime.db.engine import make_engine
 from runtime.db.migrate import upgrade
-from runtime.db.models import SyncState
+from runtime.db.models import Message, SyncState
 from runtime.errors import ConfigError
 from runtime.files.admin import FileChannelAdmin
 from runtime.files.definition import FILE_CHANNELS_KEY, FileChannelDef
 from runtime.objects import ObjectsApplier
-from runtime.testing import make_settings
+from runtime.pubsub.message import decode_data
+from runtime.testing import TestRuntime, make_settings, wait_until
 
 TOPIC = '''
 pubsub_topic:
@@ -150,3 +153,44 @@ def test_a_channel_declared_twice_is_refused(applier: ObjectsApplier, objects_di
                                         '    topics: [invoice.received]\n')
     with pytest.raises(ConfigError, match='declared twice'):
         applier.apply()
+
+
+def test_a_declared_channel_runs_follows_its_changes_and_stops_when_removed(
+        runtime_factory: Callable[..., TestRuntime], db_url: str, tmp_path: Path) -> None:
+    """What a file declares takes effect in the running worker: its poller starts, changes, and stops."""
+    base = tmp_path / 'rt'
+    base.mkdir()
+    settings = make_settings(base, db_url)
+    rt = runtime_factory(settings=settings)
+    inbox = tmp_path / 'inbox'
+    inbox.mkdir()
+    objects = settings.path(settings.objects.dir)
+    objects.mkdir(parents=True, exist_ok=True)
+    declaration = ('pubsub_topic:\n  - name: ft.first\n  - name: ft.second\n'
+                   'file_channel:\n  - name: drops\n    directory: {inbox}\n    patterns: ["*.json"]\n'
+                   '    topics: [{topic}]\n    poll_interval_secs: 0.05\n    stable_polls: 1\n')
+
+    def apply(text: str) -> None:
+        (objects / 'drops.yaml').write_text(text)
+        for key in set(rt.objects.apply()):
+            rt.synchronizer.changed(key)
+
+    def data(topic: str) -> list[Any]:
+        rows = run_transaction(rt.engine, lambda c: c.execute(
+            select(Message.data, Message.mime_type).where(Message.topic_name == topic).order_by(Message.id)).all(),
+            write=False)
+        return [decode_data(r.data, r.mime_type) for r in rows]
+
+    apply(declaration.format(inbox=inbox, topic='ft.first'))
+    assert rt.file_transfer.channels()['drops'].topics == ('ft.first',)
+    (inbox / 'a.json').write_text('{"n": 1}')
+    wait_until(lambda: data('ft.first') == [{'n': 1}], timeout=30, message='a.json published to ft.first')
+
+    apply(declaration.format(inbox=inbox, topic='ft.second'))
+    assert rt.file_transfer.channels()['drops'].topics == ('ft.second',)
+    (inbox / 'b.json').write_text('{"n": 2}')
+    wait_until(lambda: data('ft.second') == [{'n': 2}], timeout=30, message='b.json published to ft.second')
+    assert data('ft.first') == [{'n': 1}]
+
+    apply('pubsub_topic:\n  - name: ft.first\n  - name: ft.second\n')
+    assert 'drops' not in rt.file_transfer.channels() and 'drops' not in rt.file_transfer.pollers()
