@@ -11,8 +11,11 @@ harness does. The kill -9 scenario runs 20,000 rows in ``make test`` and 100,000
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -325,3 +328,81 @@ def test_a_file_channel_made_through_the_admin_api_and_cli(
     wait_done(engine, 'ft-other', first | expected_ids('O', 2), other, timeout=30)
     assert leftovers(inbox) == ['late.csv']
     assert not set(published(engine)) & expected_ids('Q', 2)
+
+
+# --- The README's example -------------------------------------------------------------------------
+
+
+def readme_example() -> tuple[list[dict[str, Any]], str]:
+    """The object files of README.md's "File transfer" section, and the CSV its commands drop."""
+    from tests.server.test_readme_examples import README, parse_blocks
+
+    text = README.read_text(encoding='utf-8')
+    start = text.index('\n## File transfer\n')
+    end = text.find('\n## ', start + 1)
+    section = text[start:end if end > 0 else None]
+    docs = [yaml.safe_load(b.text) for b in parse_blocks(section) if b.lang == 'yaml']
+    dropped = re.search(r"printf '([^']*)' > \S+\.csv", section)
+    assert dropped, 'the README example drops no CSV (printf ... > ....csv) any more'
+    return docs, dropped[1].replace('\\n', '\n')
+
+
+@pytest.mark.parametrize('db_backend', ['sqlite'])
+def test_the_readme_example_invoices_in_payroll_out(
+        server_factory: Callable[..., LiveServer], engine: Engine, tmp_path: Path) -> None:
+    """README.md's object files as printed, with its directories moved under the test's and quicker polls."""
+    docs, invoices_csv = readme_example()
+    assert len(docs) == 2, f'expected the two object files of the example, found {len(docs)}'
+    [invoices] = [d for d in docs if 'file_channel' in d]
+    [payroll] = [d for d in docs if 'pubsub_subscription' in d]
+    [channel] = invoices['file_channel']
+    inbox = tmp_path / 'srv' / channel['directory'].lstrip('/')
+    inbox.mkdir(parents=True)
+    channel['directory'] = str(inbox)
+    # Everything as printed but the interval: the example's 5 s twice over would be most of this test.
+    channel['poll_interval_secs'] = POLL
+    [sub] = payroll['pubsub_subscription']
+    target = sub['file_target']
+    assert target.startswith('file:///'), target
+    outbox = tmp_path / 'srv' / target[len('file:///'):]
+    outbox.mkdir(parents=True)
+    sub['file_target'] = f'file://{outbox}'
+    server = server_factory()
+    server.write_objects('invoices.yaml', yaml.safe_dump(invoices, sort_keys=False))
+    server.write_objects('payroll.yaml', yaml.safe_dump(payroll, sort_keys=False))
+    server.start()
+    wait_polling(server, channel['name'])
+
+    drop(inbox, 'invoices-2026-06.csv', invoices_csv)
+    rows = list(csv.DictReader(io.StringIO(invoices_csv)))
+    assert len(rows) >= 2, invoices_csv
+
+    def received() -> list[Any]:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT data, publisher, ext_client_id FROM conduit_message "
+                                     "WHERE topic_name = 'invoice.received' ORDER BY id")).all()
+    got = poll(lambda: len(received()) >= len(rows) and received(), 30, interval=0.1,
+               message='one invoice.received message per row')
+    assert [json.loads(r.data) for r in got] == rows
+    assert {(r.publisher, r.ext_client_id) for r in got} == {(f"file:{channel['name']}", 'invoices-2026-06.csv')}
+    moved = poll(lambda: list(inbox.glob('processed/*/invoices-2026-06.csv')), 30, message='the file moved')
+    assert moved[0].read_text(encoding='utf-8') == invoices_csv
+    assert leftovers(inbox) == []
+
+    topics = [t['name'] for t in payroll['pubsub_topic']]
+    assert topics, 'the payroll example declares no topic'
+    sent = {}
+    for n, topic in enumerate(topics):
+        data = {'employee': f'E-{1001 + n}', 'net': 4120.5 + n, 'currency': 'EUR'}
+        r = server.request('POST', '/admin/publish', json={'topic': topic, 'data': data}, auth=server.admin)
+        assert r.status_code == 200, r.text
+        sent[r.json()['msg_id']] = (topic, data)
+    files = poll(lambda: len(list(outbox.glob('*.json'))) == len(sent) and sorted(outbox.glob('*.json')), 30,
+                 message='one file per payroll message in the outbox')
+    written = {}
+    for f in files:
+        topic, msg_id = next((t, m) for m, (t, _) in sent.items() if m in f.name)
+        assert f.name.startswith(f'{topic}-') and f.name.endswith(f'-{msg_id}.json'), f.name
+        written[msg_id] = json.loads(f.read_text(encoding='utf-8'))
+    assert written == {m: d for m, (_, d) in sent.items()}
+    assert not [p for p in outbox.iterdir() if p.name.startswith('.')], 'a temporary file was left in the outbox'
