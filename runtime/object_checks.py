@@ -9,13 +9,14 @@ object at fault and the one it clashes with.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 
 from sqlalchemy import Connection, or_, select
 
 from runtime.channels import parse_methods
-from runtime.db.models import Job, RestChannel, Subscription, Topic
+from runtime.db.models import FileChannelRow, Job, RestChannel, Subscription, Topic
 from runtime.errors import ConfigError
 from runtime.pubsub.registry import SERVICE_TOPIC_PREFIX
 from runtime.pubsub.topics import is_pattern, normalize
@@ -79,7 +80,7 @@ def topic_missing(conn: Connection, topic: str) -> bool:
 
 
 def service_users(conn: Connection, service: str) -> list[str]:
-    """Every channel, job, subscription and topic hook that names a service, described for a person."""
+    """Every channel, job, subscription, topic hook and file channel that names a service, described for a person."""
     users = [f'channel {r.name!r}' for r in conn.execute(
         select(RestChannel.name).where(RestChannel.service == service).order_by(RestChannel.name)).all()]
     users += [f'job {r.name!r}' for r in conn.execute(
@@ -91,4 +92,16 @@ def service_users(conn: Connection, service: str) -> list[str]:
         .order_by(Subscription.id)).all()]
     users += [f'topic {r.name!r} (hook service)' for r in conn.execute(
         select(Topic.name).where(Topic.hook_service == service).order_by(Topic.name)).all()]
+    users += [f'file channel {r.name!r}' for r in conn.execute(
+        select(FileChannelRow.name, FileChannelRow.definition).order_by(FileChannelRow.name)).all()
+        if _names_service(r.definition, service)]
     return users
+
+
+def _names_service(definition: str, service: str) -> bool:
+    """Whether a file channel's stored definition (JSON) invokes the service."""
+    try:
+        values = json.loads(definition)
+    except ValueError:
+        return False
+    return isinstance(values, dict) and values.get('service') == service

@@ -12,6 +12,7 @@ import click
 
 from runtime.cli import (
     channels,
+    file_channels,
     jobs,
     objects,
     pubsub,
@@ -29,7 +30,7 @@ __all__ = ['main']
 
 for _command in (server.start, server.stop, server.status, services.invoke, services.deploy, services.undeploy,
                  services.services, jobs.job, spark.spark, topics.topic, subscriptions.sub, queues.queue,
-                 queues.dlq, topics.publish, pubsub.pubsub, security.sec, channels.channel, objects.objects,
-                 objects.audit):
+                 queues.dlq, topics.publish, pubsub.pubsub, security.sec, channels.channel,
+                 file_channels.file_channel, objects.objects, objects.audit):
     main.add_command(_command)
 objects.add_detach_options({name: cmd for name, cmd in main.commands.items() if isinstance(cmd, click.Group)})

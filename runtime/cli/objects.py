@@ -82,7 +82,8 @@ def objects_apply(ctx: click.Context, files: tuple[Path, ...], dry_run: bool, de
 
 
 @objects.command('detach')
-@click.argument('kind', type=click.Choice(['security', 'channel', 'topic', 'subscription', 'permission', 'job']))
+@click.argument('kind', type=click.Choice(['security', 'channel', 'topic', 'subscription', 'permission', 'job',
+                                           'file_channel']))
 @click.argument('name')
 @click.pass_context
 def objects_detach(ctx: click.Context, kind: str, name: str) -> None:
@@ -105,6 +106,7 @@ def add_detach_options(groups: dict[str, click.Group]) -> None:
         ('sub', 'pause'): ('subscription', 'sub_id'), ('sub', 'resume'): ('subscription', 'sub_id'),
         ('job', 'edit'): ('job', 'name'), ('job', 'delete'): ('job', 'name'),
         ('job', 'pause'): ('job', 'name'), ('job', 'resume'): ('job', 'name'),
+        ('file-channel', 'edit'): ('file_channel', 'name'), ('file-channel', 'delete'): ('file_channel', 'name'),
     }
     for (group_name, command_name), (kind, argument) in targets.items():
         group = groups.get(group_name)

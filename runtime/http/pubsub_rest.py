@@ -3,7 +3,10 @@
 - ``POST /pubsub/topic/{topic}``: publish ``{data, priority?, expiration?, correl_id?, in_reply_to?,
   ext_client_id?, pub_time?, has_gd?, mime_type?}``; 200 only once the message is stored.
 - ``POST /pubsub/subscribe/topic/{topic}``: a pull subscription of the caller (the same one again if
-  it exists) → ``{sub_key, queue_depth}``.
+  it exists) → ``{sub_key, queue_depth}``. Only a pull subscription: a body that asks for another
+  kind or sets where or how messages go (``kind``, ``push_url``, ``file_target``, ``options``,
+  ``file_*``, ...) is refused with 403 and nothing is made (``refuse_subscriber_fields``) — a file
+  subscriber writes to the server's disks, a push one makes the server call out: admin only.
 - ``POST /pubsub/unsubscribe/topic/{topic}``: ``{sub_key?}``, else every subscription of the caller
   to that topic, with their queues.
 - ``POST /pubsub/messages/get``: ``{sub_key?, max_messages?, max_len?, ack?, ack_deadline?}``; without
@@ -222,6 +225,28 @@ def _object_body(parts: RestParts, req: falcon.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest(f'request body must be a JSON object, not {type(body).__name__}')
     return body
+
+
+#: Fields of a subscribe request that would choose the subscriber's kind, target or delivery options.
+_SUBSCRIBER_FIELDS = frozenset({'kind', 'delivery_type', 'push_url', 'file_target', 'service', 'push_service',
+                                'options', 'push_rest_endpoint', 'rest_push_endpoint', 'endpoint_type'})
+#: Prefixes of delivery options (push_*, file_*) a client may not set either.
+_SUBSCRIBER_PREFIXES = ('push_', 'file_')
+
+
+def refuse_subscriber_fields(body: dict[str, Any], own_kind: str) -> None:
+    """Forbidden (403) if a client's subscribe request asks for another kind, a target or delivery options.
+
+    Clients of the pub/sub APIs subscribe themselves, as the kind their API makes (own_kind): file,
+    push and service subscribers write to the server's disks, call out or run services, and are made
+    by the admin only (admin API, CLI, object files).
+    """
+    asked = sorted(k for k in body if isinstance(k, str) and (k in _SUBSCRIBER_FIELDS or k.startswith(
+        _SUBSCRIBER_PREFIXES)) and not (k in ('kind', 'delivery_type') and body[k] == own_kind))
+    if asked:
+        shown = ', '.join(repr(k[:40]) for k in asked[:5])
+        raise Forbidden(f'{shown}: this API makes {own_kind} subscriptions of the caller only; file, REST push and '
+                        f'service subscribers are made by the admin (admin API, CLI or object files)')
 
 
 def _ok(req: falcon.Request, **fields: Any) -> dict[str, Any]:
@@ -445,6 +470,7 @@ class SubscribeResource(_PubSubResource):
     def on_post(self, req: falcon.Request, resp: falcon.Response, topic: str) -> None:
         parts = self._parts
         caller = _caller(parts, req)
+        refuse_subscriber_fields(_object_body(parts, req), KIND_PULL)
         info = subscription_topic(parts, caller, topic)
         catalog = parts.catalog
         existing = self._subs(caller, None, topic=info.name)

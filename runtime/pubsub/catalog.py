@@ -26,6 +26,7 @@ from runtime.pubsub.registry import (
     Registry,
     SubInfo,
     TopicInfo,
+    check_kind_options,
     check_topic_attributes,
     service_topic_name,
 )
@@ -109,8 +110,9 @@ class Catalog:
         if kind not in KINDS or kind not in self._subscribers:
             raise ConfigError('subscription', f'kind must be one of {", ".join(KINDS)}, not {kind!r}')
         where = f'subscription to {pattern!r}'
-        self._subscribers[kind].check(where, service, push_url)
-        DeliveryOptions.from_settings(self._settings, options, where)
+        check_kind_options(kind, options, where)
+        typed = DeliveryOptions.from_settings(self._settings, options, where)
+        self._subscribers[kind].check(where, service, push_url, typed)
 
         def work(conn: Connection) -> str:
             # Topics only: loading every subscription here too made each subscribe cost O(subscriptions) twice.

@@ -19,6 +19,14 @@ a variable without that prefix, is refused (``runtime.secret_refs``). ``security
 ``outgoing_rest`` is refused too: security definitions keep only password hashes, which cannot
 authenticate an outgoing request. Definitions no subscription references are checked for a name
 and otherwise ignored (Conduit has no other use for them yet).
+
+File subscribers (``runtime.pubsub.subscribers.file``) are ``pubsub_subscription`` items with
+``delivery_type: file`` and ``file_target`` (``file:///abs/dir`` or ``sftp://user@host:port/abs/dir``),
+their ``file_*`` options beside it (``file_format``, ``file_per``, ``file_name``,
+``file_csv_columns``, and for SFTP ``file_password`` or ``file_private_key`` as
+``${CONDUIT_SECRET_...}`` references and ``file_host_key`` or ``file_known_hosts``). The target
+identifies the subscription: an item whose target changes declares another subscriber (the old
+one goes, with its queue). ``file_*`` options on any other kind of subscription are refused.
 """
 
 from __future__ import annotations
@@ -37,21 +45,24 @@ from runtime.objects import DELETE, Scope, SectionHandler
 from runtime.pubsub import statements
 from runtime.pubsub.catalog import SYNC_KEY
 from runtime.pubsub.registry import (
+    KIND_FILE,
     KIND_PULL,
     KIND_REST_PUSH,
     KIND_SERVICE,
     TOPIC_ATTRIBUTES,
     DeliveryOptions,
     TopicInfo,
+    check_kind_options,
     check_topic_attributes,
     parse_options,
 )
+from runtime.pubsub.subscribers.file import check_file_subscription, shown_target
 from runtime.pubsub.subscribers.rest_push import check_push_url
 from runtime.pubsub.topics import InvalidTopicName, normalize, validate_pattern, validate_topic_name
 
 #: Keys of a pubsub_subscription item that are not delivery options.
 _SUB_KEYS = {'name', 'service', 'push_service', 'security', 'topic_list', 'delivery_type', 'is_active',
-             'push_rest_endpoint', 'rest_push_endpoint', '_file'}
+             'push_rest_endpoint', 'rest_push_endpoint', 'file_target', '_file'}
 
 
 _DEFAULT_TOPIC = TopicInfo(0, '')
@@ -148,8 +159,17 @@ def _subscription_kind(item: dict[str, Any], where: str) -> tuple[str, str, str]
     if service and endpoint:
         raise ConfigError(where, 'give either push_service (a service subscriber) or push_rest_endpoint, not both')
     delivery_type = item.get('delivery_type', 'push' if service or endpoint else 'pull')
-    if delivery_type not in ('push', 'pull'):
-        raise ConfigError(where, f"delivery_type must be 'push' or 'pull', not {delivery_type!r}")
+    if delivery_type not in ('push', 'pull', KIND_FILE):
+        raise ConfigError(where, f"delivery_type must be 'push', 'pull' or 'file', not {delivery_type!r}")
+    if delivery_type == KIND_FILE:
+        if service or endpoint:
+            raise ConfigError(where, 'a file subscription has no push_service or push_rest_endpoint')
+        if not isinstance(item.get('file_target'), str) or not item['file_target']:
+            raise ConfigError(where, 'a file subscription needs file_target: file:///abs/dir or '
+                                     'sftp://user@host:port/abs/dir')
+        return KIND_FILE, '', ''
+    if 'file_target' in item:
+        raise ConfigError(where, 'file_target is for subscriptions with delivery_type: file')
     if delivery_type == 'pull':
         if service or endpoint:
             raise ConfigError(where, 'a pull subscription has no push_service or push_rest_endpoint')
@@ -191,7 +211,11 @@ def make_apply_subscriptions(settings: PubSubSection,  # type: ignore[no-untyped
                 options = endpoint_options | options  # the subscription's own options win
                 options['push_rest_endpoint'] = endpoint_name
                 is_active = is_active and bool(endpoint.get('is_active', True))
-            DeliveryOptions.from_settings(settings, options, where)
+            check_kind_options(kind, options, where)
+            typed = DeliveryOptions.from_settings(settings, options, where)
+            if kind == KIND_FILE:
+                push_url = item['file_target']
+                check_file_subscription(push_url, typed, where)
             for pattern in topics:
                 try:
                     validate_pattern(pattern)
@@ -200,11 +224,11 @@ def make_apply_subscriptions(settings: PubSubSection,  # type: ignore[no-untyped
                 if topic_missing(conn, pattern):
                     raise ConfigError(where, f'topic {pattern!r} does not exist (declare it in [pubsub_topic] '
                                              'or create it first)')
-                existing = _existing(conn, kind, service, security, pattern, endpoint_name)
+                existing = _existing(conn, kind, service, security, pattern, endpoint_name, push_url)
                 values = {'options': json.dumps(options), 'is_active': is_active}
                 if kind == KIND_REST_PUSH:
                     values['push_url'] = push_url
-                label = _label(kind, service, security, endpoint_name, pattern)
+                label = _label(kind, service, security, endpoint_name, pattern, push_url)
                 if existing is not None:
                     declared.add(existing)
                     scope.upsert(conn, 'subscription', Subscription, 'id', existing, values, item['_file'], label)
@@ -221,27 +245,32 @@ def make_apply_subscriptions(settings: PubSubSection,  # type: ignore[no-untyped
             if row.id not in declared:
                 statements.delete_subscription(conn, row.id)
                 endpoint = parse_options(row.options).get('push_rest_endpoint', '')
-                scope.record(DELETE, 'subscription', _label(row.kind, row.service, row.security, endpoint, row.pattern),
+                scope.record(DELETE, 'subscription',
+                             _label(row.kind, row.service, row.security, endpoint, row.pattern, row.push_url),
                              row.owner)
 
     return apply_subscriptions
 
 
-def _label(kind: str, service: str, security: str, endpoint: str, pattern: str) -> str:
+def _label(kind: str, service: str, security: str, endpoint: str, pattern: str, push_url: str = '') -> str:
     """A subscription as a person names it: its subscriber and its topic."""
-    subscriber = service or endpoint or security
+    subscriber = shown_target(push_url) if kind == KIND_FILE else service or endpoint or security
     return f'{kind} {subscriber} -> {pattern}'
 
 
-def _existing(conn: Connection, kind: str, service: str, security: str, pattern: str, endpoint: str) -> int | None:
+def _existing(conn: Connection, kind: str, service: str, security: str, pattern: str, endpoint: str,
+              push_url: str = '') -> int | None:
     """The id of the subscription an item declares, if it exists (its queue is kept)."""
-    rows = conn.execute(select(Subscription.id, Subscription.options).where(
+    rows = conn.execute(select(Subscription.id, Subscription.options, Subscription.push_url).where(
         Subscription.kind == kind, Subscription.service == service, Subscription.security == security,
         Subscription.pattern == pattern)).all()
     for row in rows:
         # REST push: the endpoint's name, not its URL, identifies the subscription, so that moving
         # the endpoint to another host keeps the queue.
-        if kind != KIND_REST_PUSH or parse_options(row.options).get('push_rest_endpoint') == endpoint:
+        if kind == KIND_FILE:
+            if row.push_url == push_url:  # a file subscriber is its target
+                return row.id
+        elif kind != KIND_REST_PUSH or parse_options(row.options).get('push_rest_endpoint') == endpoint:
             return row.id
     return None
 

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from runtime import secret_refs
 from runtime.config import PubSubSection
 from runtime.errors import ConfigError
+from runtime.files import naming, writers
 from runtime.pubsub.topics import PatternIndex, normalize
 
 #: Prefix of the topics made for publications to a service.
@@ -26,13 +27,26 @@ KIND_SERVICE = 'service'
 KIND_PULL = 'pull'
 KIND_REST_PUSH = 'rest_push'
 KIND_WEBSOCKET = 'websocket'
-KINDS = (KIND_SERVICE, KIND_PULL, KIND_REST_PUSH, KIND_WEBSOCKET)
+KIND_FILE = 'file'
+KINDS = (KIND_SERVICE, KIND_PULL, KIND_REST_PUSH, KIND_WEBSOCKET, KIND_FILE)
 
 #: HTTP methods a REST push subscription may use.
 PUSH_METHODS = ('POST', 'PUT', 'PATCH')
 
 #: Bodies a REST push subscription may send: Zato 4.1's flat message (the default), or ``{data, meta}``.
 PUSH_FORMATS = ('flat', 'envelope')
+
+#: What one file of a file subscription holds: one message, or one delivery batch (of one topic).
+FILE_PER = ('message', 'batch')
+
+#: Fields a file subscription's name template (file_name) may use.
+FILE_NAME_FIELDS = ('topic', 'msg_id', 'date', 'time', 'ext', 'seq')
+
+#: Delivery options only file subscriptions take.
+FILE_OPTION_PREFIX = 'file_'
+
+#: Options whose values are ${CONDUIT_SECRET_...} references (never shown in errors as given).
+SECRET_OPTIONS = ('push_password', 'file_password', 'file_private_key')
 
 
 #: Zato 4.1's name of a service's topic is this prefix and the service's name; an alias of the topic above.
@@ -140,6 +154,22 @@ class DeliveryOptions:
     #: Unused: security definitions keep only password hashes. Accepted so that options stored by
     #: earlier versions still load; Basic Auth towards the endpoint is push_username/push_password.
     push_security: str = ''
+    # File subscribers (runtime.pubsub.subscribers.file): the target directory is the subscription's
+    # push_url (file:///abs/dir or sftp://user@host:port/abs/dir).
+    #: 'json', 'jsonl' or 'csv' (runtime.files.writers).
+    file_format: str = 'json'
+    #: 'message': one file per message; 'batch': one file per delivery batch (per topic in it).
+    file_per: str = 'message'
+    #: The name template, relative to the target directory (fields: FILE_NAME_FIELDS).
+    file_name: str = '{topic}-{date}-{msg_id}.{ext}'
+    #: CSV columns, comma-separated; '' takes the messages' keys.
+    file_csv_columns: str = ''
+    #: SFTP credentials, only as ${CONDUIT_SECRET_...} references (runtime.secret_refs), resolved at connect.
+    file_password: str = ''
+    file_private_key: str = ''
+    #: The SFTP server's host key ('ssh-ed25519 AAAA...'), or a known_hosts file: one of them is required.
+    file_host_key: str = ''
+    file_known_hosts: str = ''
 
     @classmethod
     def from_settings(cls, settings: PubSubSection, overrides: dict[str, Any] | None = None,
@@ -165,7 +195,7 @@ class DeliveryOptions:
             else:
                 ok = isinstance(value, str)
             if not ok:
-                shown = '(hidden)' if key == 'push_password' else repr(value)
+                shown = '(hidden)' if key in SECRET_OPTIONS else repr(value)
                 raise ConfigError(where, f'delivery option {key} has an invalid value {shown}')
             typed[key] = value
         result = replace(self, **typed)
@@ -185,7 +215,34 @@ class DeliveryOptions:
             secret_refs.reference_name(result.push_password, 'push_password', where)
         if result.push_password and not result.push_username:
             raise ConfigError(where, 'push_password needs push_username')
+        if any(key.startswith(FILE_OPTION_PREFIX) for key in typed):
+            result._check_file_options(where)
         return result
+
+    def _check_file_options(self, where: str) -> None:
+        """ConfigError unless the file_* options are well-formed (the target itself is checked with the kind)."""
+        if self.file_format not in writers.FORMATS:
+            raise ConfigError(where, f'file_format must be one of {", ".join(writers.FORMATS)}, '
+                                     f'not {self.file_format!r}')
+        if self.file_per not in FILE_PER:
+            raise ConfigError(where, f'file_per must be one of {", ".join(FILE_PER)}, not {self.file_per!r}')
+        name = self.file_name
+        if not name.strip() or name.startswith('/') or '\x00' in name or len(name) > 1000:
+            raise ConfigError(where, 'file_name must be a name template relative to the target directory, '
+                                     'e.g. {topic}-{date}-{msg_id}.{ext}')
+        naming.check_template(name, FILE_NAME_FIELDS, where)
+        writers.check_columns(self.file_csv_columns, where)
+        for key in ('file_password', 'file_private_key'):
+            if getattr(self, key):
+                # Only the reference is stored, and only to a variable meant for it (runtime.secret_refs).
+                secret_refs.reference_name(getattr(self, key), key, where)
+        host_key = self.file_host_key.strip()
+        if host_key and (len(host_key.split()) < 2 or any(ord(c) < 32 for c in host_key)):
+            raise ConfigError(where, "file_host_key must be the server's public key on one line, "
+                                     "e.g. 'ssh-ed25519 AAAA...'")
+        known = self.file_known_hosts
+        if known and (not known.startswith('/') or any(ord(c) < 32 for c in known)):
+            raise ConfigError(where, 'file_known_hosts must be the absolute path of a known_hosts file')
 
 
 @dataclass(frozen=True)
@@ -206,10 +263,23 @@ class SubInfo:
     def label(self) -> str:
         """How logs name the subscriber (never the sub_key)."""
         # A push URL may carry a token in its query string or credentials: log only scheme, host and path.
-        url = urlsplit(self.push_url) if self.push_url else None
-        where = f'{url.scheme}://{url.hostname}{":" + str(url.port) if url.port else ""}{url.path}' if url else ''
+        # (A file target, file:///dir, has no host.)
+        try:
+            url = urlsplit(self.push_url) if self.push_url else None
+            port = f':{url.port}' if url and url.port else ''
+        except ValueError:
+            url, port = None, ''
+        where = f'{url.scheme}://{url.hostname or ""}{port}{url.path}' if url else ''
         who = self.service or self.security or where or '?'
         return f'sub#{self.id}({self.kind}:{who} on {self.pattern})'
+
+
+def check_kind_options(kind: str, options: dict[str, Any] | None, where: str) -> None:
+    """ConfigError if a subscription of kind is given options of another kind (file_* outside kind file)."""
+    if kind != KIND_FILE:
+        given = sorted(k for k in options or {} if isinstance(k, str) and k.startswith(FILE_OPTION_PREFIX))
+        if given:
+            raise ConfigError(where, f'{", ".join(given)}: file_* options are for subscriptions of kind file only')
 
 
 def parse_options(raw: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Engine, insert, select
 
+from runtime.channel_admin import ChannelAdmin
 from runtime.db.blocking import run_transaction
 from runtime.db.engine import make_engine
 from runtime.db.migrate import upgrade
@@ -159,3 +160,11 @@ def test_missing_topics(engine: Engine, changed: Counter) -> None:
     assert strict.missing_topics(['invoice.received', 'Invoice.Received', 'nope']) == ['nope']
     lenient = FileChannelAdmin(engine, changed, topics_auto_created=lambda: True)
     assert lenient.missing_topics(['nope']) == []
+
+
+def test_a_channel_invoking_a_service_is_one_of_its_users(admin: FileChannelAdmin, engine: Engine) -> None:
+    """Undeploying a service asks first when a file channel invokes it."""
+    admin.create(definition('ingest', topics=[], service='crm.ingest'))
+    admin.create(definition('other', service='crm.other'))
+    users = ChannelAdmin(engine, lambda: None).service_users('crm.ingest')
+    assert users == ["file channel 'ingest'"]

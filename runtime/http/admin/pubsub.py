@@ -4,8 +4,11 @@
   DELETE); a name may hold ``/``, e.g. ``/admin/topics//zato/s/to/crm_customer_new``.
 - ``/admin/subscriptions`` (GET, POST) and ``/admin/subscriptions/{id}`` (GET, PATCH, DELETE),
   ``.../pause``, ``.../resume``. Subscriptions are named by their numeric id: the sub_key is a
-  secret and is only returned once, when the subscription is created. A WebSocket subscription
-  also shows its client (``client``: connected, worker, peer, window, in flight, last activity);
+  secret and is only returned once, when the subscription is created. A file subscription
+  (kind ``file``) has its target in ``push_url`` (``file:///abs/dir`` or ``sftp://user@host/abs/dir``)
+  and its ``file_*`` options; its view also shows ``target`` (never a credential: the options hold
+  ``${CONDUIT_SECRET_...}`` references only). A WebSocket subscription also shows its client
+  (``client``: connected, worker, peer, window, in flight, last activity);
   ``/admin/pubsub/websockets`` (``runtime.http.admin.websockets``) lists them all.
 - ``/admin/queues/...``: queues and dead letters are in ``runtime.http.admin.queues``.
 - ``POST /admin/publish``: publish on behalf of a service or a security definition.
@@ -52,6 +55,7 @@ from runtime.http.openapi import (
     string,
 )
 from runtime.pubsub.registry import (
+    KIND_FILE,
     KIND_PULL,
     KIND_REST_PUSH,
     KIND_SERVICE,
@@ -59,8 +63,10 @@ from runtime.pubsub.registry import (
     KINDS,
     DeliveryOptions,
     TopicInfo,
+    check_kind_options,
     check_topic_attributes,
 )
+from runtime.pubsub.subscribers.file import check_file_subscription
 from runtime.pubsub.topics import validate_pattern, validate_topic_name
 from runtime.timefmt import iso
 
@@ -230,7 +236,7 @@ def _merge_recent(stored: list[dict[str, Any]], recent: list[dict[str, Any]], li
 # Subscriptions
 
 
-def _options(body: Body, parts: AdminParts, base: dict[str, Any], where: str) -> dict[str, Any]:
+def _options(body: Body, parts: AdminParts, base: dict[str, Any], where: str, kind: str) -> dict[str, Any]:
     given = body.data.get('options')
     if given is None:
         return base
@@ -242,13 +248,23 @@ def _options(body: Body, parts: AdminParts, base: dict[str, Any], where: str) ->
             raise InvalidInput(f'options.{key}', 'must not contain control characters or invalid Unicode')
     options = {**base, **given}
     try:
+        check_kind_options(kind, options, where)
         DeliveryOptions.from_settings(parts.settings.pubsub, options, where)
     except ConfigError as e:
         raise BadRequest(str(e)) from None
     return options
 
 
-def _check_endpoint(parts: AdminParts, kind: str, service: str, security: str, push_url: str) -> None:
+def _check_endpoint(parts: AdminParts, kind: str, service: str, security: str, push_url: str,
+                    options: dict[str, Any], where: str) -> None:
+    if kind == KIND_FILE:
+        if service:
+            raise InvalidInput('service', 'a file subscription takes no service')
+        try:
+            typed = DeliveryOptions.from_settings(parts.settings.pubsub, options, where)
+            check_file_subscription(push_url, typed, where)
+        except ConfigError as e:
+            raise BadRequest(str(e)) from None
     if service and not parts.store.has(service):
         raise InvalidInput('service', f'names no deployed service ({service!r})')
     if security and not security_exists(parts, security):
@@ -278,9 +294,12 @@ class SubscriptionsResource(_PubSubResource):
                                  query('kind', {'enum': list(KINDS)}, 'Only subscriptions of this kind')],
                          response={'subscriptions': arr(SUBSCRIPTION)}),
         'post': operation(
-            'Subscribe a service, a pull client, a REST push endpoint or a WebSocket client to a topic or pattern',
+            'Subscribe a service, a pull client, a REST push endpoint, a WebSocket client or a file target to a '
+            'topic or pattern',
             tags=_T, status=201, errors=(400, 404),
-            description='The answer carries the sub_key, a secret shown only here.',
+            description='The answer carries the sub_key, a secret shown only here. A file subscription (kind file) '
+                        'has its target in push_url: file:///abs/dir or sftp://user@host:port/abs/dir, with its '
+                        'file_* options (SFTP credentials as ${CONDUIT_SECRET_...} references only).',
             example={'topic': 'orders.**', 'kind': 'service', 'service': 'conduit.ping',
                      'options': {'max_attempts': 5}},
             body=obj({'topic': string(200, 1, pattern=_NAME_PATTERN,
@@ -307,8 +326,9 @@ class SubscriptionsResource(_PubSubResource):
             raise InvalidInput('kind', f'must be one of {", ".join(KINDS)}')
         service, security = body.text('service'), body.text('security')
         push_url = body.text('push_url', max_len=1000)
-        _check_endpoint(parts, kind, service, security, push_url)
-        options = _options(body, parts, {}, f'subscription to {pattern!r}')
+        where = f'subscription to {pattern!r}'
+        options = _options(body, parts, {}, where, kind)
+        _check_endpoint(parts, kind, service, security, push_url, options, where)
         try:
             sub = self._catalog.subscribe(pattern, kind, service=service, security=security, push_url=push_url,
                                            options=options, origin='api')
@@ -343,12 +363,13 @@ class SubscriptionResource(_PubSubResource):
         sub = self._topics.subscription(sub_id)
         body = Body(req, {'options', 'push_url', 'security', 'is_active'})
         values: dict[str, Any] = {}
+        options = self._topics.stored_options(sub.id)
         if 'options' in body:
-            base = self._topics.stored_options(sub.id)
-            values['options'] = json.dumps(_options(body, self._parts, base, sub.label))
+            options = _options(body, self._parts, options, sub.label, sub.kind)
+            values['options'] = json.dumps(options)
         push_url = body.text('push_url', default=sub.push_url, max_len=1000)
         security = body.text('security', default=sub.security)
-        _check_endpoint(self._parts, sub.kind, sub.service, security, push_url)
+        _check_endpoint(self._parts, sub.kind, sub.service, security, push_url, options, sub.label)
         if push_url != sub.push_url:
             values['push_url'] = push_url
         if security != sub.security:

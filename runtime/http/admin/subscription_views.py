@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from runtime.http.openapi import BOOL, INT, NUM, STR, TIME, obj
-from runtime.pubsub.registry import KIND_WEBSOCKET, KINDS
+from runtime.pubsub.registry import KIND_FILE, KIND_WEBSOCKET, KINDS
+from runtime.pubsub.subscribers.file import shown_target
 from runtime.timefmt import iso, iso_or_none
 
 if TYPE_CHECKING:
@@ -43,7 +44,9 @@ CLIENT = {'oneOf': [{'type': 'null'}, obj(_CLIENT_FIELDS, additional=True)]}
 SUBSCRIPTION = obj({'id': INT, 'topic': STR, 'kind': {'enum': list(KINDS)}, 'service': STR, 'security': STR,
                     'push_url': STR, 'is_active': BOOL, 'options': obj(additional=True), 'origin': STR,
                     'created_at_iso': TIME, 'queue_depth': INT, 'oldest_message': OLDEST, 'dead_letters': INT,
-                    'client': {**CLIENT, 'description': 'WebSocket subscriptions only: the client, if it has a row'}},
+                    'client': {**CLIENT, 'description': 'WebSocket subscriptions only: the client, if it has a row'},
+                    'target': {**STR, 'description': 'File subscriptions only: where files are written (push_url), '
+                                                     'without credentials'}},
                    required=['id', 'topic', 'kind', 'is_active'], additional=True)
 #: OpenAPI schema of a WebSocket subscription with its client, as websocket_view shows it.
 WEBSOCKET = obj({'sub_id': INT, 'security': STR, 'pattern': STR, 'is_active': BOOL, 'queue_depth': INT,
@@ -81,7 +84,8 @@ def sub_view(sub: SubInfo, stats: dict[str, Any] | None, row: Any,
              client: dict[str, Any] | None = None) -> dict[str, Any]:
     """A subscription with its queue statistics, as the admin API shows it (never the sub_key).
 
-    A WebSocket subscription also shows its client (``client``: null if its row is missing).
+    A WebSocket subscription also shows its client (``client``: null if its row is missing), and a file
+    subscription its target (``target``: file:///dir or sftp://user@host:port/dir).
     """
     stats = stats or {'depth': 0, 'oldest_message': None, 'dead_letters': 0}
     view = {'id': sub.id, 'topic': sub.pattern, 'kind': sub.kind, 'service': sub.service, 'security': sub.security,
@@ -91,6 +95,8 @@ def sub_view(sub: SubInfo, stats: dict[str, Any] | None, row: Any,
             'dead_letters': stats['dead_letters']}
     if sub.kind == KIND_WEBSOCKET:
         view['client'] = client_fields(client) if client else None
+    elif sub.kind == KIND_FILE:
+        view['target'] = shown_target(sub.push_url)
     return view
 
 

@@ -37,13 +37,20 @@ from runtime.errors import (
     UnrenderableMessage,
 )
 from runtime.http.auth import CALLER_REALM, SignInThrottle
-from runtime.http.pubsub_rest import RestParts, check_pattern_permission, publish_message, subscription_topic
+from runtime.http.pubsub_rest import (
+    RestParts,
+    check_pattern_permission,
+    publish_message,
+    refuse_subscriber_fields,
+    subscription_topic,
+)
 from runtime.http.signin_log import FailedSignInLog
 from runtime.http.websocket.connection import POLICY_VIOLATION, Closed, TimedOut, WsConnection
 from runtime.invoke import new_cid
 from runtime.json_limits import JsonLimits
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import render_pull
+from runtime.pubsub.registry import KIND_WEBSOCKET
 from runtime.pubsub.subscribers.pull import storage_errors
 from runtime.pubsub.subscribers.websocket import AckTimeout, ClientGone
 from runtime.pubsub.topics import validate_pattern
@@ -264,6 +271,7 @@ class Session:
 
     def _subscribe(self, frame: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         hub, caller, settings = self._parts.hub, self._caller_now(), self._parts.settings
+        refuse_subscriber_fields(frame, KIND_WEBSOCKET)
         sub_key = _string(frame, 'sub_key', 200, required=False)
         topic, pattern = frame.get('topic'), frame.get('pattern')
         if sub_key is not None:

@@ -2,23 +2,25 @@
 
 A kind is one module here with one class implementing ``Subscriber``: its ``kind`` name (the
 ``Subscription.kind`` value), whether workers deliver it under a lease (``delivered``: service,
-REST push and WebSocket subscribers) or its clients read it themselves (pull), ``wants_delivery``
-(whether this worker should compete for a subscription's lease now: always for service and REST
-push, only while its client is attached here for WebSocket), ``check`` for the fields a
-new subscription of the kind must have, and, for delivered kinds, ``deliverer``, which builds
+REST push, WebSocket and file subscribers) or its clients read it themselves (pull), ``wants_delivery``
+(whether this worker should compete for a subscription's lease now: always for service, REST
+push and file, only while its client is attached here for WebSocket), ``check`` for the fields
+and options a new subscription of the kind must have, and, for delivered kinds, ``deliverer``, which builds
 what the subscription's ``DeliveryLoop`` calls (a ``Deliver`` for one message at a time or a
 ``DeliverBatch`` for whole batches, see ``runtime.pubsub.delivery``) and what closes it when the
 loop ends; ``queue_limited`` says whether its queues obey the topics' max depths. The broker
 knows no kind by name: it asks the plug-in of a subscription's kind.
 
-Adding a kind (a file subscriber, say) is one new module with its ``Subscriber``
-class, registered in ``standard_subscribers`` below, and its name added to
-``runtime.pubsub.registry.KINDS`` (the kinds stored subscriptions may have); broker.py does not change.
+Adding a kind is one new module with its ``Subscriber`` class, registered in
+``standard_subscribers`` below, and its name added to ``runtime.pubsub.registry.KINDS`` (the kinds
+stored subscriptions may have); broker.py does not change. The file subscriber (``file``) was
+added so.
 """
 
 from __future__ import annotations
 
 from runtime.pubsub.subscribers.base import Context, Deliverer, RunService, Subscriber
+from runtime.pubsub.subscribers.file import FileSubscriber
 from runtime.pubsub.subscribers.pull import PullSubscriber
 from runtime.pubsub.subscribers.rest_push import RestPushSubscriber
 from runtime.pubsub.subscribers.service import ServiceSubscriber
@@ -33,4 +35,4 @@ def standard_subscribers(run_service: RunService, attachments: Attachments) -> l
     attachments: this worker's WebSocket connections and the subscriptions attached to them.
     """
     return [ServiceSubscriber(run_service), RestPushSubscriber(run_service), PullSubscriber(),
-            WebSocketSubscriber(run_service, attachments)]
+            WebSocketSubscriber(run_service, attachments), FileSubscriber(run_service)]

@@ -10,7 +10,7 @@ from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 
 if TYPE_CHECKING:
     from runtime.pubsub.delivery import Deliver, DeliverBatch
-    from runtime.pubsub.registry import SubInfo, TopicInfo
+    from runtime.pubsub.registry import DeliveryOptions, SubInfo, TopicInfo
 
 #: Runs a named service with data: run(service, data, channel, raw_request) -> its response payload.
 RunService = Callable[[str, Any, str, 'dict[str, Any] | None'], Any]
@@ -48,8 +48,8 @@ class Subscriber(Protocol):
     #: Whether the kind's queues obey their topics' max depths (``runtime.pubsub.limits``).
     queue_limited: bool
 
-    def check(self, where: str, service: str, push_url: str) -> None:
-        """ConfigError unless a new subscription of this kind has what it needs."""
+    def check(self, where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
+        """ConfigError unless a new subscription of this kind has what it needs (its options already typed)."""
 
     def wants_delivery(self, sub: SubInfo) -> bool:
         """Whether this worker should try to hold sub's delivery lease now (and so run its delivery loop)."""

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from runtime.pubsub.observers import Observers
-    from runtime.pubsub.registry import Registry, SubInfo
+    from runtime.pubsub.registry import DeliveryOptions, Registry, SubInfo
     from runtime.pubsub.subscribers.base import Context, Deliverer
 
 _log = logging.getLogger(__name__)
@@ -337,7 +337,7 @@ class PullSubscriber:
     delivered = False
     queue_limited = True
 
-    def check(self, where: str, service: str, push_url: str) -> None:
+    def check(self, where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
         """A pull subscription needs nothing more: its reader is its service or security definition."""
 
     def wants_delivery(self, sub: SubInfo) -> bool:

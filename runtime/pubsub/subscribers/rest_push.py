@@ -55,7 +55,7 @@ from runtime.errors import ConfigError, PushFailed, PushUnreachable, Unrenderabl
 from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import Delivery, pull_meta, push_view
-from runtime.pubsub.registry import KIND_REST_PUSH, SubInfo
+from runtime.pubsub.registry import KIND_REST_PUSH, DeliveryOptions, SubInfo
 from runtime.pubsub.subscribers.base import Context, Deliverer, RunService
 from runtime.pubsub.subscribers.service import prepare
 
@@ -243,7 +243,7 @@ class RestPushSubscriber:
         #: Runs the topic's and subscription's hook services.
         self._run = run_service
 
-    def check(self, where: str, service: str, push_url: str) -> None:
+    def check(self, where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
         """A REST push subscription has an http(s) URL without credentials."""
         check_push_url(push_url, where)
 

@@ -20,7 +20,7 @@ from runtime.pubsub.subscribers.base import Context, Deliverer, RunService
 
 if TYPE_CHECKING:
     from runtime.pubsub.message import Delivery
-    from runtime.pubsub.registry import SubInfo
+    from runtime.pubsub.registry import DeliveryOptions, SubInfo
 
 _log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class ServiceSubscriber:
     def __init__(self, run_service: RunService) -> None:
         self._run = run_service
 
-    def check(self, where: str, service: str, push_url: str) -> None:
+    def check(self, where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
         """A service subscription names its service."""
         if not service:
             raise ConfigError('subscription', 'a service subscription needs the service to invoke')

@@ -38,7 +38,7 @@ from runtime.pubsub.subscribers.service import prepare
 
 if TYPE_CHECKING:
     from runtime.pubsub.message import Delivery
-    from runtime.pubsub.registry import SubInfo
+    from runtime.pubsub.registry import DeliveryOptions, SubInfo
 
 _log = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class WebSocketSubscriber:
         self._run = run_service
         self._attachments = attachments
 
-    def check(self, where: str, service: str, push_url: str) -> None:
+    def check(self, where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
         """A WebSocket subscription belongs to a security definition: it names no service and no URL."""
         if service:
             raise ConfigError(where, 'a WebSocket subscription takes no service')
