@@ -192,6 +192,12 @@ def test_csv_rows_become_one_message_each_for_a_pull_subscriber(make_rt: Callabl
     (run,) = runs(rt, 'invoices')
     assert (run.state, run.file_name, run.records_done, run.published) == ('done', 'batch-1.csv', 3, 3)
     assert run.size == len(content)
+    families = {f.name: f for f in rt.metrics.collect()}
+    files = {(s.labels['channel'], s.labels['outcome']): s.value
+             for s in families['conduit_file_transfer_files'].samples if s.name.endswith('_total')}
+    assert files == {('invoices', 'processed'): 1}
+    (sample,) = [s for s in families['conduit_file_transfer_published'].samples if s.name.endswith('_total')]
+    assert (sample.labels['channel'], sample.value) == ('invoices', 3)
 
 
 def test_every_format_and_record_mode(make_rt: Callable[..., TestRuntime], tmp_path: Path) -> None:
