@@ -546,3 +546,33 @@ class RouteClash(ConduitError):
     def __init__(self, name: str, clash: str) -> None:
         self.name = name
         super().__init__(f'channel {name!r}: {clash}')
+
+
+# File transfer
+
+
+class FileTransferError(ConduitError):
+    """A file channel's or file subscriber's directory (local or SFTP) cannot be used as asked."""
+
+
+class SourceMissing(FileTransferError, LookupError):
+    """A directory of a file source does not exist (the source and the directory are named)."""
+
+    http_status = 404
+
+    def __init__(self, label: str, path: str = '') -> None:
+        self.label = label
+        self.path = path
+        where = f'{label}: directory {path!r}' if path else f'directory {label}'
+        super().__init__(f'{where} does not exist')
+
+
+class SourceUnavailable(FileTransferError, ConnectionError):
+    """A file source cannot be reached or broke off (the source is named, never a credential)."""
+
+    http_status = 503
+
+    def __init__(self, label: str, reason: str) -> None:
+        self.label = label
+        self.reason = reason
+        super().__init__(f'{label}: {reason}')

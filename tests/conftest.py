@@ -20,7 +20,7 @@ from psycopg import sql
 from tests.live_server import LiveServer
 from tests.recorder import Recorder
 
-pytest_plugins = ['runtime.testing']
+pytest_plugins = ['runtime.testing', 'tests.sshd']
 
 PG_ADMIN_URL = os.environ.get('CONDUIT_TEST_PG_URL', 'postgresql://127.0.0.1:5432/test')
 BACKENDS = [b for b in os.environ.get('CONDUIT_TEST_BACKENDS', 'sqlite,postgresql').split(',') if b]

@@ -1,0 +1,290 @@
+"""File sources: the directories file channels read from and file subscribers write to.
+
+``open_source(directory, sftp)`` gives a ``LocalSource`` for a local directory, or an
+``SftpSource`` (``runtime.files.sftp``) when SFTP parameters are given. Both follow the ``Source``
+protocol (``runtime.files.source_base``) and behave the same:
+
+- Paths are relative to the root; an absolute path, a '..' component, a NUL or a backslash raises
+  ``ValueError`` (``clean_path``). A local source also refuses a path that would reach outside its
+  root through a symbolic link inside it (a sender who can write into the directory could otherwise
+  plant ``processed -> /etc`` and have moved files land there).
+- ``list`` returns regular files only, sorted by path: directories are descended into when
+  recursive (except ``skip_dirs``), symbolic links are neither followed nor listed (a link could
+  expose any file the server can read), and names that are not valid UTF-8 are skipped with a
+  warning. A root that does not exist raises ``SourceMissing``.
+- ``rename`` never overwrites: it returns False when the source file is gone (another server
+  claimed it first) or the target exists, so that of several servers claiming one file exactly one
+  wins. A missing target directory raises ``SourceMissing`` naming it.
+- ``write_atomic`` writes ``.<name>.conduit-tmp-<random>`` beside the target and renames it over the
+  target, so a reader never sees half a file; the temporary file is removed if anything fails. The
+  target's directory must exist (``makedirs`` first): a missing one raises ``SourceMissing`` rather
+  than being created, since a missing root usually means a mount that is not there.
+- A file that is gone raises ``FileNotFoundError`` from ``open_read`` and ``replace``; other
+  operating-system errors (permissions) propagate as ``OSError``. Connection trouble (SFTP only)
+  raises ``SourceUnavailable``.
+
+Local renames use ``renameat2(RENAME_NOREPLACE)`` where the kernel and filesystem offer it, else a
+hard link followed by an unlink of the old name (only one unlink of the same name can succeed).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import os
+import stat as stat_mode
+from collections.abc import Collection, Iterable
+from typing import BinaryIO
+
+from runtime.errors import SourceMissing
+from runtime.files.sftp import SftpParams, SftpSource
+from runtime.files.source_base import Entry, Source, clean_path, is_utf8_name, split_path, temp_name
+
+__all__ = ['Entry', 'LocalSource', 'Source', 'SftpParams', 'open_source']
+
+_log = logging.getLogger(__name__)
+
+#: Read buffer of local files.
+READ_BUFFER_BYTES = 64 * 1024
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE = 1
+#: errnos of renameat2 that mean "not offered here": fall back to link + unlink.
+_NO_RENAMEAT2 = {errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP}
+
+
+def _find_renameat2() -> object | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    return getattr(libc, 'renameat2', None)
+
+
+_renameat2 = _find_renameat2()
+
+
+def _rename_noreplace(src: str, dst: str) -> None:
+    """Rename src to dst atomically; FileExistsError if dst exists, FileNotFoundError if src is gone."""
+    global _renameat2
+    if _renameat2 is not None:
+        if _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in _NO_RENAMEAT2:
+            raise OSError(err, os.strerror(err), src, None, dst)
+        if err == errno.ENOSYS:
+            _renameat2 = None
+    os.link(src, dst, follow_symlinks=False)
+    try:
+        os.unlink(src)
+    except FileNotFoundError:
+        # Another process linked and unlinked it first: it won; drop our spare name.
+        try:
+            os.unlink(dst)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+class LocalSource:
+    """A directory on this machine's file system."""
+
+    def __init__(self, root: str) -> None:
+        if not isinstance(root, str) or not root:
+            raise ValueError('a local source needs a directory')
+        self.root = root
+        self.label = root
+        self._warned: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f'LocalSource({self.root!r})'
+
+    # Paths
+
+    def _full(self, path: str, *, allow_root: bool = False, whole: bool = False) -> str:
+        """The real path for a relative one, after checking it stays inside the root.
+
+        The directory part is resolved (symbolic links followed) and must lie within the root's
+        own resolved path; with whole, the last component too (for makedirs).
+        """
+        rel = clean_path(path, allow_root=allow_root)
+        full = os.path.join(self.root, rel) if rel else self.root
+        if rel:
+            root_real = os.path.realpath(self.root)
+            checked = os.path.realpath(full if whole else os.path.dirname(full))
+            if checked != root_real and not checked.startswith(root_real.rstrip('/') + '/'):
+                raise ValueError(f'source path {path!r} leads outside {self.label} through a symbolic link')
+        return full
+
+    def _missing_dir(self, path: str) -> SourceMissing:
+        directory = split_path(clean_path(path))[0]
+        return SourceMissing(self.label, directory) if directory else SourceMissing(self.label)
+
+    # Listing
+
+    def list(self, recursive: bool, skip_dirs: Collection[str] = ()) -> list[Entry]:
+        """Regular files under the root, sorted by path (see the module docstring)."""
+        skip = {clean_path(d, allow_root=True) for d in skip_dirs}
+        entries: list[Entry] = []
+        try:
+            with os.scandir(self.root) as it:
+                found = list(it)
+        except (FileNotFoundError, NotADirectoryError):
+            raise SourceMissing(self.label) from None
+        pending = [('', found)]
+        while pending:
+            prefix, found = pending.pop()
+            for item in found:
+                if not is_utf8_name(item.name):
+                    self._warn_name(prefix, item.name)
+                    continue
+                rel = f'{prefix}{item.name}'
+                try:
+                    if item.is_dir(follow_symlinks=False):
+                        if recursive and rel not in skip:
+                            with os.scandir(item.path) as it:
+                                pending.append((rel + '/', list(it)))
+                        continue
+                    if not item.is_file(follow_symlinks=False):
+                        continue
+                    st = item.stat(follow_symlinks=False)
+                except FileNotFoundError:  # removed while we looked
+                    continue
+                except PermissionError as e:
+                    _log.warning('%s: cannot read %r, skipped: %s', self.label, rel, e.strerror)
+                    continue
+                entries.append(Entry(rel, item.name, st.st_size, st.st_mtime))
+        entries.sort(key=lambda e: e.path)
+        return entries
+
+    def _warn_name(self, prefix: str, name: str) -> None:
+        shown = prefix + name.encode('utf-8', 'backslashreplace').decode('ascii', 'replace')
+        if shown not in self._warned:
+            self._warned.add(shown)
+            _log.warning('%s: skipping %r: its name is not valid UTF-8', self.label, shown)
+
+    def exists(self, path: str) -> bool:
+        """Whether anything (a file, directory or link) exists at path."""
+        return os.path.lexists(self._full(path))
+
+    def stat(self, path: str) -> Entry | None:
+        """The regular file at path, or None when there is none (a directory or link gives None too)."""
+        rel = clean_path(path)
+        try:
+            st = os.lstat(self._full(rel))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat_mode.S_ISREG(st.st_mode):
+            return None
+        return Entry(rel, split_path(rel)[1], st.st_size, st.st_mtime)
+
+    # Reading
+
+    def open_read(self, path: str) -> BinaryIO:
+        """A buffered binary stream of the regular file at path; links and special files are refused."""
+        full = self._full(path)
+        try:
+            # O_NONBLOCK: opening a FIFO planted in the directory must not hang the worker.
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0))
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise ValueError(f'{self.label}: {path!r} is a symbolic link, not a file') from None
+            raise
+        try:
+            if not stat_mode.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError(f'{self.label}: {path!r} is not a regular file')
+            os.set_blocking(fd, True)
+            return os.fdopen(fd, 'rb', buffering=READ_BUFFER_BYTES)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    # Changing
+
+    def rename(self, src: str, dst: str) -> bool:
+        """Atomically rename src to dst; False when src is gone or dst exists; never overwrites."""
+        full_src, full_dst = self._full(src), self._full(dst)
+        try:
+            _rename_noreplace(full_src, full_dst)
+        except FileExistsError:
+            return False
+        except FileNotFoundError:
+            if os.path.lexists(full_src):
+                raise self._missing_dir(dst) from None
+            return False
+        return True
+
+    def replace(self, src: str, dst: str) -> None:
+        """Atomically rename src to dst, replacing dst if it exists."""
+        full_src, full_dst = self._full(src), self._full(dst)
+        try:
+            os.replace(full_src, full_dst)
+        except FileNotFoundError:
+            if os.path.lexists(full_src):
+                raise self._missing_dir(dst) from None
+            raise
+
+    def remove(self, path: str) -> None:
+        """Remove the file at path; a missing file is fine."""
+        try:
+            os.unlink(self._full(path))
+        except FileNotFoundError:
+            pass
+
+    def makedirs(self, path: str) -> None:
+        """Create the directory path and its missing parents; the root itself must exist."""
+        full = self._full(path, allow_root=True, whole=True)
+        if not os.path.isdir(self.root):
+            raise SourceMissing(self.label)
+        os.makedirs(full, exist_ok=True)
+
+    def write_atomic(self, path: str, chunks: Iterable[bytes]) -> None:
+        """Write chunks to a temporary file beside path, fsync it, and rename it over path."""
+        rel = clean_path(path)
+        full = self._full(rel)
+        temp = self._full(temp_name(rel))
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0),
+                         0o666)
+        except (FileNotFoundError, NotADirectoryError):
+            raise self._missing_dir(rel) from None
+        try:
+            with os.fdopen(fd, 'wb') as f:
+                for chunk in chunks:
+                    f.write(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temp, full)
+        except BaseException:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+            raise
+        _fsync_dir(os.path.dirname(full))
+
+    def close(self) -> None:
+        """Nothing to release for a local directory."""
+
+
+def _fsync_dir(directory: str) -> None:
+    # The rename is durable only once the directory itself is synced; some filesystems refuse it.
+    try:
+        fd = os.open(directory or '.', os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def open_source(directory: str, sftp: SftpParams | None) -> Source:
+    """The source for a directory: on an SFTP server when sftp is given, else on this machine."""
+    if sftp is not None:
+        return SftpSource(directory, sftp)
+    return LocalSource(directory)
