@@ -469,30 +469,25 @@ class PushUnreachable(PushFailed, ConnectionError):
     """A REST push endpoint could not be reached or did not answer in time (a socket-level error)."""
 
 
-# File subscribers
+# File transfer: reading files
 
 
-class FileRenderError(ConduitError, ValueError):
-    """A message's data cannot be written in a file format (the item of the file and the reason are named)."""
+class FileParseError(ConduitError, ValueError):
+    """A file, or one record of it, is not what its channel's format says; the record and line are named.
 
-    def __init__(self, index: int, reason: str) -> None:
-        self.index = index
+    record_index is 0-based (None when the fault is not in one record: a CSV header, data after a JSON
+    array, a whole-file record); line is 1-based (None when the format has no lines).
+    """
+
+    def __init__(self, record_index: int | None, line: int | None, reason: str) -> None:
+        self.record_index = record_index
+        self.line = line
         self.reason = reason
-        super().__init__(f'item {index}: {reason}')
-
-
-class FileWriteFailed(ConduitError):
-    """A file subscriber could not write a file; names the target (never a credential), the file and the reason."""
-
-    def __init__(self, target: str, path: str, reason: str) -> None:
-        self.target = target
-        self.path = path
-        self.reason = reason
-        super().__init__(f'{target}: cannot write {path!r}: {reason}' if path else f'{target}: {reason}')
-
-
-class FileTargetUnreachable(FileWriteFailed, ConnectionError):
-    """A file subscriber's SFTP server could not be reached or broke off (a socket-level error, retried so)."""
+        if record_index is not None:
+            where = f'record {record_index}' + (f' (line {line})' if line is not None else '')
+        else:
+            where = f'line {line}' if line is not None else ''
+        super().__init__(f'{where}: {reason}' if where else reason)
 
 
 # Admin API
@@ -576,3 +571,29 @@ class SourceUnavailable(FileTransferError, ConnectionError):
         self.label = label
         self.reason = reason
         super().__init__(f'{label}: {reason}')
+
+
+# File subscribers
+
+
+class FileRenderError(ConduitError, ValueError):
+    """A message's data cannot be written in a file format (the item of the file and the reason are named)."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        self.index = index
+        self.reason = reason
+        super().__init__(f'item {index}: {reason}')
+
+
+class FileWriteFailed(FileTransferError):
+    """A file subscriber could not write a file; names the target (never a credential), the file and the reason."""
+
+    def __init__(self, target: str, path: str, reason: str) -> None:
+        self.target = target
+        self.path = path
+        self.reason = reason
+        super().__init__(f'{target}: cannot write {path!r}: {reason}' if path else f'{target}: {reason}')
+
+
+class FileTargetUnreachable(FileWriteFailed, ConnectionError):
+    """A file subscriber's SFTP server could not be reached or broke off (a socket-level error, retried so)."""
