@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import paramiko
 import pytest
 from click.testing import CliRunner
 
@@ -41,6 +42,10 @@ FAST = {'wait_non_sock_err': 0.05, 'wait_sock_err': 0.05, 'max_wait_secs': 1.0, 
 TIMEOUT = 30  # how long a condition may take under load; met conditions return at once
 
 SECRET = 'sftp-pw-5c1e-never-shown'
+
+#: A well-formed public key line for a pinned host key (no server holds its private half).
+_KEY = paramiko.ECDSAKey.generate()
+HOST_KEY = f'{_KEY.get_name()} {_KEY.get_base64()}'
 
 
 @pytest.fixture
@@ -349,14 +354,16 @@ def delivery(msg_id: str, data: Any, topic: str = 'again') -> Delivery:
     ('file:///out?x=1', {}, 'query'),
     ('http://example.com/out', {}, 'file:///abs/dir or sftp://'),
     ('file:///out', {'file_password': '${CONDUIT_SECRET_X}'}, 'only an sftp:// target'),
-    (f'sftp://user:{SECRET}@127.0.0.1/out', {'file_host_key': 'ssh-ed25519 AAAA'}, 'must not contain a password'),
-    ('sftp://127.0.0.1/out', {'file_password': '${CONDUIT_SECRET_X}', 'file_host_key': 'ssh-ed25519 AAAA'},
+    (f'sftp://user:{SECRET}@127.0.0.1/out', {'file_host_key': HOST_KEY}, 'must not contain a password'),
+    ('sftp://127.0.0.1/out', {'file_password': '${CONDUIT_SECRET_X}', 'file_host_key': HOST_KEY},
      'names its user'),
-    ('sftp://user@127.0.0.1/out', {'file_host_key': 'ssh-ed25519 AAAA'}, 'needs file_password or file_private_key'),
+    ('sftp://user@127.0.0.1/out', {'file_host_key': HOST_KEY}, 'needs file_password or file_private_key'),
     ('sftp://user@127.0.0.1/out', {'file_password': '${CONDUIT_SECRET_X}'}, 'never trusted on first sight'),
-    ('sftp://user@127.0.0.1/out', {'file_password': SECRET, 'file_host_key': 'ssh-ed25519 AAAA'},
+    ('sftp://user@127.0.0.1/out', {'file_password': '${CONDUIT_SECRET_X}', 'file_host_key': 'ssh-ed25519 AAAA'},
+     'host_key is not a valid ssh-ed25519 public key'),
+    ('sftp://user@127.0.0.1/out', {'file_password': SECRET, 'file_host_key': HOST_KEY},
      'file_password must be a ${CONDUIT_SECRET_...} reference'),
-    ('sftp://user@127.0.0.1/out', {'file_private_key': '${HOME}', 'file_host_key': 'ssh-ed25519 AAAA'},
+    ('sftp://user@127.0.0.1/out', {'file_private_key': '${HOME}', 'file_host_key': HOST_KEY},
      'file_private_key references ${HOME}'),
     ('sftp://user@127.0.0.1/out', {'file_password': '${CONDUIT_SECRET_X}', 'file_known_hosts': 'relative'},
      'absolute path'),
@@ -389,7 +396,7 @@ def test_file_options_belong_to_file_subscriptions_only(make_rt: Callable[..., T
 
 def test_targets_are_shown_and_labelled_without_credentials() -> None:
     opts = DeliveryOptions().with_overrides({'file_password': '${CONDUIT_SECRET_SFTP}',
-                                             'file_host_key': 'ssh-ed25519 AAAAC3Nza'}, 'w')
+                                             'file_host_key': HOST_KEY}, 'w')
     target = parse_target('sftp://ann%40corp@[::1]:2222/srv/out%20box', opts, 'w')
     assert target.label == 'sftp://ann@corp@[::1]:2222/srv/out box'
     assert target.directory == '/srv/out box' and target.sftp is not None
@@ -466,7 +473,7 @@ def test_the_admin_api_makes_shows_and_changes_file_subscriptions(make_rt: Calla
     assert view['options']['file_format'] == 'csv'
     sub_id = view['id']
 
-    sftp = {'file_password': '${CONDUIT_SECRET_OUT}', 'file_host_key': 'ssh-ed25519 AAAAC3Nza'}
+    sftp = {'file_password': '${CONDUIT_SECRET_OUT}', 'file_host_key': HOST_KEY}
     r = client.simulate_post('/admin/subscriptions', json={
         'topic': 'admin.files', 'kind': 'file', 'push_url': 'sftp://ann@127.0.0.1:2222/out', 'options': sftp})
     assert r.status_code == 201, r.text
@@ -537,7 +544,7 @@ def test_logs_and_errors_never_show_an_sftp_password(make_rt: Callable[..., Test
     rt = make_rt()
     # Nothing listens there: connecting fails, and the message is retried, then dead-lettered.
     sub = file_subscription(rt, 'files.sftp.down', 'sftp://ann@127.0.0.1:1/out', max_attempts=2,
-                            file_password='${CONDUIT_SECRET_SFTP_TEST}', file_host_key='ssh-ed25519 AAAAC3Nza')
+                            file_password='${CONDUIT_SECRET_SFTP_TEST}', file_host_key=HOST_KEY)
     rt.broker.publish('files.sftp.down', {'n': 1})
     wait_until(lambda: rt.catalog.dead_letters(sub.sub_key), TIMEOUT, message='a dead letter')
     [dead] = rt.catalog.dead_letters(sub.sub_key)
