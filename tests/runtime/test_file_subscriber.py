@@ -29,11 +29,13 @@ from click.testing import CliRunner
 from runtime import cli as cli_module
 from runtime.cli import subscriptions as sub_cli
 from runtime.config import Settings
-from runtime.errors import ConfigError
+from runtime.errors import ConfigError, FileTargetUnreachable
+from runtime.pubsub.hooks import DeliveryHook
 from runtime.pubsub.message import Delivery
 from runtime.pubsub.registry import DeliveryOptions, SubInfo
 from runtime.pubsub.subscribers.file import FileDeliverer, parse_target, shown_target
 from runtime.testing import TestRuntime, admin_client, make_settings, wait_until
+from tests.sshd import SshServer
 
 #: Broker settings of every runtime here: quick lease renewal, polling and retries.
 FAST = {'wait_non_sock_err': 0.05, 'wait_sock_err': 0.05, 'max_wait_secs': 1.0, 'lease_renew_secs': 0.1,
@@ -550,3 +552,84 @@ def test_logs_and_errors_never_show_an_sftp_password(make_rt: Callable[..., Test
     [dead] = rt.catalog.dead_letters(sub.sub_key)
     assert 'sftp://ann@127.0.0.1:1/out' in dead['last_error'], dead['last_error']
     assert SECRET not in dead['last_error'] and SECRET not in caplog.text
+
+
+# SFTP, against a real OpenSSH server
+
+
+def test_files_written_over_sftp_survive_a_server_restart_and_never_show_the_key(
+        make_rt: Callable[..., TestRuntime], sshd: SshServer, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    for name, value in sshd.secret_env.items():
+        monkeypatch.setenv(name, value)
+    rt = make_rt(wait_sock_err=0.1, max_wait_secs=0.5)
+    out = sshd.root / 'outbox' / 'payroll'  # missing: made over SFTP, with its parent
+    url = f'sftp://{sshd.username}@{sshd.host}:{sshd.port}{out}'
+    sub = file_subscription(rt, 'payroll.paid', url, paused=True, file_format='csv', file_per='batch',
+                            file_private_key=sshd.key_reference, file_host_key=sshd.host_key_line,
+                            file_name='{date}/payroll-{msg_id}.{ext}')
+    ids = [rt.broker.publish('payroll.paid', {'employee': n, 'amount': n * 100, 'name': f'Zoë, n° {n}'})
+           for n in range(3)]
+    rt.catalog.set_active(sub.sub_key, True)
+    wait_until(lambda: files(out), TIMEOUT, message='a file over SFTP')
+    drained(rt, sub)
+    [(name, data)] = files(out).items()
+    assert re.fullmatch(rf'\d{{4}}-\d{{2}}-\d{{2}}/payroll-{ids[0]}\.csv', name), name
+    assert read_csv(data) == [['employee', 'amount', 'name'], ['0', '0', 'Zoë, n° 0'], ['1', '100', 'Zoë, n° 1'],
+                              ['2', '200', 'Zoë, n° 2']]
+
+    # The server goes away: the message waits (socket-level retries) and is written once it is back.
+    failures: list[BaseException] = []
+    rt.broker.hooks.add(Failures(failures))
+    sshd.stop()
+    later = rt.broker.publish('payroll.paid', {'employee': 9, 'amount': 1, 'name': 'late'})
+    wait_until(lambda: len(failures) >= 2, TIMEOUT, message='two failed attempts while the server is down')
+    assert all(isinstance(e, FileTargetUnreachable) and url in str(e) for e in failures), failures
+    assert rt.catalog.dead_letters(sub.sub_key) == [] and rt.catalog.queue_depth(sub.sub_key) == 1
+    sshd.start()
+    wait_until(lambda: len(files(out)) == 2, TIMEOUT, message='the file written after the restart')
+    drained(rt, sub)
+    assert any(later in n for n in files(out))
+    assert not [n for n in files(out) if '/.' in n or n.startswith('.')]  # no temporary file left
+    assert rt.catalog.dead_letters(sub.sub_key) == []
+    key_body = ''.join(sshd.client_key_text.splitlines()[1:-1])
+    assert key_body[:40] not in caplog.text
+
+
+class Failures(DeliveryHook):
+    """Records the error of every failed delivery attempt."""
+
+    def __init__(self, seen: list[BaseException]) -> None:
+        self.seen = seen
+
+    def after_deliver(self, sub: SubInfo, delivery: Delivery, ok: bool, error: BaseException | None,
+                      duration_secs: float) -> None:
+        if error is not None:
+            self.seen.append(error)
+
+
+def test_an_sftp_server_with_another_host_key_is_never_written_to(make_rt: Callable[..., TestRuntime],
+                                                                   sshd: SshServer,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in sshd.secret_env.items():
+        monkeypatch.setenv(name, value)
+    rt = make_rt()
+    out = sshd.root / 'spoofed'
+    url = f'sftp://{sshd.username}@{sshd.host}:{sshd.port}{out}'
+    sub = file_subscription(rt, 'files.spoofed', url, max_attempts=2, file_private_key=sshd.key_reference,
+                            file_host_key=HOST_KEY)  # not this server's key
+    rt.broker.publish('files.spoofed', {'n': 1})
+    wait_until(lambda: rt.catalog.dead_letters(sub.sub_key), TIMEOUT, message='a dead letter')
+    [dead] = rt.catalog.dead_letters(sub.sub_key)
+    assert dead['reason'] == 'max_attempts' and url in dead['last_error'], dead
+    assert 'host key' in dead['last_error'].lower(), dead['last_error']
+    assert not out.exists()
+
+    # With a known_hosts file naming the real key, the same target is written.
+    known = sshd.known_hosts(sshd.dir / 'known_hosts')
+    ok = file_subscription(rt, 'files.known', url, file_private_key=sshd.key_reference, file_known_hosts=str(known))
+    rt.broker.publish('files.known', {'n': 2})
+    wait_until(lambda: files(out), TIMEOUT, message='a file')
+    drained(rt, ok)
+    assert list(files(out).values()) == [b'{"n":2}\n']
