@@ -266,8 +266,10 @@ class FileDeliverer:
         self._open = open_target
         self._target: Target | None = None
         self._target_key: tuple[str, ...] = ()
-        #: Directories (relative to the target's) made since the target was opened or last failed.
+        #: Directories (relative to '/') made since the target was opened or last failed.
         self._made: set[str] = set()
+        #: The target and CSV columns of the options last seen (parsing a host key is not free).
+        self._parsed: tuple[tuple[str, DeliveryOptions], FileTarget, tuple[str, ...]] | None = None
 
     def deliver_batch(self, sub: SubInfo, batch: list[Delivery]) -> list[Outcome]:
         """Write a batch, one file per message (or per batch); one outcome per message tried."""
@@ -297,8 +299,7 @@ class FileDeliverer:
             ready.append((outcome, *rendered))
         if not ready:
             return outcomes
-        target = parse_target(sub.push_url, opts, sub.label)
-        columns = writers.check_columns(opts.file_csv_columns, sub.label)
+        target, columns = self._target_of(sub)
         for seq, file in enumerate(_files(opts.file_per, ready), start=1):
             try:
                 self._write(sub, target, file, seq, columns)
@@ -312,6 +313,13 @@ class FileDeliverer:
                     last = next(i for i, o in enumerate(outcomes) if o is file.outcomes[-1])
                     return outcomes[:last + 1]
         return outcomes
+
+    def _target_of(self, sub: SubInfo) -> tuple[FileTarget, tuple[str, ...]]:
+        key = (sub.push_url, sub.options)
+        if self._parsed is None or self._parsed[0] != key:
+            target = parse_target(sub.push_url, sub.options, sub.label)
+            self._parsed = (key, target, writers.check_columns(sub.options.file_csv_columns, sub.label))
+        return self._parsed[1], self._parsed[2]
 
     def _write(self, sub: SubInfo, target: FileTarget, file: _File, seq: int, columns: tuple[str, ...]) -> None:
         opts = sub.options
