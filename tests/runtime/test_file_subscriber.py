@@ -48,6 +48,9 @@ SECRET = 'sftp-pw-5c1e-never-shown'
 #: A well-formed public key line for a pinned host key (no server holds its private half).
 _KEY = paramiko.ECDSAKey.generate()
 HOST_KEY = f'{_KEY.get_name()} {_KEY.get_base64()}'
+#: An RSA key line whose crafted numbers make paramiko's parser overflow.
+CRAFTED_RSA_KEY = ('ssh-rsa AAAAB3NzaC1yc2GE0gHX5c/sNsY1SWiOh7dcRLJGLnd4PWahda/zNE2DXO96HPq7M2qxr6FPGVUAVvA0onAkW5sbYgZ'
+                   'yTtzra50aw597UrDDQvSxZ6+v/JgHGyf4iWrz5SmiN378Zb/daNS7429MhUCREgpz/n4=')
 
 
 @pytest.fixture
@@ -363,6 +366,8 @@ def delivery(msg_id: str, data: Any, topic: str = 'again') -> Delivery:
     ('sftp://user@127.0.0.1/out', {'file_password': '${CONDUIT_SECRET_X}'}, 'never trusted on first sight'),
     ('sftp://user@127.0.0.1/out', {'file_password': '${CONDUIT_SECRET_X}', 'file_host_key': 'ssh-ed25519 AAAA'},
      'host_key is not a valid ssh-ed25519 public key'),
+    ('sftp://user@127.0.0.1/out', {'file_password': '${CONDUIT_SECRET_X}', 'file_host_key': CRAFTED_RSA_KEY},
+     'host_key is not a valid'),
     ('sftp://user@127.0.0.1/out', {'file_password': SECRET, 'file_host_key': HOST_KEY},
      'file_password must be a ${CONDUIT_SECRET_...} reference'),
     ('sftp://user@127.0.0.1/out', {'file_private_key': '${HOME}', 'file_host_key': HOST_KEY},

@@ -177,7 +177,12 @@ def parse_target(url: str, options: DeliveryOptions, where: str) -> FileTarget:
     params = SftpParams(host=host, port=port, username=username, password_ref=options.file_password,
                         private_key_ref=options.file_private_key, host_key=options.file_host_key.strip(),
                         known_hosts=options.file_known_hosts)
-    check_params(params, where)  # the host key is parsed: a malformed one is refused now, not at delivery
+    try:
+        check_params(params, where)  # the host key is parsed: a malformed one is refused now, not at delivery
+    except ConfigError:
+        raise
+    except Exception as e:  # paramiko's parsers raise more than they document for crafted keys (OverflowError)
+        raise ConfigError(where, f'file_host_key is not a valid public key ({type(e).__name__})') from None
     shown_host = f'[{host}]' if ':' in host else host
     return FileTarget(directory, params, f'sftp://{username}@{shown_host}:{port}{directory}')
 
