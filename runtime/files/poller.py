@@ -106,6 +106,8 @@ class Poller:
         self._mine: set[gevent.Greenlet] = set()
         #: Files left in place after processing: path -> (size, mtime).
         self._left: dict[str, tuple[int, float]] = {}
+        #: Files that could not be claimed (logged once each, while they are there).
+        self._unclaimable: set[str] = set()
         self._stopping = False
         self._missing = False
         self._unavailable = False
@@ -192,7 +194,16 @@ class Poller:
         for entry in complete:
             if not self._wait_for_slot():
                 return
-            self._claim(entry)
+            try:
+                self._claim(entry)
+            except SourceUnavailable:
+                raise
+            except (OSError, ValueError) as e:
+                # One file that cannot be claimed (a name too long for its claim name) must not stop the others.
+                if entry.path not in self._unclaimable:
+                    self._unclaimable.add(entry.path)
+                    _log.warning('%s: %s cannot be claimed, left where it is: %s', self.label, entry.path, e)
+        self._unclaimable &= listed
 
     def _wait_for_slot(self) -> bool:
         while not self._stopping:

@@ -192,6 +192,12 @@ def test_csv_rows_become_one_message_each_for_a_pull_subscriber(make_rt: Callabl
     (run,) = runs(rt, 'invoices')
     assert (run.state, run.file_name, run.records_done, run.published) == ('done', 'batch-1.csv', 3, 3)
     assert run.size == len(content)
+    families = {f.name: f for f in rt.metrics.collect()}
+    files = {(s.labels['channel'], s.labels['outcome']): s.value
+             for s in families['conduit_file_transfer_files'].samples if s.name.endswith('_total')}
+    assert files == {('invoices', 'processed'): 1}
+    (sample,) = [s for s in families['conduit_file_transfer_published'].samples if s.name.endswith('_total')]
+    assert (sample.labels['channel'], sample.value) == ('invoices', 3)
 
 
 def test_every_format_and_record_mode(make_rt: Callable[..., TestRuntime], tmp_path: Path) -> None:
@@ -652,3 +658,38 @@ def test_prepared_publications_and_other_work_commit_together_or_not_at_all(
     assert rt.broker.store_prepared([p for p in pubs if p is not None], accept) == 'stored'
     assert data_of(rt, 'batch') == [{'n': 0}, {'n': 1}, {'n': 2}]
     assert names() == ['written']
+
+
+def test_runs_older_than_history_days_are_deleted_except_those_of_channels_that_leave_files(
+        make_rt: Callable[..., TestRuntime], tmp_path: Path) -> None:
+    rt = make_rt()
+    topic_with_pull(rt, 'hist')
+    store_channel(rt, 'deleting', tmp_path / 'a', topics=['hist'])
+    store_channel(rt, 'leaving', tmp_path / 'b', topics=['hist'], after='leave')
+    for directory, channel in (('a', 'deleting'), ('b', 'leaving')):
+        drop(tmp_path / directory, 'x.json', '{"x": 1}')
+        wait_until(lambda channel=channel: [r.state for r in runs(rt, channel)] == ['done'], TIMEOUT,
+                   message=f'{channel} processed')
+    days = rt.settings.file_transfer.history_days
+    assert rt.file_transfer.sweep_history(now=time.time() + (days - 1) * 86400) == 0  # not old enough yet
+    assert rt.file_transfer.sweep_history(now=time.time() + (days + 1) * 86400) == 1
+    assert runs(rt, 'deleting') == []
+    assert [r.state for r in runs(rt, 'leaving')] == ['done']
+
+
+def test_a_file_whose_name_is_too_long_to_claim_is_logged_once_and_the_others_go_on(
+        make_rt: Callable[..., TestRuntime], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    rt = make_rt()
+    topic_with_pull(rt, 'names')
+    with caplog.at_level(logging.WARNING, logger='runtime.files'):
+        store_channel(rt, 'names', tmp_path / 'in', topics=['names'])
+        long_name = 'a' * 240 + '.json'  # a legal name, but its claim name would pass 255 bytes
+        drop(tmp_path / 'in', long_name, '{"n": "long"}')
+        path = drop(tmp_path / 'in', 'b.json', '{"n": "short"}')
+        wait_until(gone(path), TIMEOUT, message='the other file processed')
+        poller = rt.file_transfer.pollers()['names']
+        polls = poller.polls
+        wait_until(lambda: poller.polls >= polls + 3, TIMEOUT, message='more polls')
+    assert data_of(rt, 'names') == [{'n': 'short'}]
+    assert files_in(tmp_path / 'in') == [long_name]
+    assert len([r for r in caplog.records if 'cannot be claimed' in r.getMessage()]) == 1
