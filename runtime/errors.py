@@ -490,32 +490,6 @@ class FileParseError(ConduitError, ValueError):
         super().__init__(f'{where}: {reason}' if where else reason)
 
 
-# File subscribers
-
-
-class FileRenderError(ConduitError, ValueError):
-    """A message's data cannot be written in a file format (the item of the file and the reason are named)."""
-
-    def __init__(self, index: int, reason: str) -> None:
-        self.index = index
-        self.reason = reason
-        super().__init__(f'item {index}: {reason}')
-
-
-class FileWriteFailed(ConduitError):
-    """A file subscriber could not write a file; names the target (never a credential), the file and the reason."""
-
-    def __init__(self, target: str, path: str, reason: str) -> None:
-        self.target = target
-        self.path = path
-        self.reason = reason
-        super().__init__(f'{target}: cannot write {path!r}: {reason}' if path else f'{target}: {reason}')
-
-
-class FileTargetUnreachable(FileWriteFailed, ConnectionError):
-    """A file subscriber's SFTP server could not be reached or broke off (a socket-level error, retried so)."""
-
-
 # Admin API
 
 
@@ -598,3 +572,28 @@ class SourceUnavailable(FileTransferError, ConnectionError):
         self.reason = reason
         super().__init__(f'{label}: {reason}')
 
+
+# File subscribers
+
+
+class FileRenderError(ConduitError, ValueError):
+    """A message's data cannot be written in a file format (the item of the file and the reason are named)."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        self.index = index
+        self.reason = reason
+        super().__init__(f'item {index}: {reason}')
+
+
+class FileWriteFailed(FileTransferError):
+    """A file subscriber could not write a file; names the target (never a credential), the file and the reason."""
+
+    def __init__(self, target: str, path: str, reason: str) -> None:
+        self.target = target
+        self.path = path
+        self.reason = reason
+        super().__init__(f'{target}: cannot write {path!r}: {reason}' if path else f'{target}: {reason}')
+
+
+class FileTargetUnreachable(FileWriteFailed, ConnectionError):
+    """A file subscriber's SFTP server could not be reached or broke off (a socket-level error, retried so)."""

@@ -130,12 +130,13 @@ class Subscription(Base):
     #: A topic name or a pattern with * / ** wildcards, as given.
     pattern: Mapped[str] = mapped_column(String(200))
     #: 'service' (pushed to a service), 'rest_push' (POSTed to a URL), 'pull' (fetched by the client),
-    #: 'websocket' (sent over a client's WebSocket, see WsClient).
+    #: 'websocket' (sent over a client's WebSocket, see WsClient), 'file' (written as files into push_url).
     kind: Mapped[str] = mapped_column(String(16))
     #: The service invoked (kind service), or the service that owns a pull subscription.
     service: Mapped[str] = mapped_column(String(200), default='')
     #: The security definition of a REST subscriber.
     security: Mapped[str] = mapped_column(String(200), default='')
+    #: Where a REST push subscription POSTs, or where a file subscription writes (file:///dir, sftp://user@host/dir).
     push_url: Mapped[str] = mapped_column(String(1000), default='')
     #: JSON object of delivery options overriding the server's [pubsub] defaults.
     options: Mapped[str] = mapped_column(Text, default='{}')

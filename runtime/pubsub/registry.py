@@ -40,7 +40,7 @@ PUSH_FORMATS = ('flat', 'envelope')
 FILE_PER = ('message', 'batch')
 
 #: Fields a file subscription's name template (file_name) may use.
-FILE_NAME_FIELDS = ('topic', 'msg_id', 'date', 'time', 'ext', 'seq')
+FILE_NAME_FIELDS = naming.OUTBOUND_FIELDS
 
 #: Delivery options only file subscriptions take.
 FILE_OPTION_PREFIX = 'file_'

@@ -22,17 +22,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import paramiko
 import pytest
 from click.testing import CliRunner
 
 from runtime import cli as cli_module
 from runtime.cli import subscriptions as sub_cli
 from runtime.config import Settings
-from runtime.errors import ConfigError
+from runtime.errors import ConfigError, FileTargetUnreachable
+from runtime.pubsub.hooks import DeliveryHook
 from runtime.pubsub.message import Delivery
 from runtime.pubsub.registry import DeliveryOptions, SubInfo
 from runtime.pubsub.subscribers.file import FileDeliverer, parse_target, shown_target
 from runtime.testing import TestRuntime, admin_client, make_settings, wait_until
+from tests.sshd import SshServer
 
 #: Broker settings of every runtime here: quick lease renewal, polling and retries.
 FAST = {'wait_non_sock_err': 0.05, 'wait_sock_err': 0.05, 'max_wait_secs': 1.0, 'lease_renew_secs': 0.1,
@@ -41,6 +44,13 @@ FAST = {'wait_non_sock_err': 0.05, 'wait_sock_err': 0.05, 'max_wait_secs': 1.0, 
 TIMEOUT = 30  # how long a condition may take under load; met conditions return at once
 
 SECRET = 'sftp-pw-5c1e-never-shown'
+
+#: A well-formed public key line for a pinned host key (no server holds its private half).
+_KEY = paramiko.ECDSAKey.generate()
+HOST_KEY = f'{_KEY.get_name()} {_KEY.get_base64()}'
+#: An RSA key line whose crafted numbers make paramiko's parser overflow.
+CRAFTED_RSA_KEY = ('ssh-rsa AAAAB3NzaC1yc2GE0gHX5c/sNsY1SWiOh7dcRLJGLnd4PWahda/zNE2DXO96HPq7M2qxr6FPGVUAVvA0onAkW5sbYgZ'
+                   'yTtzra50aw597UrDDQvSxZ6+v/JgHGyf4iWrz5SmiN378Zb/daNS7429MhUCREgpz/n4=')
 
 
 @pytest.fixture
@@ -349,14 +359,18 @@ def delivery(msg_id: str, data: Any, topic: str = 'again') -> Delivery:
     ('file:///out?x=1', {}, 'query'),
     ('http://example.com/out', {}, 'file:///abs/dir or sftp://'),
     ('file:///out', {'file_password': '${CONDUIT_SECRET_X}'}, 'only an sftp:// target'),
-    (f'sftp://user:{SECRET}@127.0.0.1/out', {'file_host_key': 'ssh-ed25519 AAAA'}, 'must not contain a password'),
-    ('sftp://127.0.0.1/out', {'file_password': '${CONDUIT_SECRET_X}', 'file_host_key': 'ssh-ed25519 AAAA'},
+    (f'sftp://user:{SECRET}@127.0.0.1/out', {'file_host_key': HOST_KEY}, 'must not contain a password'),
+    ('sftp://127.0.0.1/out', {'file_password': '${CONDUIT_SECRET_X}', 'file_host_key': HOST_KEY},
      'names its user'),
-    ('sftp://user@127.0.0.1/out', {'file_host_key': 'ssh-ed25519 AAAA'}, 'needs file_password or file_private_key'),
+    ('sftp://user@127.0.0.1/out', {'file_host_key': HOST_KEY}, 'needs file_password or file_private_key'),
     ('sftp://user@127.0.0.1/out', {'file_password': '${CONDUIT_SECRET_X}'}, 'never trusted on first sight'),
-    ('sftp://user@127.0.0.1/out', {'file_password': SECRET, 'file_host_key': 'ssh-ed25519 AAAA'},
+    ('sftp://user@127.0.0.1/out', {'file_password': '${CONDUIT_SECRET_X}', 'file_host_key': 'ssh-ed25519 AAAA'},
+     'host_key is not a valid ssh-ed25519 public key'),
+    ('sftp://user@127.0.0.1/out', {'file_password': '${CONDUIT_SECRET_X}', 'file_host_key': CRAFTED_RSA_KEY},
+     'host_key is not a valid'),
+    ('sftp://user@127.0.0.1/out', {'file_password': SECRET, 'file_host_key': HOST_KEY},
      'file_password must be a ${CONDUIT_SECRET_...} reference'),
-    ('sftp://user@127.0.0.1/out', {'file_private_key': '${HOME}', 'file_host_key': 'ssh-ed25519 AAAA'},
+    ('sftp://user@127.0.0.1/out', {'file_private_key': '${HOME}', 'file_host_key': HOST_KEY},
      'file_private_key references ${HOME}'),
     ('sftp://user@127.0.0.1/out', {'file_password': '${CONDUIT_SECRET_X}', 'file_known_hosts': 'relative'},
      'absolute path'),
@@ -389,7 +403,7 @@ def test_file_options_belong_to_file_subscriptions_only(make_rt: Callable[..., T
 
 def test_targets_are_shown_and_labelled_without_credentials() -> None:
     opts = DeliveryOptions().with_overrides({'file_password': '${CONDUIT_SECRET_SFTP}',
-                                             'file_host_key': 'ssh-ed25519 AAAAC3Nza'}, 'w')
+                                             'file_host_key': HOST_KEY}, 'w')
     target = parse_target('sftp://ann%40corp@[::1]:2222/srv/out%20box', opts, 'w')
     assert target.label == 'sftp://ann@corp@[::1]:2222/srv/out box'
     assert target.directory == '/srv/out box' and target.sftp is not None
@@ -466,7 +480,7 @@ def test_the_admin_api_makes_shows_and_changes_file_subscriptions(make_rt: Calla
     assert view['options']['file_format'] == 'csv'
     sub_id = view['id']
 
-    sftp = {'file_password': '${CONDUIT_SECRET_OUT}', 'file_host_key': 'ssh-ed25519 AAAAC3Nza'}
+    sftp = {'file_password': '${CONDUIT_SECRET_OUT}', 'file_host_key': HOST_KEY}
     r = client.simulate_post('/admin/subscriptions', json={
         'topic': 'admin.files', 'kind': 'file', 'push_url': 'sftp://ann@127.0.0.1:2222/out', 'options': sftp})
     assert r.status_code == 201, r.text
@@ -537,9 +551,90 @@ def test_logs_and_errors_never_show_an_sftp_password(make_rt: Callable[..., Test
     rt = make_rt()
     # Nothing listens there: connecting fails, and the message is retried, then dead-lettered.
     sub = file_subscription(rt, 'files.sftp.down', 'sftp://ann@127.0.0.1:1/out', max_attempts=2,
-                            file_password='${CONDUIT_SECRET_SFTP_TEST}', file_host_key='ssh-ed25519 AAAAC3Nza')
+                            file_password='${CONDUIT_SECRET_SFTP_TEST}', file_host_key=HOST_KEY)
     rt.broker.publish('files.sftp.down', {'n': 1})
     wait_until(lambda: rt.catalog.dead_letters(sub.sub_key), TIMEOUT, message='a dead letter')
     [dead] = rt.catalog.dead_letters(sub.sub_key)
     assert 'sftp://ann@127.0.0.1:1/out' in dead['last_error'], dead['last_error']
     assert SECRET not in dead['last_error'] and SECRET not in caplog.text
+
+
+# SFTP, against a real OpenSSH server
+
+
+def test_files_written_over_sftp_survive_a_server_restart_and_never_show_the_key(
+        make_rt: Callable[..., TestRuntime], sshd: SshServer, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    for name, value in sshd.secret_env.items():
+        monkeypatch.setenv(name, value)
+    rt = make_rt(wait_sock_err=0.1, max_wait_secs=0.5)
+    out = sshd.root / 'outbox' / 'payroll'  # missing: made over SFTP, with its parent
+    url = f'sftp://{sshd.username}@{sshd.host}:{sshd.port}{out}'
+    sub = file_subscription(rt, 'payroll.paid', url, paused=True, file_format='csv', file_per='batch',
+                            file_private_key=sshd.key_reference, file_host_key=sshd.host_key_line,
+                            file_name='{date}/payroll-{msg_id}.{ext}')
+    ids = [rt.broker.publish('payroll.paid', {'employee': n, 'amount': n * 100, 'name': f'Zoë, n° {n}'})
+           for n in range(3)]
+    rt.catalog.set_active(sub.sub_key, True)
+    wait_until(lambda: files(out), TIMEOUT, message='a file over SFTP')
+    drained(rt, sub)
+    [(name, data)] = files(out).items()
+    assert re.fullmatch(rf'\d{{4}}-\d{{2}}-\d{{2}}/payroll-{ids[0]}\.csv', name), name
+    assert read_csv(data) == [['employee', 'amount', 'name'], ['0', '0', 'Zoë, n° 0'], ['1', '100', 'Zoë, n° 1'],
+                              ['2', '200', 'Zoë, n° 2']]
+
+    # The server goes away: the message waits (socket-level retries) and is written once it is back.
+    failures: list[BaseException] = []
+    rt.broker.hooks.add(Failures(failures))
+    sshd.stop()
+    later = rt.broker.publish('payroll.paid', {'employee': 9, 'amount': 1, 'name': 'late'})
+    wait_until(lambda: len(failures) >= 2, TIMEOUT, message='two failed attempts while the server is down')
+    assert all(isinstance(e, FileTargetUnreachable) and url in str(e) for e in failures), failures
+    assert rt.catalog.dead_letters(sub.sub_key) == [] and rt.catalog.queue_depth(sub.sub_key) == 1
+    sshd.start()
+    wait_until(lambda: len(files(out)) == 2, TIMEOUT, message='the file written after the restart')
+    drained(rt, sub)
+    assert any(later in n for n in files(out))
+    assert not [n for n in files(out) if '/.' in n or n.startswith('.')]  # no temporary file left
+    assert rt.catalog.dead_letters(sub.sub_key) == []
+    key_body = ''.join(sshd.client_key_text.splitlines()[1:-1])
+    assert key_body[:40] not in caplog.text
+
+
+class Failures(DeliveryHook):
+    """Records the error of every failed delivery attempt."""
+
+    def __init__(self, seen: list[BaseException]) -> None:
+        self.seen = seen
+
+    def after_deliver(self, sub: SubInfo, delivery: Delivery, ok: bool, error: BaseException | None,
+                      duration_secs: float) -> None:
+        if error is not None:
+            self.seen.append(error)
+
+
+def test_an_sftp_server_with_another_host_key_is_never_written_to(make_rt: Callable[..., TestRuntime],
+                                                                   sshd: SshServer,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in sshd.secret_env.items():
+        monkeypatch.setenv(name, value)
+    rt = make_rt()
+    out = sshd.root / 'spoofed'
+    url = f'sftp://{sshd.username}@{sshd.host}:{sshd.port}{out}'
+    sub = file_subscription(rt, 'files.spoofed', url, max_attempts=2, file_private_key=sshd.key_reference,
+                            file_host_key=HOST_KEY)  # not this server's key
+    rt.broker.publish('files.spoofed', {'n': 1})
+    wait_until(lambda: rt.catalog.dead_letters(sub.sub_key), TIMEOUT, message='a dead letter')
+    [dead] = rt.catalog.dead_letters(sub.sub_key)
+    assert dead['reason'] == 'max_attempts' and url in dead['last_error'], dead
+    assert 'host key' in dead['last_error'].lower(), dead['last_error']
+    assert not out.exists()
+
+    # With a known_hosts file naming the real key, the same target is written.
+    known = sshd.known_hosts(sshd.dir / 'known_hosts')
+    ok = file_subscription(rt, 'files.known', url, file_private_key=sshd.key_reference, file_known_hosts=str(known))
+    rt.broker.publish('files.known', {'n': 2})
+    wait_until(lambda: files(out), TIMEOUT, message='a file')
+    drained(rt, ok)
+    assert list(files(out).values()) == [b'{"n":2}\n']

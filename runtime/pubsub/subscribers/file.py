@@ -12,23 +12,24 @@ What is written (``runtime.files.writers``):
 - ``file_per: message`` (the default): one file per message; ``batch``: one file per delivery
   batch (at most ``delivery_batch_size`` messages), or per run of messages of one topic in it,
   so that every file has one topic and the files keep the messages' order;
-- ``file_format``: ``json`` (a message's data as JSON; a batch as a JSON array, even of one; text or bytes
-  published with another mime type are written as they are in a file of one message, and binary
-  data elsewhere is its stored base64 text), ``jsonl`` (one line per message) or ``csv`` (a header
-  row, then one row per message, whose data must be a flat object; columns ``file_csv_columns``,
-  else the messages' keys);
+- ``file_format``: ``json`` (a message's data as JSON; a batch as a JSON array, even of one;
+  text or bytes published with another mime type are written as they are in a file of one
+  message, and binary data elsewhere is its stored base64 text), ``jsonl`` (one line per message)
+  or ``csv`` (a header row, then one row per message, whose data must be a flat object; columns
+  ``file_csv_columns``, else the messages' keys);
 - ``file_name``: a template relative to the target directory, with the fields ``topic``,
-  ``msg_id`` (the file's first message), ``date`` (YYYY-MM-DD) and ``time`` (HHMMSS) of that
-  message's publication in UTC, ``ext`` (the format) and ``seq`` (the file's number among those
-  of one delivery batch, from 1). Values are made safe for a file name (``runtime.files.naming``);
-  a template may hold ``/`` to write into subdirectories, made when missing. The default,
-  ``{topic}-{date}-{msg_id}.{ext}``, names each file after its (first) message, so a message
-  delivered again overwrites its own file rather than making a second one; a template without
-  ``{msg_id}`` makes later files replace earlier ones of the same name.
+  ``msg_id`` (the file's first message), ``date`` (YYYY-MM-DD), ``time`` (HHMMSS), ``year``,
+  ``month`` and ``day`` of that message's publication in UTC, ``ext`` (the format) and ``seq``
+  (the file's number among those of one delivery batch, from 1). Values are made safe for a file
+  name (``runtime.files.naming``); a template may hold ``/`` to write into subdirectories, made
+  when missing. The default, ``{topic}-{date}-{msg_id}.{ext}``, names each file after its (first)
+  message, so a message delivered again overwrites its own file rather than making a second one;
+  a template without ``{msg_id}`` makes later files replace earlier ones of the same name.
 
 Each file is written under a temporary name in the same directory and renamed onto its name when
 complete (``Source.write_atomic``): a reader never sees half a file. The target directory is made
-(like ``mkdir -p``) before the first file, and again after a failed write.
+(like ``mkdir -p``, its parents too) before the first file, and again after a failed write; so
+the source is opened at ``/`` and the target directory is a path within it.
 
 Failures: a message that cannot be rendered in the format (a CSV row that is not a flat object,
 data that is not JSON within the limits) is dead-lettered at once (``UnrenderableMessage``); the
@@ -48,7 +49,6 @@ from __future__ import annotations
 
 import logging
 import posixpath
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -57,14 +57,16 @@ from urllib.parse import unquote, urlsplit
 import gevent
 
 from runtime.errors import (
+    ConduitError,
     ConfigError,
     FileRenderError,
     FileTargetUnreachable,
     FileWriteFailed,
+    SourceMissing,
     UnrenderableMessage,
 )
 from runtime.files import naming, writers
-from runtime.files.sftp import SftpParams
+from runtime.files.sftp_params import SftpParams, check_params
 from runtime.files.sources import open_source
 from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub.delivery import Outcome
@@ -175,6 +177,12 @@ def parse_target(url: str, options: DeliveryOptions, where: str) -> FileTarget:
     params = SftpParams(host=host, port=port, username=username, password_ref=options.file_password,
                         private_key_ref=options.file_private_key, host_key=options.file_host_key.strip(),
                         known_hosts=options.file_known_hosts)
+    try:
+        check_params(params, where)  # the host key is parsed: a malformed one is refused now, not at delivery
+    except ConfigError:
+        raise
+    except Exception as e:  # paramiko's parsers raise more than they document for crafted keys (OverflowError)
+        raise ConfigError(where, f'file_host_key is not a valid public key ({type(e).__name__})') from None
     shown_host = f'[{host}]' if ':' in host else host
     return FileTarget(directory, params, f'sftp://{username}@{shown_host}:{port}{directory}')
 
@@ -239,9 +247,8 @@ def _files(per: str, ready: list[tuple[Outcome, writers.Rendered, bytes | None]]
 
 
 def _name_values(d: Delivery, fmt: str, seq: int) -> dict[str, str]:
-    stamp = time.gmtime(d.pub_time)
-    return {'topic': d.topic_name, 'msg_id': d.msg_id, 'date': time.strftime('%Y-%m-%d', stamp),
-            'time': time.strftime('%H%M%S', stamp), 'ext': writers.extension(fmt), 'seq': str(seq)}
+    # The publication's time, not the writing's: a message delivered again gets the same name.
+    return naming.outbound_values(d.topic_name, d.msg_id, writers.extension(fmt), seq, d.pub_time)
 
 
 def _safe_path(path: str) -> str | None:
@@ -264,8 +271,10 @@ class FileDeliverer:
         self._open = open_target
         self._target: Target | None = None
         self._target_key: tuple[str, ...] = ()
-        #: Directories (relative to the target's) made since the target was opened or last failed.
+        #: Directories (relative to '/') made since the target was opened or last failed.
         self._made: set[str] = set()
+        #: The target and CSV columns of the options last seen (parsing a host key is not free).
+        self._parsed: tuple[tuple[str, DeliveryOptions], FileTarget, tuple[str, ...]] | None = None
 
     def deliver_batch(self, sub: SubInfo, batch: list[Delivery]) -> list[Outcome]:
         """Write a batch, one file per message (or per batch); one outcome per message tried."""
@@ -295,8 +304,7 @@ class FileDeliverer:
             ready.append((outcome, *rendered))
         if not ready:
             return outcomes
-        target = parse_target(sub.push_url, opts, sub.label)
-        columns = writers.check_columns(opts.file_csv_columns, sub.label)
+        target, columns = self._target_of(sub)
         for seq, file in enumerate(_files(opts.file_per, ready), start=1):
             try:
                 self._write(sub, target, file, seq, columns)
@@ -311,6 +319,13 @@ class FileDeliverer:
                     return outcomes[:last + 1]
         return outcomes
 
+    def _target_of(self, sub: SubInfo) -> tuple[FileTarget, tuple[str, ...]]:
+        key = (sub.push_url, sub.options)
+        if self._parsed is None or self._parsed[0] != key:
+            target = parse_target(sub.push_url, sub.options, sub.label)
+            self._parsed = (key, target, writers.check_columns(sub.options.file_csv_columns, sub.label))
+        return self._parsed[1], self._parsed[2]
+
     def _write(self, sub: SubInfo, target: FileTarget, file: _File, seq: int, columns: tuple[str, ...]) -> None:
         opts = sub.options
         rendered = naming.render(opts.file_name, _name_values(file.first, opts.file_format, seq), sub.label)
@@ -321,14 +336,15 @@ class FileDeliverer:
         chunks: Iterable[bytes] = ([file.as_is] if file.as_is is not None
                                    else writers.file_body(opts.file_format, file.items, columns,
                                                           array=opts.file_per == 'batch'))
+        # Relative to '/', where the source is opened: the target directory itself may have to be made.
+        full = posixpath.join(target.directory.strip('/'), path) if target.directory.strip('/') else path
         try:
             source = self._source(target, opts)
-            parent = posixpath.dirname(path)
-            for directory in dict.fromkeys(('', parent)):
-                if directory not in self._made:
-                    source.makedirs(directory)
-                    self._made.add(directory)
-            source.write_atomic(path, chunks)
+            directory = posixpath.dirname(full)
+            if directory not in self._made:
+                source.makedirs(directory)
+                self._made.add(directory)
+            source.write_atomic(full, chunks)
         except gevent.GreenletExit:
             raise
         except Exception as e:
@@ -341,7 +357,7 @@ class FileDeliverer:
         key = (target.label, opts.file_password, opts.file_private_key, opts.file_host_key, opts.file_known_hosts)
         if self._target is None or key != self._target_key:
             self.close()
-            self._target = self._open(target.directory, target.sftp)
+            self._target = self._open('/', target.sftp)
             self._target_key = key
         return self._target
 
@@ -371,6 +387,10 @@ def _reason(e: BaseException) -> str:
     """What went wrong in a few words: an OS error's text, a ConfigError's reason, a Conduit error's own text."""
     if isinstance(e, ConfigError):
         return e.reason  # a credential reference that is not set: it names the variable, never a value
+    if isinstance(e, SourceMissing):
+        return 'the directory does not exist (it was removed while the file was written)'
+    if isinstance(e, ValueError) and not isinstance(e, ConduitError):
+        return 'the path is not allowed'  # a symbolic link out of the tree, say: the source refused it
     reason = getattr(e, 'reason', None)
     if isinstance(reason, str) and reason:
         return reason
