@@ -165,8 +165,8 @@ class FileChannelDef:
         known = {f.name for f in fields(cls)}
         unknown = sorted(str(k) for k in values if k not in known)
         if unknown:
-            raise ConfigError(where, f'unknown field(s): {", ".join(repr(k) for k in unknown)}; '
-                                     f'known: {", ".join(sorted(known))}')
+            shown = ', '.join(repr(k[:60]) for k in unknown[:10]) + (', ...' if len(unknown) > 10 else '')
+            raise ConfigError(where, f'unknown field(s): {shown}; known: {", ".join(sorted(known))}')
         check = _Checker(values, where)
         name = check.text('name', required=True, max_len=MAX_NAME_CHARS)
         if name != name.strip() or any(c in name for c in '/\\'):
@@ -420,7 +420,8 @@ def _encoding(check: _Checker) -> str:
 
 def _csv_delimiter(check: _Checker) -> str:
     value = check.get('csv_delimiter')
-    if not isinstance(value, str) or len(value) != 1 or value in '"\r\n' or ord(value) < 9 or value.isalnum():
+    if (not isinstance(value, str) or len(value) != 1 or value == '"' or value.isalnum()
+            or (ord(value) < 32 and value != '\t') or ord(value) == 127):
         raise check.error('csv_delimiter', f'must be one character that is not a letter, digit, quote or '
                                            f'line end, not {check.shown("csv_delimiter", value)}')
     return value

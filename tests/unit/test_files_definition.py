@@ -147,6 +147,8 @@ def test_whole_floats_are_taken_as_whole_numbers() -> None:
     ({'csv_delimiter': '"'}, 'csv_delimiter'),
     ({'csv_delimiter': '\n'}, 'csv_delimiter'),
     ({'csv_delimiter': 'a'}, 'csv_delimiter'),
+    ({'csv_delimiter': '\x0b'}, 'csv_delimiter'),
+    ({'csv_delimiter': '\x00'}, 'csv_delimiter'),
     ({'topics': ['invoice.*']}, 'topics'),
     ({'topics': ['**']}, 'topics'),
     ({'topics': ['a#b']}, 'topics'),
@@ -274,6 +276,15 @@ def test_a_move_template_with_an_unknown_field_is_refused() -> None:
 def test_unknown_fields_are_all_named() -> None:
     reason = refused({**LOCAL, 'pasword': 'x', 'sftp_pass': 'y'})
     assert "'pasword'" in reason and "'sftp_pass'" in reason
+
+
+def test_common_delimiters_are_accepted() -> None:
+    assert [make(format='csv', csv_delimiter=d).csv_delimiter for d in (';', '\t', '|')] == [';', '\t', '|']
+
+
+def test_a_flood_of_unknown_fields_is_named_briefly() -> None:
+    reason = refused({**LOCAL, **{f'x{i}' * 50: 1 for i in range(100)}})
+    assert len(reason) < 2000 and '...' in reason
 
 
 def test_null_takes_the_default() -> None:
