@@ -40,6 +40,8 @@ _log = logging.getLogger(__name__)
 
 #: How often the run history is swept.
 HISTORY_SWEEP_SECS = 3600.0
+#: Seconds after start before the first sweep.
+HISTORY_FIRST_SWEEP_SECS = 60.0
 
 #: How long a stopping poller's files in progress may take to reach their next batch.
 STOP_GRACE_SECS = 5.0
@@ -197,6 +199,8 @@ class FileTransfer:
             gevent.sleep(0)
 
     def _sweep_forever(self) -> None:
+        # Not at once: a worker stopped right after it started would cut a sweep off mid-transaction.
+        gevent.sleep(HISTORY_FIRST_SWEEP_SECS)
         while True:
             try:
                 deleted = self.sweep_history()
@@ -206,5 +210,8 @@ class FileTransfer:
             except gevent.GreenletExit:
                 raise
             except Exception as e:
-                _log.warning('file transfer: sweeping the run history failed: %s', e)
+                # One line: a database error's text runs over several (and may quote the statement).
+                reason = type(getattr(e, 'orig', None) or e).__name__
+                _log.warning('file transfer: sweeping the run history failed (%s); tried again in %g s', reason,
+                             HISTORY_SWEEP_SECS)
             gevent.sleep(HISTORY_SWEEP_SECS)
