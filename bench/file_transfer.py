@@ -274,19 +274,15 @@ def channel_values(directory: str, fmt: str, args: argparse.Namespace, **more: A
             'topics': [TOPIC], 'after': 'delete', **more}
 
 
-def wait_published(srv: Server, total: int, timeout: float, interval: float,
-                   cheap: bool = False) -> tuple[float | None, float | None, int]:
-    """Watch the topic until total messages are in it: (first seen, last seen, count) in monotonic time.
-
-    cheap: watch the channel's run rows (one per file) instead of counting the topic's rows, which
-    takes long at millions; the count is read once at the end.
-    """
+def wait_published(srv: Server, total: int, timeout: float,
+                   interval: float) -> tuple[float | None, float | None, int]:
+    """Watch the topic until total messages are in it: (first seen, last seen, count) in monotonic time."""
     first = None
     deadline = time.monotonic() + timeout
     count = 0
     while time.monotonic() < deadline:
         srv.check_alive()
-        count = srv.run_progress()[1] if cheap else srv.published()
+        count = srv.published()
         now = time.monotonic()
         if count and first is None:
             first = now
@@ -406,7 +402,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--keep', default='', help='copy each server log into this folder')
     parser.add_argument('--quick', action='store_true', help='a smoke run: tiny sizes')
     parser.add_argument('--no-write', action='store_true')
+    parser.add_argument('--report-only', action='store_true',
+                        help="rewrite the section from the last run's raw figures (bench/results/file_transfer.json)")
     args = parser.parse_args(argv)
+    if args.report_only:
+        saved = json.loads((common.RESULTS_DIR / f'{NAME}.json').read_text(encoding='utf-8'))
+        args = argparse.Namespace(**{**vars(args), **saved['args']})
+        write({k: saved[k] for k in ('files', 'csv', 'sftp')}, saved['load'], args, saved.get('commit', ''),
+              saved.get('machine', ''), measured_at=saved.get('measured_at'))
+        return
     if args.quick:
         args.files, args.csv_mb, args.rounds, args.timeout, args.poll = 50, 1.0, 1, 120.0, 0.1
     Server.log_level = args.log_level
@@ -437,10 +441,23 @@ def main(argv: list[str] | None = None) -> None:
             finally:
                 sshd.stop()
     if not args.no_write:
-        write(rows, load, args)
+        write(rows, load, args, commit_measured(), common.machine_markdown())
 
 
 # ============================================================================================ the report
+
+
+def commit_measured() -> str:
+    """The commit of the code measured, with '+changes' when the work tree differs from it."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(['git', *args], cwd=common.REPO, capture_output=True, text=True,
+                                  timeout=30).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ''
+    commit = git('rev-parse', '--short', 'HEAD') or 'unknown'
+    dirty = git('status', '--porcelain', '--untracked-files=no', '--', 'runtime', 'bench', 'tests')
+    return commit + (' +changes' if dirty else '')
 
 
 def _stats(rows: list[dict[str, Any]], key: str, digits: int | None = None) -> str:
@@ -448,7 +465,8 @@ def _stats(rows: list[dict[str, Any]], key: str, digits: int | None = None) -> s
     return common.fmt_stats(values, digits) if values else '—'
 
 
-def write(rows: dict[str, list[dict[str, Any]]], load: list[tuple[float, ...]], args: argparse.Namespace) -> None:
+def write(rows: dict[str, list[dict[str, Any]]], load: list[tuple[float, ...]], args: argparse.Namespace,
+          commit: str, machine: str, measured_at: str | None = None) -> None:
     """The results section and the raw figures."""
     lines = ['## File transfer', '',
              f'One server, {args.workers} gevent worker(s), SQLite, logging at WARNING; a fresh server and database '
@@ -457,32 +475,37 @@ def write(rows: dict[str, list[dict[str, Any]]], load: list[tuple[float, ...]], 
     files = [(kind, rows[kind]) for kind in ('files', 'sftp') if rows[kind]]
     if files:
         lines += ['| directory | files | files/s to the last publication | files/s, first to last publication '
-                  '| first publication after (s) | seconds |', '|---|---|---|---|---|---|']
+                  '| first publication after (s) | seconds | workers\' CPU per file (µs) | worker busy (% of a core) |',
+                  '|---|---|---|---|---|---|---|---|']
         for kind, rs in files:
             where = 'local' if kind == 'files' else 'SFTP, loopback'
+            busy = [{'pct': r['worker_cpu_share'] * 100} for r in rs]
             lines.append(f"| {where} | {rs[0]['files']:,} | {_stats(rs, 'files_per_sec')} | "
                          f"{_stats(rs, 'steady_files_per_sec')} | {_stats(rs, 'first_after', 2)} | "
-                         f"{_stats(rs, 'seconds', 1)} |")
+                         f"{_stats(rs, 'seconds', 1)} | {_stats(rs, 'cpu_us_per_file')} | {_stats(busy, 'pct')} |")
             median = common.stats([r['files_per_sec'] for r in rs])[1]
-            summary.append({'figure': f'small JSON files, {where} directory, to published (SQLite)',
+            place = 'in a local directory' if kind == 'files' else 'over SFTP (loopback)'
+            summary.append({'figure': f'10,000 small JSON files {place}, files/s to published (SQLite)'
+                            if rs[0]['files'] == 10_000 else f"{rs[0]['files']:,} small JSON files {place} (SQLite)",
                             'target': f'≥ {FILES_TARGET:,.0f} files/s' if kind == 'files' else '—',
-                            'measured': f'{common.fmt(median)} files/s',
+                            'measured': f'{common.fmt(median)} files/s (median of {len(rs)})',
                             'met': median >= FILES_TARGET if kind == 'files' else None})
         lines += ['', f'min / median / max over {args.rounds} round(s). The clock starts when the channel is created '
                   f'(admin API) with the files already there; it polls every {args.poll:g} s and takes a file once '
                   'it is unchanged over one poll, so the first publication comes one to two polls later.', '']
     if rows['csv']:
         r = rows['csv'][0]
-        lines += ['| CSV | rows | rows/s | MiB/s | seconds | worker RSS before | worker peak RSS (VmHWM) '
-                  '| max sampled RSS |', '|---|---|---|---|---|---|---|---|',
+        lines += ['| CSV | rows | rows/s | MiB/s | seconds | workers\' CPU per row (µs) | worker RSS before '
+                  '| worker peak RSS (VmHWM) | max sampled RSS |', '|---|---|---|---|---|---|---|---|---|',
                   f"| {r['bytes'] / 2**20:,.0f} MiB, ~{args.row_bytes} bytes a row | {r['rows']:,} | "
                   f"{common.fmt(r['rows_per_sec'])} | {r['mib_per_sec']:.1f} | {r['seconds']:,.0f} | "
-                  f"{r['rss_before_mib']:.0f} MiB | {r['peak_rss_mib']:.0f} MiB | {r['rss_max_sampled_mib']:.0f} MiB |",
-                  '']
+                  f"{r['cpu_us_per_row']:.0f} | {r['rss_before_mib']:.0f} MiB | {r['peak_rss_mib']:.0f} MiB "
+                  f"({r['peak_rss_mib'] * 1.048576:.0f} MB) | {r['rss_max_sampled_mib']:.0f} MiB |", '']
         summary.append({'figure': f"one {r['bytes'] / 2**20:,.0f} MiB CSV, rows/s to published (SQLite)",
                         'target': '—', 'measured': f"{common.fmt(r['rows_per_sec'])} rows/s", 'met': None})
         summary.append({'figure': f"one {r['bytes'] / 2**20:,.0f} MiB CSV, peak RSS of the worker",
-                        'target': f'< {RSS_TARGET_MB} MB', 'measured': f"{r['peak_rss_mib']:.0f} MiB",
+                        'target': f'< {RSS_TARGET_MB} MB',
+                        'measured': f"{r['peak_rss_mib'] * 1.048576:.0f} MB ({r['peak_rss_mib']:.0f} MiB)",
                         'met': r['peak_rss_mib'] * 1.048576 < RSS_TARGET_MB})
     loads = ', '.join(f'{a:.2f}' for a, _, _ in load)
     lines += [f'Load average (1 min) at the start and after each measurement: {loads} ({os.cpu_count()} CPUs).', '']
@@ -494,8 +517,13 @@ def write(rows: dict[str, list[dict[str, Any]]], load: list[tuple[float, ...]], 
     if args.parallel:
         options.append(f'--parallel {args.parallel}')
     lines.append(f"Command: `{common.command_line('file_transfer.py', options)}`")
-    saved = {k: v for k, v in vars(args).items() if k not in ('no_write', 'quick', 'profile')}
-    common.write_result(NAME, '\n'.join(lines), {**rows, 'load': load, 'summary': summary, 'args': saved})
+    lines += ['', f'Code measured: commit {commit or "unknown"}. Machine:', '', machine.rstrip()]
+    saved = {k: v for k, v in vars(args).items() if k not in ('no_write', 'quick', 'profile', 'report_only', 'keep',
+                                                              'log_level')}
+    data = {**rows, 'load': load, 'summary': summary, 'args': saved, 'commit': commit, 'machine': machine}
+    if measured_at:  # the section rewritten from saved figures: they were measured then, not now
+        data['measured_at'] = measured_at
+    common.write_result(NAME, '\n'.join(lines), data)
 
 
 if __name__ == '__main__':

@@ -1,12 +1,23 @@
-"""File transfer on real servers: shared directories, kill -9 mid-file, an SFTP restart, README, admin.
+"""File transfer on real servers: shared directories, kill -9 mid-file, SFTP restarts, README, admin.
 
 Real gunicorn servers (``server_factory``), a real OpenSSH server (``tests.sshd``), files written
-by the test as a partner system would drop them. What was published is read straight from the
-database: the topics here have no subscription, so every publication stays in the topic
-(``conduit_message``), one row per message, and a row id seen twice is a duplicate. Each scenario
-prints its figures (rows, published before the kill, duplicates, missing, seconds) as the fault
-harness does. The kill -9 scenario runs 20,000 rows in ``make test`` and 100,000 under ``make chaos``
-(``CONDUIT_CHAOS_FILE_ROWS``).
+by the test as a partner system would drop them (under a hidden name, then renamed). What was
+published is read straight from the database: the topics here have no subscription, so every
+publication stays in the topic (``conduit_message``), one row per message, and a row id seen twice
+is a duplicate. The scenarios:
+
+- two servers (separate processes, one PostgreSQL database) watching the same local and SFTP
+  directories while 200 files × 5 rows are dropped into each: every row published once;
+- a server SIGKILLed a third into a CSV and restarted: every row published once (20,000 rows in
+  ``make test``, 100,000 under ``make chaos`` through ``CONDUIT_CHAOS_FILE_ROWS``; on both backends);
+- the SFTP server restarted in the middle of a file, then stopped for a while: clear log lines,
+  every row once, files dropped afterwards processed;
+- README.md's example (its object files as printed, its CSV): one ``invoice.received`` message per
+  row, ``payroll.*`` messages written as files into the outbox;
+- a channel made through the admin API and the CLI: it polls, its runs are listed; deleted, it stops.
+
+Each exactly-once scenario prints its figures (rows, published before the fault, duplicates,
+missing, seconds) as the fault harness does.
 """
 
 from __future__ import annotations
