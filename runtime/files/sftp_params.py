@@ -57,7 +57,8 @@ def parse_host_key(line: str, where: str) -> paramiko.PKey:
                                  f'{", ".join(HOST_KEY_TYPES)}')
     try:
         key = paramiko.PKey.from_type_string(fields[0], base64.b64decode(fields[1], validate=True))
-    except (binascii.Error, ValueError, paramiko.SSHException) as e:
+    except (binascii.Error, ValueError, OverflowError, IndexError, TypeError, paramiko.SSHException) as e:
+        # paramiko's key parsers raise more than SSHException for crafted numbers (OverflowError, say).
         raise ConfigError(where, f'host_key is not a valid {fields[0]} public key: {type(e).__name__}') from None
     if key.get_name() != fields[0]:
         raise ConfigError(where, f'host_key says {fields[0]} but holds a {key.get_name()} key')

@@ -408,3 +408,12 @@ def test_without_sshd_and_without_root_the_fixture_skips_or_fails_in_ci(
     monkeypatch.setenv('CI', ci)
     with pytest.raises(outcome, match='openssh-server'):
         sshd_fixture.ensure_sshd()
+
+
+def test_a_crafted_host_key_is_a_config_error_naming_the_field() -> None:
+    # Numbers crafted to overflow paramiko's RSA parser: a channel definition or a subscription naming
+    # such a key is refused with a message, never an OverflowError from the admin API.
+    crafted = ('ssh-rsa AAAAB3NzaC1yc2GE0gHX5c/sNsY1SWiOh7dcRLJGLnd4PWahda/zNE2DXO96HPq7M2qxr6FPGVUAVvA0onAkW5s'
+               'bYgZyTtzra50aw597UrDDQvSxZ6+v/JgHGyf4iWrz5SmiN378Zb/daNS7429MhUCREgpz/n4=')
+    with pytest.raises(ConfigError, match='host_key is not a valid ssh-rsa public key'):
+        parse_host_key(crafted, 'file channel x')
