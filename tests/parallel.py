@@ -46,6 +46,9 @@ LONG_FIRST = (
     'tests/reliability/test_kill_loop.py',
     'tests/reliability/test_websocket_faults.py',
     'tests/server/test_packaging.py',
+    'tests/http/test_admin_file_channels.py',
+    'tests/server/test_file_transfer_live.py',
+    'tests/runtime/test_file_subscriber.py',
 )
 
 #: pytest's exit status when a file has no test to run (e.g. everything deselected by -k).
