@@ -74,7 +74,7 @@ from runtime.pubsub.message import Delivery
 from runtime.pubsub.registry import KIND_FILE, DeliveryOptions, SubInfo
 from runtime.pubsub.retry import is_socket_error
 from runtime.pubsub.subscribers.base import Context, Deliverer, RunService
-from runtime.pubsub.subscribers.service import prepare
+from runtime.pubsub.subscribers.service import prepare, render_batch
 
 _log = logging.getLogger(__name__)
 
@@ -280,28 +280,12 @@ class FileDeliverer:
         """Write a batch, one file per message (or per batch); one outcome per message tried."""
         opts = sub.options
         block = opts.err_should_block
-        outcomes: list[Outcome] = []
-        ready: list[tuple[Outcome, writers.Rendered, bytes | None]] = []
-        for d in batch:
-            try:
-                meta = self._prepare(sub, d)
-                rendered = None if meta is None else _render(opts.file_format, opts.file_per, d, meta['data'],
-                                                             self._limits)
-            except gevent.GreenletExit:
-                raise
-            except Exception as e:
-                outcomes.append(Outcome(d, False, e))
-                # Strict order: nothing behind a held-back message goes first. A message that cannot be
-                # rendered is dead-lettered at once, so it holds nothing back.
-                if block and not isinstance(e, UnrenderableMessage):
-                    break
-                continue
-            if rendered is None:
-                outcomes.append(Outcome(d, True, drop=True))
-                continue
-            outcome = Outcome(d, True)
-            outcomes.append(outcome)
-            ready.append((outcome, *rendered))
+
+        def render(d: Delivery) -> tuple[writers.Rendered, bytes | None] | None:
+            meta = self._prepare(sub, d)
+            return None if meta is None else _render(opts.file_format, opts.file_per, d, meta['data'], self._limits)
+        outcomes, rendered = render_batch(batch, render, block)
+        ready = [(outcome, *parts) for outcome, parts in rendered]
         if not ready:
             return outcomes
         target, columns = self._target_of(sub)

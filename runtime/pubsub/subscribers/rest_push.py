@@ -57,7 +57,7 @@ from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import Delivery, pull_meta, push_view
 from runtime.pubsub.registry import KIND_REST_PUSH, DeliveryOptions, SubInfo
 from runtime.pubsub.subscribers.base import Context, Deliverer, RunService
-from runtime.pubsub.subscribers.service import prepare
+from runtime.pubsub.subscribers.service import prepare, render_batch
 
 _log = logging.getLogger(__name__)
 
@@ -127,28 +127,12 @@ class PushDeliverer:
     def deliver_batch(self, sub: SubInfo, batch: list[Delivery]) -> list[Outcome]:
         """Send a batch, one request per message (or all in one with push_batch); one outcome per message tried."""
         block = sub.options.err_should_block
-        outcomes: list[Outcome] = []
-        sending: list[tuple[Outcome, bytes]] = []
         now = time.time()
-        for d in batch:
-            try:
-                meta = self._prepare(sub, d)
-                text = None if meta is None else self._render(sub, d, meta, now)
-            except gevent.GreenletExit:
-                raise
-            except Exception as e:
-                outcomes.append(Outcome(d, False, e))
-                # Strict order: nothing behind a held-back message goes first. A message that cannot be
-                # rendered is dead-lettered at once, so it holds nothing back.
-                if block and not isinstance(e, UnrenderableMessage):
-                    break
-                continue
-            if text is None:
-                outcomes.append(Outcome(d, True, drop=True))
-                continue
-            outcome = Outcome(d, True)
-            outcomes.append(outcome)
-            sending.append((outcome, text))
+
+        def render(d: Delivery) -> bytes | None:
+            meta = self._prepare(sub, d)
+            return None if meta is None else self._render(sub, d, meta, now)
+        outcomes, sending = render_batch(batch, render, block)
         size = max(1, len(sending)) if sub.options.push_batch else 1
         for start in range(0, len(sending), size):
             chunk = sending[start:start + size]

@@ -11,9 +11,13 @@ delivered), ``{"action": "skip"}`` (delivered later: ``SkippedByHook``, retried 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from runtime.errors import ConfigError
+import gevent
+
+from runtime.errors import ConfigError, UnrenderableMessage
+from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import service_view
 from runtime.pubsub.registry import KIND_SERVICE
 from runtime.pubsub.subscribers.base import Context, Deliverer, RunService
@@ -32,6 +36,39 @@ CHANNEL_HOOK = 'pubsub-hook'
 
 class SkippedByHook(Exception):
     """A hook service asked for the message to be delivered later."""
+
+
+R = TypeVar('R')
+
+
+def render_batch(batch: list[Delivery], render: Callable[[Delivery], R | None],
+                 block: bool) -> tuple[list[Outcome], list[tuple[Outcome, R]]]:
+    """Each message of a batch made ready to send: (an outcome per message tried, the rendered ones with theirs).
+
+    render(d) gives what is sent, or None when a hook deleted the message (acked, not sent). A message
+    whose render fails gets a failed outcome; with block (err_should_block) the messages behind it are
+    not tried and keep their place, except behind one that cannot be rendered at all: that one is
+    dead-lettered at once, so it holds nothing back.
+    """
+    outcomes: list[Outcome] = []
+    ready: list[tuple[Outcome, R]] = []
+    for d in batch:
+        try:
+            rendered = render(d)
+        except gevent.GreenletExit:
+            raise
+        except Exception as e:
+            outcomes.append(Outcome(d, False, e))
+            if block and not isinstance(e, UnrenderableMessage):
+                break
+            continue
+        if rendered is None:
+            outcomes.append(Outcome(d, True, drop=True))
+            continue
+        outcome = Outcome(d, True)
+        outcomes.append(outcome)
+        ready.append((outcome, rendered))
+    return outcomes, ready
 
 
 def prepare(ctx: Context, sub: SubInfo, d: Delivery, run_service: RunService) -> dict[str, Any] | None:
