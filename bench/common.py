@@ -10,6 +10,7 @@ target is out of reach) lives in ``bench/notes/<name>.md`` and is appended after
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -184,3 +185,24 @@ def rss_mib(pid: int | None = None) -> float:
         if line.startswith('VmRSS:'):
             return int(line.split()[1]) / 1024
     raise RuntimeError('no VmRSS in /proc status')
+
+
+def summarize_profile(path: Path, top: int = 25) -> str:
+    """The functions with the most samples (inclusive and self) in a py-spy raw (collapsed) profile."""
+    inclusive: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(' ')
+        if not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [f.strip() for f in stack.split(';')]
+        for f in set(frames):
+            inclusive[f] += n
+        own[frames[-1]] += n
+    lines = [f'profile {path.name}: {total} samples']
+    lines += [f'  incl {c / max(total, 1) * 100:5.1f} %  {f}' for f, c in inclusive.most_common(top)]
+    lines += [f'  self {c / max(total, 1) * 100:5.1f} %  {f}' for f, c in own.most_common(top)]
+    return '\n'.join(lines)

@@ -202,29 +202,9 @@ class Profiler:
                 proc.kill()
         for out in self.outs:
             if out.exists():
-                print(summarize_profile(out), flush=True)
+                print(common.summarize_profile(out), flush=True)
 
 
-def summarize_profile(path: Path, top: int = 25) -> str:
-    """The functions with the most samples (inclusive and self) in a py-spy raw (collapsed) profile."""
-    inclusive: dict[str, int] = {}
-    own: dict[str, int] = {}
-    total = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(' ')
-        if not count.isdigit():
-            continue
-        n = int(count)
-        total += n
-        frames = [f.strip() for f in stack.split(';')]
-        for f in set(frames):
-            inclusive[f] = inclusive.get(f, 0) + n
-        own[frames[-1]] = own.get(frames[-1], 0) + n
-    lines = [f'profile {path.name}: {total} samples']
-    for label, counts in (('incl', inclusive), ('self', own)):
-        for f, c in sorted(counts.items(), key=lambda kv: -kv[1])[:top]:
-            lines.append(f'  {label} {c / max(total, 1) * 100:5.1f} %  {f}')
-    return '\n'.join(lines)
 
 
 # ============================================================================================ the parts

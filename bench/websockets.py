@@ -905,7 +905,7 @@ class Profiler:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         if self.out.exists():
-            print(summarize_profile(self.out), flush=True)
+            print(common.summarize_profile(self.out), flush=True)
 
 
 def _profiler(args: argparse.Namespace, srv: Server, label: str, seconds: float) -> Profiler | None:
@@ -913,27 +913,6 @@ def _profiler(args: argparse.Namespace, srv: Server, label: str, seconds: float)
         return None
     Path(args.profile).mkdir(parents=True, exist_ok=True)
     return Profiler(srv.pid, Path(args.profile) / f'{label}.txt', seconds)
-
-
-def summarize_profile(path: Path, top: int = 25) -> str:
-    """The functions with the most samples (inclusive and self) in a py-spy raw (collapsed) profile."""
-    inclusive: collections.Counter[str] = collections.Counter()
-    own: collections.Counter[str] = collections.Counter()
-    total = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(' ')
-        if not count.isdigit():
-            continue
-        n = int(count)
-        total += n
-        frames = [f.strip() for f in stack.split(';')]
-        for f in set(frames):
-            inclusive[f] += n
-        own[frames[-1]] += n
-    lines = [f'profile {path.name}: {total} samples']
-    lines += [f'  incl {c / total * 100:5.1f} %  {f}' for f, c in inclusive.most_common(top)]
-    lines += [f'  self {c / total * 100:5.1f} %  {f}' for f, c in own.most_common(top)]
-    return '\n'.join(lines)
 
 
 # -------------------------------------------------------------------------------------------- main

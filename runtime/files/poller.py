@@ -217,16 +217,21 @@ class Poller:
         """Claim a file (its slot taken) and start processing it; another worker may win the rename."""
         now = time.time()
         claimed = claim_path(entry.path, self.ctx.owner, now)
+        if not self._rename_in_slot(entry.path, claimed):
+            return
+        self.completion.forget(entry.path)
+        self._start(entry, claimed, now)
+
+    def _rename_in_slot(self, path: str, claimed: str) -> bool:
+        """Rename path to its claim name with a slot taken; the slot is given back unless it was won."""
         try:
-            won = self.source.rename(entry.path, claimed)
+            won = self.source.rename(path, claimed)
         except BaseException:
             self._slots.release()
             raise
         if not won:
             self._slots.release()
-            return
-        self.completion.forget(entry.path)
-        self._start(entry, claimed, now)
+        return won
 
     def _orphaned(self, entry: Entry, claim: claims.Claim) -> bool:
         """Whether a claim is this worker's own and none of its processors holds the file."""
@@ -241,13 +246,7 @@ class Poller:
             return
         now = time.time()
         claimed = claim_path(original, self.ctx.owner, now)
-        try:
-            won = self.source.rename(entry.path, claimed)
-        except BaseException:
-            self._slots.release()
-            raise
-        if not won:
-            self._slots.release()
+        if not self._rename_in_slot(entry.path, claimed):
             return
         if claim.owner == self.ctx.owner:
             _log.info('%s: took %s again: this worker claimed it at %s and could not put it back', self.label,
