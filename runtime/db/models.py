@@ -243,6 +243,8 @@ class Lease(Base):
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     owner: Mapped[str] = mapped_column(String(200))
     expires_at: Mapped[float] = mapped_column(Float)
+    #: Bumped whenever the lease changes hands: a fencing token (writes of an older holder are refused).
+    version: Mapped[int] = mapped_column(BigInteger, default=0, server_default='0')
 
 
 # Scheduler. Times are UNIX epoch seconds, as in pub/sub.
@@ -390,6 +392,8 @@ class AuditEntry(Base):
     actor: Mapped[str] = mapped_column(String(200))
     #: The client's address.
     client: Mapped[str] = mapped_column(String(100), default='')
+    #: Where the change came from: 'api', 'cli', 'dashboard' or 'files'.
+    source: Mapped[str] = mapped_column(String(16), default='api', server_default='api')
     method: Mapped[str] = mapped_column(String(16))
     path: Mapped[str] = mapped_column(String(1000))
     #: 'channel', 'security', 'topic', 'subscription', 'permission', 'job', 'service', ... or ''.
@@ -459,3 +463,72 @@ class FileDigest(Base):
                                         primary_key=True, autoincrement=False)
     digest: Mapped[str] = mapped_column(String(32), primary_key=True)
     count: Mapped[int] = mapped_column(Integer)
+
+
+# Dashboard, workers and statistics. Times are UNIX epoch seconds.
+
+
+class DashboardSession(Base):
+    """A signed-in dashboard user: the cookie holds a random token, only its hash is stored."""
+
+    __tablename__ = 'conduit_dashboard_session'
+
+    #: Hex sha256 of the cookie's token.
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    actor: Mapped[str] = mapped_column(String(200))
+    #: 'admin' or 'viewer'.
+    role: Mapped[str] = mapped_column(String(16))
+    #: The session's CSRF token (sent back in a header or form field with every change).
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    #: The client's address at sign-in.
+    client: Mapped[str] = mapped_column(String(100), default='')
+    created_at: Mapped[float] = mapped_column(Float)
+    #: Absolute end of the session, whatever its activity.
+    expires_at: Mapped[float] = mapped_column(Float, index=True)
+    last_seen_at: Mapped[float] = mapped_column(Float)
+
+
+class WorkerRow(Base):
+    """A running worker (one runtime instance) and its heartbeat: the dashboard's servers and workers."""
+
+    __tablename__ = 'conduit_worker'
+
+    #: The worker's lease-owner id (host:pid:random).
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    #: The server it belongs to (host and the gunicorn arbiter's pid), shared by a server's workers.
+    server: Mapped[str] = mapped_column(String(200), index=True)
+    host: Mapped[str] = mapped_column(String(200))
+    pid: Mapped[int] = mapped_column(Integer)
+    #: The address the server listens on.
+    bind: Mapped[str] = mapped_column(String(200), default='')
+    started_at: Mapped[float] = mapped_column(Float)
+    heartbeat_at: Mapped[float] = mapped_column(Float, index=True)
+
+
+class RateStat(Base):
+    """What one worker did in one time bucket: the dashboard's live rates, summed over workers."""
+
+    __tablename__ = 'conduit_stats_rate'
+
+    worker: Mapped[str] = mapped_column(String(200), primary_key=True)
+    #: The bucket's start, in UNIX seconds (a multiple of the bucket length).
+    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False, index=True)
+    published: Mapped[int] = mapped_column(BigInteger, default=0)
+    delivered: Mapped[int] = mapped_column(BigInteger, default=0)
+    failed: Mapped[int] = mapped_column(BigInteger, default=0)
+    dead_lettered: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class ServiceStat(Base):
+    """One service's invocations by one worker in one time bucket (count, errors, time, latency histogram)."""
+
+    __tablename__ = 'conduit_stats_service'
+
+    worker: Mapped[str] = mapped_column(String(200), primary_key=True)
+    service: Mapped[str] = mapped_column(String(200), primary_key=True)
+    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False, index=True)
+    invocations: Mapped[int] = mapped_column(BigInteger, default=0)
+    errors: Mapped[int] = mapped_column(BigInteger, default=0)
+    total_secs: Mapped[float] = mapped_column(Float, default=0.0)
+    #: JSON list of counts per latency bucket (runtime.metrics' bounds), for percentiles.
+    histogram: Mapped[str] = mapped_column(Text, default='[]')
