@@ -127,7 +127,8 @@ class Runtime:
         make_psycopg_cooperative()
         self.engine = engine or make_engine(settings.database_url, pool_size=db.pool_size,
                                             sqlite_synchronous=db.sqlite_synchronous,
-                                            sqlite_busy_timeout_ms=db.sqlite_busy_timeout_ms)
+                                            sqlite_busy_timeout_ms=db.sqlite_busy_timeout_ms,
+                                            dead_client_secs=db.dead_client_secs)
         self.spawner = Spawner()
         spawn = self.spawner.spawn
         self.store = ServiceStore()
