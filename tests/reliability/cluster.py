@@ -37,6 +37,9 @@ LEASE_TTL_SECS = 2.0
 #: [database] dead_client_secs of the cluster's servers: a cut host's connections fail after this.
 DEAD_CLIENT_SECS = 2.0
 
+#: The hosts that run a Conduit server (the net may have more, for other tests).
+SERVER_HOSTS = ('a', 'b', 'c')
+
 #: Seconds between two firings of the scheduled job.
 TICK_SECS = 1.0
 
@@ -204,7 +207,8 @@ class Cluster:
         self.out = base / 'deliveries.txt'
         self.ticks = base / 'ticks.txt'
         self.servers: dict[str, LiveServer] = {}
-        for name, host in net.hosts.items():
+        for name in SERVER_HOSTS:
+            host = net.hosts[name]
             server = LiveServer(base / name, pg.url, workers=2, extra_config=CONFIG, host=host.address,
                                 command_prefix=host.exec_prefix,
                                 env={'CONDUIT_TEST_HOST': name, 'CONDUIT_TEST_OUT': str(self.out),

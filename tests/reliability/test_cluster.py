@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
+import sys
 import textwrap
 import time
 from collections import Counter
@@ -20,9 +22,10 @@ from typing import Any
 import pytest
 import requests
 
-from tests.live_server import LiveServer, poll
+from tests.live_server import REPO, LiveServer, poll
 from tests.reliability.cluster import (
     LEASE_TTL_SECS,
+    SERVER_HOSTS,
     TICK_SECS,
     Cluster,
     ClusterPublisher,
@@ -55,7 +58,7 @@ def _unavailable(reason: str) -> None:
 
 @pytest.fixture(scope='module')
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Three hosts with two workers each, host B started first so that it delivers test.record."""
+    """Three hosts with two workers each, host B started first so that it delivers test.record; and host x."""
     try:
         check_netns()
     except NetUnavailable as e:
@@ -64,7 +67,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if bindir is None:
         _unavailable('PostgreSQL server tools (initdb, pg_ctl); set CONDUIT_TEST_PG_BIN')
     assert bindir is not None
-    net = ClusterNet(('a', 'b', 'c'))
+    net = ClusterNet((*SERVER_HOSTS, 'x'))  # x: no server, for the dead-link test
     pg: PgCluster | None = None
     built: Cluster | None = None
     try:
@@ -203,3 +206,74 @@ def test_cut_delivering_host_moves_delivery_without_loss_or_overlap(cluster, cap
         f'takeover within the lease TTL ({LEASE_TTL_SECS} s) + 2 s: {takeovers}'
     assert not overlapping, f'{len(overlapping)} deliveries overlapped one by another process: {overlapping[:3]}'
     assert fired_twice == 0, f'{fired_twice} firing(s) of the scheduled job ran twice'
+
+
+#: Run on host x: lock a row in a transaction, say so, then (once told, while cut off) try a query.
+LOCKER = textwrap.dedent('''
+    import sys, time
+    import psycopg
+    from runtime.db.engine import dead_link_params
+
+    url, secs = sys.argv[1], float(sys.argv[2])
+    conn = psycopg.connect(url, **(dead_link_params(secs) if secs else {}))
+    conn.execute('SELECT v FROM cluster_lock WHERE id = 1 FOR UPDATE')
+    print('locked', flush=True)
+    sys.stdin.readline()
+    started = time.monotonic()
+    try:
+        conn.execute('SELECT 1')
+        print(f'answered {time.monotonic() - started:.2f}', flush=True)
+    except Exception as e:
+        print(f'failed {time.monotonic() - started:.2f} {type(e).__name__}', flush=True)
+''')
+
+#: How long the test waits for a lock held by a cut client without dead_client_secs (it never comes).
+UNFREED_WAIT_SECS = 8.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('secs', [0.0, 2.0])
+def test_dead_client_secs_frees_a_cut_hosts_locks_and_fails_its_queries(cluster, secs, capsys):
+    """A host cut in the middle of a transaction: with dead_client_secs, both ends give up in seconds."""
+    import psycopg
+    admin_url = cluster.pg.url
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute('CREATE TABLE IF NOT EXISTS cluster_lock (id int PRIMARY KEY, v int)')
+        conn.execute('INSERT INTO cluster_lock VALUES (1, 0) ON CONFLICT DO NOTHING')
+    host = cluster.net.hosts['x']
+    locker = subprocess.Popen([*host.exec_prefix, sys.executable, '-c', LOCKER, admin_url, str(secs)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, 'PYTHONPATH': str(REPO)})
+    try:
+        assert locker.stdout is not None and locker.stdin is not None
+        assert locker.stdout.readline().strip() == 'locked'
+        cluster.net.cut('x')
+        locker.stdin.write('go\n')
+        locker.stdin.flush()
+        wait = UNFREED_WAIT_SECS if not secs else 30
+        started = time.monotonic()
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f"SET lock_timeout = '{int(wait * 1000)}ms'")
+            try:
+                conn.execute('UPDATE cluster_lock SET v = v + 1 WHERE id = 1')
+                freed: float | None = time.monotonic() - started
+            except psycopg.errors.LockNotAvailable:
+                freed = None
+        try:
+            client, _ = locker.communicate(timeout=max(1.0, wait - (time.monotonic() - started)))
+        except subprocess.TimeoutExpired:
+            client = 'still waiting'
+    finally:
+        cluster.net.restore('x')
+        if locker.poll() is None:
+            locker.kill()
+            locker.wait(10)
+    freed_text = f'not within {wait:g} s' if freed is None else f'after {freed:.2f} s'
+    with capsys.disabled():
+        print(f'\ncut in a transaction, dead_client_secs={secs:g}: the database freed its lock {freed_text}; '
+              f'its query on the cut link: {client.strip()}')
+    if secs:
+        assert freed is not None and freed <= secs + 4, f'lock freed after {freed} s'
+        assert client.startswith('failed'), client
+    else:
+        assert freed is None, 'without dead_client_secs the lock was not expected to be freed this soon'
