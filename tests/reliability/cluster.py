@@ -164,26 +164,31 @@ def overlaps(deliveries: list[Delivery]) -> list[tuple[Delivery, Delivery]]:
     return found
 
 
-class ClusterPublisher(threading.Thread):
-    """Publishes increasing numbers through the hosts in ``targets`` (round robin) until stopped."""
+class ClusterPublisher:
+    """``streams`` publishers of increasing numbers through the hosts in ``targets`` (round robin) until stopped."""
 
-    def __init__(self, targets: list[LiveServer], tally: Tally) -> None:
-        super().__init__(daemon=True)
+    def __init__(self, targets: list[LiveServer], tally: Tally, streams: int = 4) -> None:
         #: Replaced by the test (never cut hosts): read anew for every publication.
         self.targets = targets
         self._tally = tally
+        self._numbers = itertools.count()
         self._halt = threading.Event()
-        self._session = requests.Session()
+        self._threads = [threading.Thread(target=self._publish, daemon=True) for _ in range(streams)]
 
-    def run(self) -> None:
-        for n in itertools.count():
-            if self._halt.is_set():
-                return
+    def start(self) -> None:
+        """Start publishing."""
+        for t in self._threads:
+            t.start()
+
+    def _publish(self) -> None:
+        session = requests.Session()
+        while not self._halt.is_set():
+            n = next(self._numbers)
             server = self.targets[n % len(self.targets)]
             self._tally.attempted.add(n)
             try:
-                r = self._session.post(f'{server.url}/admin/services/test.publish/invoke', json={'n': n},
-                                       auth=server.admin, timeout=5)
+                r = session.post(f'{server.url}/admin/services/test.publish/invoke', json={'n': n},
+                                 auth=server.admin, timeout=5)
                 if r.status_code == 200:
                     self._tally.acknowledged.add(n)
                 else:
@@ -193,9 +198,10 @@ class ClusterPublisher(threading.Thread):
                 time.sleep(0.05)
 
     def stop(self) -> None:
-        """Stop after the request in flight."""
+        """Stop after the requests in flight."""
         self._halt.set()
-        self.join(30)
+        for t in self._threads:
+            t.join(30)
 
 
 class Cluster:

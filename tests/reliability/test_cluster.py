@@ -206,6 +206,9 @@ def test_cut_delivering_host_moves_delivery_without_loss_or_overlap(cluster, cap
         f'takeover within the lease TTL ({LEASE_TTL_SECS} s) + 2 s: {takeovers}'
     assert not overlapping, f'{len(overlapping)} deliveries overlapped one by another process: {overlapping[:3]}'
     assert fired_twice == 0, f'{fired_twice} firing(s) of the scheduled job ran twice'
+    # A firing whose claim commits just as the link goes is lost with its run (the scheduler runs each
+    # firing at most once, by design): one per cut at most; any other gap would be a scheduler stalled by the cut.
+    assert missed <= len(cuts), f'{missed} firing(s) of the scheduled job missed in {len(cuts)} cut(s)'
 
 
 #: Run on host x: lock a row in a transaction, say so, then (once told, while cut off) try a query.
