@@ -16,6 +16,7 @@ subscription delivered by two processes at once (overlapping intervals), a firin
 from __future__ import annotations
 
 import itertools
+import os
 import textwrap
 import threading
 import time
@@ -34,8 +35,9 @@ from tests.reliability.pg_cluster import PgCluster
 #: The lease TTL of the cluster's servers: a cut host's deliveries move within this plus 2 s.
 LEASE_TTL_SECS = 2.0
 
-#: [database] dead_client_secs of the cluster's servers: a cut host's connections fail after this.
-DEAD_CLIENT_SECS = 2.0
+#: [database] dead_client_secs of the cluster's servers: a cut host's connections fail after this
+#: (CONDUIT_TEST_DEAD_CLIENT_SECS=0 shows the cluster without it).
+DEAD_CLIENT_SECS = float(os.environ.get('CONDUIT_TEST_DEAD_CLIENT_SECS', '2'))
 
 #: The hosts that run a Conduit server (the net may have more, for other tests).
 SERVER_HOSTS = ('a', 'b', 'c')

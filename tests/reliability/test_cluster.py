@@ -24,6 +24,7 @@ import requests
 
 from tests.live_server import REPO, LiveServer, poll
 from tests.reliability.cluster import (
+    DEAD_CLIENT_SECS,
     LEASE_TTL_SECS,
     SERVER_HOSTS,
     TICK_SECS,
@@ -105,6 +106,15 @@ WHERE = textwrap.dedent('''
         def handle(self):
             self.response.payload = {'host': os.environ['CONDUIT_TEST_HOST'], 'pid': os.getpid(), 'version': 'VERSION'}
 ''')
+
+
+def test_overlaps_are_two_processes_delivering_at_the_same_time():
+    one = [Delivery(1, 'b', 10, 0.0, 1.0), Delivery(2, 'b', 10, 1.0, 2.0)]
+    assert overlaps(one) == []  # one process, one message after the other
+    handover = [*one, Delivery(3, 'a', 20, 2.5, 3.0), Delivery(4, 'b', 10, 3.5, 4.0)]
+    assert overlaps(handover) == []  # back and forth, never at once
+    late = Delivery(5, 'b', 10, 2.2, 2.8)  # B still delivering after A began
+    assert overlaps(sorted([*handover, late], key=lambda d: d.start)) == [(late, handover[2])]
 
 
 def _where(server: LiveServer, version: str) -> dict[str, Any] | None:
@@ -193,7 +203,8 @@ def test_cut_delivering_host_moves_delivery_without_loss_or_overlap(cluster, cap
     fired, fired_twice, missed = tick_figures(read_firings(cluster.ticks))
     takeovers = [round(c.takeover_secs, 2) if c.takeover_secs is not None else None for c in cuts]
     with capsys.disabled():
-        print(f'\ncluster ({len(cuts)} cut(s) of the delivering host): takeover s={takeovers} '
+        print(f'\ncluster ({len(cuts)} cut(s) of the delivering host, dead_client_secs={DEAD_CLIENT_SECS:g}): '
+              f'takeover s={takeovers} '
               f'(cut→taken by: {[(c.host, c.taken_by) for c in cuts]}) {tally.summary()} '
               f'overlaps={len(overlapping)} refused={tally.refused}; '
               f'scheduled job: firings={fired} run twice={fired_twice} missed={missed}')
