@@ -7,8 +7,10 @@ host sets the bridge end of its cable down: its packets vanish without an error,
 is pulled at the switch, so that its open connections hang rather than fail.
 
 Names are unique per run (a random tag: interface names are at most 15 characters) and
-everything is removed by ``remove``, which the tests call in a ``finally``. Needs root and
-iproute2 (Debian's package, installed with apt-get when missing).
+everything is removed by ``remove``, which the tests call in a ``finally``. A run killed outright
+cannot: each net leaves a marker naming its process in ``MARKERS``, and the next net made removes
+what belonged to processes that are gone. Needs root and iproute2 (Debian's package, installed
+with apt-get when missing).
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ import secrets
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
+
+#: One file per net in use, named by its tag, holding the pid of the process that made it.
+MARKERS = Path('/run/conduit-test-net')
 
 
 class NetUnavailable(RuntimeError):
@@ -67,6 +73,35 @@ def _free_subnet() -> ipaddress.IPv4Network:
     raise NetUnavailable('no free 10.x.y.0/24 subnet found')
 
 
+def _remove_tagged(tag: str) -> None:
+    """Delete every namespace and interface whose name starts with tag (never raises)."""
+    for line in _ip('netns', 'list', check=False).stdout.splitlines():
+        name = line.split()[0] if line.split() else ''
+        if name.startswith(f'{tag}-'):
+            _ip('netns', 'del', name, check=False)  # takes the inner ends of the cables with it
+    for line in _ip('-o', 'link', check=False).stdout.splitlines():
+        name = line.split(':')[1].strip().split('@')[0] if line.count(':') >= 2 else ''
+        if name.startswith(tag):
+            _ip('link', 'del', name, check=False)
+
+
+def remove_stale() -> list[str]:
+    """Remove the nets of test processes that ended without removing them; returns their tags."""
+    removed = []
+    for marker in MARKERS.glob('cn*') if MARKERS.is_dir() else ():
+        try:
+            os.kill(int(marker.read_text()), 0)
+            continue  # its process still runs
+        except (ProcessLookupError, ValueError):
+            pass
+        except PermissionError:
+            continue
+        _remove_tagged(marker.name)
+        marker.unlink(missing_ok=True)
+        removed.append(marker.name)
+    return removed
+
+
 @dataclass
 class Host:
     """One host: its namespace, its address, and the bridge end of its cable."""
@@ -97,6 +132,9 @@ class ClusterNet:
 
     def create(self) -> ClusterNet:
         """Make the bridge, the namespaces and their cables; removes what it made if a step fails."""
+        remove_stale()
+        MARKERS.mkdir(parents=True, exist_ok=True)
+        (MARKERS / self.tag).write_text(str(os.getpid()))
         self._made = True
         try:
             _ip('link', 'add', self.bridge, 'type', 'bridge')
@@ -129,10 +167,8 @@ class ClusterNet:
         """Delete every namespace, cable and the bridge this net made (never raises)."""
         if not self._made:
             return
-        for h in self.hosts.values():
-            _ip('netns', 'del', h.netns, check=False)  # takes the inner end of the cable with it
-            _ip('link', 'del', h.cable, check=False)
-        _ip('link', 'del', self.bridge, check=False)
+        _remove_tagged(self.tag)
+        (MARKERS / self.tag).unlink(missing_ok=True)
         self._made = False
 
     def leftovers(self) -> list[str]:

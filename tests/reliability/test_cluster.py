@@ -37,7 +37,7 @@ from tests.reliability.cluster import (
     read_firings,
     tick_figures,
 )
-from tests.reliability.cluster_net import ClusterNet, NetUnavailable, check_netns
+from tests.reliability.cluster_net import MARKERS, ClusterNet, NetUnavailable, check_netns, remove_stale
 from tests.reliability.harness import Tally
 from tests.reliability.pg_cluster import PgCluster, find_bindir
 
@@ -106,6 +106,27 @@ WHERE = textwrap.dedent('''
         def handle(self):
             self.response.payload = {'host': os.environ['CONDUIT_TEST_HOST'], 'pid': os.getpid(), 'version': 'VERSION'}
 ''')
+
+
+def test_a_net_left_by_a_killed_run_is_removed_by_the_next():
+    try:
+        check_netns()
+    except NetUnavailable as e:
+        _unavailable(f'network namespaces ({e})')
+    made = subprocess.run([sys.executable, '-c', textwrap.dedent('''
+        import os, signal
+        from tests.reliability.cluster_net import ClusterNet
+        net = ClusterNet(('a',)).create()
+        print(net.tag, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    ''')], capture_output=True, text=True, cwd=REPO, env={**os.environ, 'PYTHONPATH': str(REPO)}, timeout=60)
+    tag = made.stdout.strip()
+    assert tag.startswith('cn'), made.stderr
+    assert (MARKERS / tag).exists()
+    assert tag in remove_stale()
+    assert not (MARKERS / tag).exists()
+    assert tag not in subprocess.run(['ip', '-o', 'link'], capture_output=True, text=True).stdout
+    assert tag not in subprocess.run(['ip', 'netns', 'list'], capture_output=True, text=True).stdout
 
 
 def test_overlaps_are_two_processes_delivering_at_the_same_time():
