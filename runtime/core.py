@@ -83,7 +83,7 @@ FILE_TRANSFER_CHANNEL = 'file-transfer'
 
 def prepare_database(settings: Settings, demo: bool = False) -> None:
     """Migrate the schema and apply object files once, before workers start."""
-    engine = make_engine(settings.database_url, pool_size=1)
+    engine = make_engine(settings.database_url, pool_size=1, dead_client_secs=settings.database.dead_client_secs)
     try:
         upgrade(engine)
         make_objects_applier(settings, engine, demo).apply()

@@ -245,6 +245,8 @@ class CutFigures:
     host: str
     takeover_secs: float | None
     taken_by: str | None
+    #: Lease renewals the cut host saw fail while cut (its log's warnings).
+    failed_renewals: int = 0
 
 
 def tick_figures(firings: list[Firing]) -> tuple[int, int, int]:

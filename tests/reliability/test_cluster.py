@@ -47,6 +47,9 @@ CUTS = int(os.environ.get('CONDUIT_CHAOS_CLUSTER_CUTS', '1'))
 #: How long a cut host stays cut once another host took its delivery over.
 HOLD_SECS = 3.0
 
+#: The warning of a worker whose lease renewal failed (the cut host noticed).
+RENEWAL_FAILED = 'lease refresh failed'
+
 #: How long the load goes on once a cut host is back, before the next cut.
 BACK_SECS = 3.0
 
@@ -179,6 +182,8 @@ def _cut_once(cluster: Cluster, publisher: ClusterPublisher) -> CutFigures:
     victim = cluster.deliverer()
     assert victim is not None
     publisher.targets = [s for n, s in cluster.servers.items() if n != victim]
+    back = cluster.servers[victim]
+    failures_before = back.log().count(RENEWAL_FAILED)
     cut_at = time.time()
     cluster.net.cut(victim)
     try:
@@ -192,7 +197,7 @@ def _cut_once(cluster: Cluster, publisher: ClusterPublisher) -> CutFigures:
         time.sleep(HOLD_SECS)
     finally:
         cluster.net.restore(victim)
-    back = cluster.servers[victim]
+    figures.failed_renewals = back.log().count(RENEWAL_FAILED) - failures_before
     poll(lambda: back.request('GET', '/health', timeout=2).status_code == 200, 60,
          message=f'host {victim} healthy again')
     time.sleep(BACK_SECS)
@@ -226,7 +231,8 @@ def test_cut_delivering_host_moves_delivery_without_loss_or_overlap(cluster, cap
     with capsys.disabled():
         print(f'\ncluster ({len(cuts)} cut(s) of the delivering host, dead_client_secs={DEAD_CLIENT_SECS:g}): '
               f'takeover s={takeovers} '
-              f'(cut→taken by: {[(c.host, c.taken_by) for c in cuts]}) {tally.summary()} '
+              f'(cut→taken by: {[(c.host, c.taken_by) for c in cuts]}; failed renewals on the cut host: '
+              f'{[c.failed_renewals for c in cuts]}) {tally.summary()} '
               f'overlaps={len(overlapping)} refused={tally.refused}; '
               f'scheduled job: firings={fired} run twice={fired_twice} missed={missed}')
         for early, late in overlapping[:5]:
@@ -236,6 +242,9 @@ def test_cut_delivering_host_moves_delivery_without_loss_or_overlap(cluster, cap
     assert not tally.phantom, f'delivered but never published: {sorted(tally.phantom)[:20]}'
     assert all(t is not None and t <= LEASE_TTL_SECS + 2 for t in takeovers), \
         f'takeover within the lease TTL ({LEASE_TTL_SECS} s) + 2 s: {takeovers}'
+    if DEAD_CLIENT_SECS:
+        # The cut host noticed (its renewals failed within dead_client_secs) rather than waiting on its link.
+        assert all(c.failed_renewals for c in cuts), [c.failed_renewals for c in cuts]
     assert not overlapping, f'{len(overlapping)} deliveries overlapped one by another process: {overlapping[:3]}'
     assert fired_twice == 0, f'{fired_twice} firing(s) of the scheduled job ran twice'
     # A firing whose claim commits just as the link goes is lost with its run (the scheduler runs each
