@@ -45,9 +45,12 @@ def ensure_iproute2() -> None:
         return
     if os.geteuid() != 0 or not shutil.which('apt-get'):
         raise NetUnavailable('`ip` (iproute2) is missing and cannot be installed here')
-    subprocess.run(['apt-get', 'install', '-y', '-qq', 'iproute2'], capture_output=True, timeout=300, check=False)
-    if not shutil.which('ip'):
-        raise NetUnavailable('`ip` (iproute2) is missing and `apt-get install iproute2` did not install it')
+    for step in (['install'], ['update'], ['install']):  # the package lists may be empty in a fresh container
+        subprocess.run(['apt-get', *step, '-y', '-qq', *(['iproute2'] if step == ['install'] else [])],
+                       capture_output=True, timeout=300, check=False)
+        if shutil.which('ip'):
+            return
+    raise NetUnavailable('`ip` (iproute2) is missing and `apt-get install iproute2` did not install it')
 
 
 def check_netns() -> None:
