@@ -30,10 +30,11 @@ else
 	$(PY) -m gevent.monkey --module pytest $(PYTEST_ARGS)
 endif
 
-# The long fault harness: 20 SIGKILLs under load, the database outage, subscriber isolation, and a
-# server killed in the middle of a CSV of 100,000 rows (20,000 in `make test`).
+# The long fault harness: 20 SIGKILLs under load, the database outage, subscriber isolation, six cuts
+# of the delivering host of a three-host cluster (one in `make test`), and a server killed in the
+# middle of a CSV of 100,000 rows (20,000 in `make test`).
 chaos: $(STAMP)
-	CONDUIT_CHAOS_KILLS=20 $(PY) -m gevent.monkey --module pytest -q -s tests/reliability
+	CONDUIT_CHAOS_KILLS=20 CONDUIT_CHAOS_CLUSTER_CUTS=6 $(PY) -m gevent.monkey --module pytest -q -s tests/reliability
 	CONDUIT_CHAOS_FILE_ROWS=100000 $(PY) -m gevent.monkey --module pytest -q -s \
 		tests/server/test_file_transfer_live.py -k kill_9
 

@@ -80,6 +80,11 @@ class DatabaseSection:
     sqlite_synchronous: str = 'FULL'
     #: How long a SQLite writer waits for the lock before giving up.
     sqlite_busy_timeout_ms: int = 10000
+    #: PostgreSQL: a connection that gets no answer for this long is taken for dead, on both ends (TCP
+    #: keepalives, tcp_user_timeout, connect_timeout), so that a server cut off from the database fails
+    #: fast and lets its leases go, and the database drops the cut server's sessions and their locks.
+    #: 0 (the default) leaves it to the operating system, which can wait for many minutes.
+    dead_client_secs: float = 0.0
 
 
 @dataclass
@@ -476,6 +481,9 @@ def load_settings(path: Path | str | None = None, env: dict[str, str] | None = N
     if settings.pubsub.rest_status_codes not in REST_STATUS_CODES:
         raise ConfigError('[pubsub] rest_status_codes', f'must be one of {", ".join(REST_STATUS_CODES)}, '
                                                          f'not {settings.pubsub.rest_status_codes!r}')
+    if not 0 <= settings.database.dead_client_secs <= 3600:
+        raise ConfigError('[database] dead_client_secs', f'must be 0 (off) or up to 3600 seconds, '
+                                                         f'not {settings.database.dead_client_secs!r}')
     ft = settings.file_transfer
     if not ft.claim_timeout_secs >= 1:
         raise ConfigError('[file_transfer] claim_timeout_secs', f'must be at least 1, not {ft.claim_timeout_secs!r}')

@@ -83,7 +83,7 @@ FILE_TRANSFER_CHANNEL = 'file-transfer'
 
 def prepare_database(settings: Settings, demo: bool = False) -> None:
     """Migrate the schema and apply object files once, before workers start."""
-    engine = make_engine(settings.database_url, pool_size=1)
+    engine = make_engine(settings.database_url, pool_size=1, dead_client_secs=settings.database.dead_client_secs)
     try:
         upgrade(engine)
         make_objects_applier(settings, engine, demo).apply()
@@ -127,7 +127,8 @@ class Runtime:
         make_psycopg_cooperative()
         self.engine = engine or make_engine(settings.database_url, pool_size=db.pool_size,
                                             sqlite_synchronous=db.sqlite_synchronous,
-                                            sqlite_busy_timeout_ms=db.sqlite_busy_timeout_ms)
+                                            sqlite_busy_timeout_ms=db.sqlite_busy_timeout_ms,
+                                            dead_client_secs=db.dead_client_secs)
         self.spawner = Spawner()
         spawn = self.spawner.spawn
         self.store = ServiceStore()

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +52,19 @@ class LiveServer:
     """One server: its project directory, its URL, its log, and start/stop/kill."""
 
     def __init__(self, base: Path, db_url: str, workers: int = 1, extra_config: str = '',
-                 env: dict[str, str] | None = None, demo: bool = False) -> None:
+                 env: dict[str, str] | None = None, demo: bool = False, host: str = '127.0.0.1',
+                 command_prefix: Sequence[str] = ()) -> None:
         self.base = base
         #: Started with --demo: the demo services of services/demo/ are deployed too.
         self.demo = demo
         self.db_url = db_url
         self.workers = workers
         self.port = free_port()
-        self.url = f'http://127.0.0.1:{self.port}'
+        #: The address it listens on (another network namespace's, for the cluster tests).
+        self.host = host
+        #: Put before the server's command line (``ip netns exec NAME`` for the cluster tests).
+        self.command_prefix = list(command_prefix)
+        self.url = f'http://{host}:{self.port}'
         self.hot_deploy = base / 'hot-deploy'
         self.objects = base / 'config' / 'objects'
         self.log_path = base / 'server.log'
@@ -69,7 +74,7 @@ class LiveServer:
             d.mkdir(parents=True, exist_ok=True)
         (base / 'config' / 'server.toml').write_text(f'''
 [server]
-bind = "127.0.0.1:{self.port}"
+bind = "{host}:{self.port}"
 workers = {workers}
 graceful_timeout_secs = 5
 [database]
@@ -102,7 +107,7 @@ interval_secs = 0.2
                'CONDUIT_HTTP_AUTH_MAX_FAILURES': '0', **self.env}
         env.pop('CONDUIT_DATABASE_URL', None)
         log = open(self.log_path, 'ab')
-        args = [sys.executable, '-m', 'runtime.cli', 'start', *(['--demo'] if self.demo else [])]
+        args = [*self.command_prefix, sys.executable, '-m', 'runtime.cli', 'start', *(['--demo'] if self.demo else [])]
         self.proc = subprocess.Popen(args, cwd=self.base, env=env, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         log.close()

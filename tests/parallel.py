@@ -36,6 +36,7 @@ LONG_FIRST = (
     'tests/server/test_scheduler_server.py',
     'tests/server/test_hot_deploy_imports.py',
     'tests/reliability/test_db_outage.py',
+    'tests/reliability/test_cluster.py',
     'tests/server/test_websocket.py',
     'tests/server/test_pubsub_server.py',
     'tests/runtime/test_pubsub_push.py',

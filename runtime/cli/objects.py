@@ -48,7 +48,7 @@ def objects_apply(ctx: click.Context, files: tuple[Path, ...], dry_run: bool, de
     from runtime.db.engine import make_engine
     from runtime.db.migrate import upgrade
     settings = ctx.obj['settings']
-    engine = make_engine(settings.database_url, pool_size=1)
+    engine = make_engine(settings.database_url, pool_size=1, dead_client_secs=settings.database.dead_client_secs)
     try:
         applier = make_objects_applier(settings, engine, demo, list(files) if files else None)
         applier.actor = f'conduit objects apply ({getpass.getuser()})'

@@ -12,6 +12,7 @@ their duration, which is fine for the short statements the runtime issues. Long 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,12 +58,34 @@ def is_sqlite(engine_or_url: Engine | str) -> bool:
     return url.startswith('sqlite')
 
 
+def dead_link_params(secs: float) -> dict[str, str]:
+    """libpq connection parameters that take a connection silent for ``secs`` for dead, on both ends.
+
+    A cut network link drops packets without a word: without these, a query waits for TCP's
+    retransmissions to give up (about 15 minutes on Linux), holding its greenlet, and the database
+    keeps the cut client's session — and the row locks of its open transaction — as long. The
+    client side gets keepalives, ``tcp_user_timeout`` (unacknowledged data) and ``connect_timeout``;
+    the server side the same through ``options``, so that PostgreSQL ends a cut server's session.
+    """
+    user_timeout_ms = str(int(secs * 1000))
+    idle, interval, count = str(max(1, int(secs / 3))), str(max(1, int(secs / 6))), '3'
+    return {
+        'connect_timeout': str(max(2, math.ceil(secs))),
+        'keepalives': '1', 'keepalives_idle': idle, 'keepalives_interval': interval, 'keepalives_count': count,
+        'tcp_user_timeout': user_timeout_ms,
+        'options': f'-c tcp_keepalives_idle={idle} -c tcp_keepalives_interval={interval} '
+                   f'-c tcp_keepalives_count={count} -c tcp_user_timeout={user_timeout_ms}',
+    }
+
+
 def make_engine(url: str, pool_size: int = 10, sqlite_synchronous: str = 'FULL',
-                sqlite_busy_timeout_ms: int = 10000, **kwargs: Any) -> Engine:
+                sqlite_busy_timeout_ms: int = 10000, dead_client_secs: float = 0.0, **kwargs: Any) -> Engine:
     """Create an engine configured for the runtime.
 
     Bound parameters are hidden from SQLAlchemy's error messages: they may hold password hashes,
-    sub_keys or message data, and database errors end up in logs.
+    sub_keys or message data, and database errors end up in logs. On PostgreSQL, a
+    ``dead_client_secs`` above 0 adds ``dead_link_params`` to the URL's query, where every
+    connection made from the URL finds them (the LISTEN connection of ``runtime.pubsub.wakeups`` too).
     """
     url = normalize_url(url)
     try:
@@ -87,7 +110,13 @@ def make_engine(url: str, pool_size: int = 10, sqlite_synchronous: str = 'FULL',
     if parsed.get_backend_name() != 'postgresql':
         raise ConfigError('database.url', f'unsupported database {parsed.get_backend_name()!r}; '
                                           f'use sqlite:/// or postgresql://')
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
+    if dead_client_secs > 0:
+        params = dead_link_params(dead_client_secs)
+        if given := parsed.query.get('options'):
+            params['options'] = f'{given if isinstance(given, str) else " ".join(given)} {params["options"]}'
+        parsed = parsed.update_query_dict({k: v for k, v in params.items()
+                                           if k == 'options' or k not in parsed.query})
+    return create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
                          hide_parameters=True, **kwargs)
 
 

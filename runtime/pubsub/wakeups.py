@@ -54,10 +54,12 @@ class Wakeups:
 
     def listen(self) -> None:
         """PostgreSQL: wake local loops as soon as another process commits entries for them."""
-        url = self._engine.url.set(drivername='postgresql').render_as_string(hide_password=False)
+        # The engine's own connection parameters: with [database] dead_client_secs, keepalives and
+        # tcp_user_timeout, without which a cut link would leave this connection waiting for minutes.
+        cargs, cparams = self._engine.dialect.create_connect_args(self._engine.url)
         while True:
             try:
-                with psycopg.connect(url, autocommit=True) as conn:
+                with psycopg.connect(*cargs, autocommit=True, **cparams) as conn:
                     conn.execute(f'LISTEN {NOTIFY_CHANNEL}')
                     self.listening = True
                     for note in conn.notifies():

@@ -30,8 +30,13 @@ def find_bindir() -> Path | None:
 class PgCluster:
     """initdb, start, stop (in any of pg_ctl's modes) and start again; `url` stays valid throughout."""
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, host: str = '127.0.0.1', allow: str = '', settings: str = '') -> None:
         self.bindir = bindir
+        #: The address it listens on; clients from the network ``allow`` (CIDR) may connect with trust too.
+        self.host = host
+        self.allow = allow
+        #: More server options (``-c name=value ...``).
+        self.settings = settings
         self.port = free_port()
         # Not pytest's tmp_path: as root the server runs as `postgres`, which cannot enter root's 0700 tree.
         self.base = Path(tempfile.mkdtemp(prefix='conduit-pg-'))
@@ -48,7 +53,7 @@ class PgCluster:
     @property
     def url(self) -> str:
         """The SQLAlchemy URL of the cluster's `postgres` database."""
-        return f'postgresql://postgres@127.0.0.1:{self.port}/postgres'
+        return f'postgresql://postgres@{self.host}:{self.port}/postgres'
 
     def _run(self, tool: str, *args: str) -> None:
         cmd = [*self._as, str(self.bindir / tool), *args]
@@ -58,13 +63,16 @@ class PgCluster:
             raise RuntimeError(f'{tool} {" ".join(args)} failed ({done.returncode}): {done.stderr.strip()}\n{log}')
 
     def init(self) -> PgCluster:
-        """Create the cluster (trust auth, loopback only)."""
+        """Create the cluster (trust auth: loopback, and the network ``allow`` when given)."""
         self._run('initdb', '-D', str(self.data), '-A', 'trust', '-U', 'postgres', '-E', 'UTF8', '--no-sync')
+        if self.allow:
+            with open(self.data / 'pg_hba.conf', 'a') as hba:
+                hba.write(f'host all all {self.allow} trust\n')
         return self
 
     def start(self) -> PgCluster:
         """Start the server and wait until it accepts connections."""
-        options = f'-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1'
+        options = f'-p {self.port} -k {self.base} -c listen_addresses={self.host} {self.settings}'.strip()
         self._run('pg_ctl', '-D', str(self.data), '-o', options, '-l', str(self.log), '-w', 'start')
         return self
 

@@ -296,3 +296,10 @@ def test_look_alike_environment_variables_are_reported_with_the_closest_real_one
            'CONDUIT_CONFIG': 'x', 'CONDUIT_URL': 'http://127.0.0.1:1', 'PATH': '/bin'}
     settings = load(tmp_path, SERVICES_CONFIG, {k: v for k, v in env.items() if k != 'CONDUIT_CONFIG'})
     assert unknown_env_vars(settings, env) == [(var, guess)]
+
+
+@pytest.mark.parametrize('value', ['-1', '3601', 'nan'])
+def test_dead_client_secs_out_of_range_is_an_error_naming_the_key(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load(tmp_path, f'[database]\ndead_client_secs = {value}\n')
+    assert '[database] dead_client_secs' in str(e.value)
