@@ -255,6 +255,30 @@ def test_a_burst_to_the_subscriptions_of_one_worker_is_spread_by_the_busy_share(
     assert len(a.held) == len(b.held) == 15
 
 
+def test_three_workers_settle_on_their_shares_and_then_nothing_moves(engine: Engine) -> None:
+    workers = [manager(engine) for _ in range(3)]
+    subs = names('s', 40)
+    busy = set(sorted(subs)[:10])
+    workers[0].refresh(subs, subs, busy)  # alone at first: takes everything
+    moved = []
+    for _ in range(8):
+        moved = []
+        for m in workers:
+            m.refresh(subs, subs, busy)
+            moved += m.to_shed
+            for name in set(m.to_shed):
+                m.release(name)
+    assert not moved, 'leases still moving after eight rounds'
+    share = shares(len(subs), len(busy), 3)
+    assert all(len(m.held) <= share.all for m in workers)  # 14: none above its share, so none gives any back
+    assert all(len(m.held & busy) <= share.busy for m in workers)
+    assert set().union(*(m.held for m in workers)) == subs
+    for _ in range(3):
+        for m in workers:
+            m.refresh(subs, subs, busy)
+            assert not m.to_shed
+
+
 def test_a_passing_burst_moves_nothing(engine: Engine) -> None:
     a, b = manager(engine), manager(engine)
     subs = names('s', 30)
