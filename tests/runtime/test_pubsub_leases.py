@@ -397,3 +397,27 @@ def test_a_stale_settlement_is_refused_whole(rt: TestRuntime) -> None:
     assert queued(rt, sub.id) == 2
     with rt.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(DeadLetter)).scalar_one() == 0
+
+
+# What the broker spreads, and which subscriptions it counts as busy
+
+
+def test_only_kinds_any_worker_may_deliver_are_spread(rt: TestRuntime) -> None:
+    assert rt.broker._spread_kinds == {'service', 'rest_push', 'file'}  # not WebSocket: its lease follows its client
+    rt.catalog.create_topic('ps.spread')
+    sub = rt.catalog.subscribe('ps.spread', 'service', service='ps.lease.gate')
+    assert lease_name(sub.id) in rt.broker._spread_leases()
+    rt.catalog.set_active(sub.sub_key, False)
+    assert lease_name(sub.id) not in rt.broker._spread_leases()  # paused: not delivered, not counted
+
+
+def test_busy_leases_are_those_of_subscriptions_with_messages_waiting(rt: TestRuntime) -> None:
+    rt.catalog.create_topic('ps.busy')
+    rt.catalog.create_topic('ps.idle')
+    busy = rt.catalog.subscribe('ps.busy', 'service', service='ps.lease.gate')
+    idle = rt.catalog.subscribe('ps.idle', 'service', service='ps.lease.gate')
+    for sub in (busy, idle):
+        rt.catalog.set_active(sub.sub_key, False)
+    rt.broker.publish('ps.busy', {'n': 1})
+    found = rt.broker._busy_leases()
+    assert lease_name(busy.id) in found and lease_name(idle.id) not in found
