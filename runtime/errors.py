@@ -220,6 +220,17 @@ class ServerBusy(ConduitError):
 # Publish/subscribe
 
 
+class LeaseLost(ConduitError):
+    """A worker's lease (a subscription's delivery) was taken by another worker, or taken again since."""
+
+    def __init__(self, name: str, version: int, current: int | None) -> None:
+        self.name = name
+        self.version = version
+        self.current = current
+        now = 'no longer held by this worker' if current is None else f'now at version {current}'
+        super().__init__(f'lease {name} taken at version {version} is {now}: its writes are refused')
+
+
 class TopicNotFound(ConduitError, LookupError):
     """No topic of that name exists."""
 

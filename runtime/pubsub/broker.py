@@ -17,6 +17,10 @@ runs a ``DeliveryLoop`` for each lease it holds, calling what that plug-in build
 (``runtime.pubsub.subscribers``), and wakes it on local publications at once (on other
 processes' through ``wakeups``). ``want_delivery`` asks for the leases to be refreshed now, and
 ``release_delivery`` stops one loop and hands its lease back at once (a WebSocket client left).
+The leases of the kinds any worker may deliver are spread over the live workers (the plug-in's
+``spread``): a lease above this worker's fair share is handed back the same way, once its loop has
+stored the outcome of its current batch. Each loop stores through a ``FencedQueue`` holding the lease
+version it was started with, so that a loop whose lease was lost meanwhile stores nothing.
 ``catalog`` administers topics and subscriptions, ``sweeper`` removes what nobody will read;
 pulls go through ``runtime.pubsub.subscribers.pull``.
 """
@@ -49,7 +53,7 @@ from runtime.pubsub.leases import LeaseManager
 from runtime.pubsub.limits import OverflowLog, QueueDepths, TopicDepths, within_queue_limits
 from runtime.pubsub.message import MSG_ID_PREFIX, MsgId, Publication
 from runtime.pubsub.observers import Observers
-from runtime.pubsub.queue_backend import SqlQueueBackend
+from runtime.pubsub.queue_backend import FencedQueue, SqlQueueBackend
 from runtime.pubsub.registry import Registry, SubInfo, TopicInfo, aliased_service
 from runtime.pubsub.subscribers.base import Context, Subscriber
 from runtime.pubsub.sweeper import SWEEPER_LEASE, Sweeper
@@ -87,6 +91,7 @@ class Broker:
         #: The plug-in of each subscriber kind (runtime.pubsub.subscribers).
         self.subscribers: dict[str, Subscriber] = {s.kind: s for s in subscribers}
         self._delivered_kinds = frozenset(k for k, s in self.subscribers.items() if s.delivered)
+        self._spread_kinds = frozenset(k for k, s in self.subscribers.items() if s.delivered and s.spread)
         self._limited_kinds = frozenset(k for k, s in self.subscribers.items() if s.queue_limited)
         self.leases = LeaseManager(engine, settings.lease_ttl_secs, settings.lease_renew_secs)
         #: The delivery loops of this worker by subscription id, and their greenlets.
@@ -146,7 +151,8 @@ class Broker:
         self._backend.writer = self._committer.run
         self.observers.emit('on_start')
         if background:
-            self._spawn(self.leases.run, self._wanted_leases, self.leases_changed, name='pubsub-leases')
+            self._spawn(self.leases.run, self._wanted_leases, self.leases_changed, self._spread_leases,
+                        self._busy_leases, self._give_back, name='pubsub-leases')
             if self.engine.dialect.name == 'postgresql':
                 self._spawn(self.wakeups.listen, name='pubsub-listener')
             self._spawn(self.wakeups.poll_forever, name='pubsub-poller')
@@ -426,16 +432,36 @@ class Broker:
         wanted.add(SWEEPER_LEASE)
         return wanted
 
+    def _spread_leases(self) -> set[str]:
+        """The wanted leases shared out among the live workers (not a WebSocket subscription's)."""
+        return {lease_name(s.id) for s in self.registry.subs.values()
+                if s.kind in self._spread_kinds and self._wants(s)}
+
+    def _busy_leases(self) -> set[str]:
+        """The leases of subscriptions with messages waiting: in their stored queues or in a loop's memory."""
+        sub_ids = run_transaction(self.engine, statements.subs_with_work, write=False)
+        sub_ids.update(sub_id for sub_id, loop in list(self.loops.items()) if loop.ram_depth)
+        return {lease_name(sub_id) for sub_id in sub_ids}
+
+    def _give_back(self, names: set[str]) -> None:
+        """Hand back leases above this worker's share, each once its loop has settled its current batch."""
+        for name in names:
+            if name.startswith('pubsub:sub:'):
+                self._spawn(self.release_delivery, int(name.rsplit(':', 1)[1]), self.settings.lease_ttl_secs,
+                            name=f'give-back:{name}')
+            else:
+                self.leases.release(name)
+
     def want_delivery(self) -> None:
         """The leases this worker wants changed (a WebSocket client attached here): refresh them now."""
         self.leases.kick()
 
-    def release_delivery(self, sub_id: int) -> None:
+    def release_delivery(self, sub_id: int, grace_secs: float = RELEASE_GRACE_SECS) -> None:
         """Stop delivering a subscription in this worker now and hand its lease back at once.
 
         The loop may store the outcome of the batch it is in (acks, messages due again) for up to
-        RELEASE_GRACE_SECS, then it is killed; the lease row is deleted after, so that no other
-        worker starts delivering while this one still settles.
+        grace_secs, then it is killed; the lease row is deleted after, so that no other worker
+        starts delivering while this one still settles.
         """
         self._releasing.add(sub_id)
         try:
@@ -443,7 +469,7 @@ class Broker:
             if loop is not None:
                 loop.wake()  # a waiting loop looks at once, sees it no longer owns the lease, and ends
             if greenlet is not None and greenlet is not gevent.getcurrent():
-                greenlet.join(timeout=RELEASE_GRACE_SECS)
+                greenlet.join(timeout=grace_secs)
             self._stop_loop(sub_id)
             self.leases.release(lease_name(sub_id))
         finally:
@@ -469,11 +495,15 @@ class Broker:
         if sub.id in self.loops:
             return
         name = lease_name(sub.id)
+        fence = self.leases.fence(name)
+        if fence is None:  # not (or no longer) held: the next refresh reports it if it is taken
+            self.leases.held.discard(name)
+            return
 
         def owns() -> bool:
             return sub.id not in self._releasing and self.leases.owns(name)
         deliverer = self.subscribers[sub.kind].deliverer(self._context, sub)
-        loop = DeliveryLoop(sub, self._backend, deliverer.deliver, owns, self.observers,
+        loop = DeliveryLoop(sub, FencedQueue(self._backend, fence), deliverer.deliver, owns, self.observers,
                             deliver_batch=deliverer.deliver_batch, on_wake=deliverer.wake)
         greenlet = self._spawn(loop.run, name=f'delivery:{sub.label}')
         greenlet.link(lambda _g, sub_id=sub.id: self._loop_ended(sub_id, greenlet))

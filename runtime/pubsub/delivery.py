@@ -49,6 +49,7 @@ import gevent
 from gevent.event import AsyncResult, Event
 from gevent.pool import Pool
 
+from runtime.errors import LeaseLost
 from runtime.pubsub.failure import error_line, format_traceback
 from runtime.pubsub.observers import Observers
 from runtime.pubsub.registry import SubInfo
@@ -175,6 +176,9 @@ class DeliveryLoop:
                 wait = self._one_batch()
             except gevent.GreenletExit:
                 raise
+            except LeaseLost as e:  # another worker delivers it now: nothing of this loop's may be stored
+                _log.warning('%s: %s; delivery stops here', self.sub.label, e)
+                return
             except Exception as e:
                 _log.error('%s: delivery batch failed (%s: %s); retrying shortly', self.sub.label,
                            type(e).__name__, e)

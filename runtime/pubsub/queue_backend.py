@@ -2,6 +2,10 @@
 
 Dead letters of a settlement are written through ``DeadLetterer``, so that the observers hear of them
 once the transaction that stored them has committed, as they hear of every other dead letter.
+
+``FencedQueue`` is one loop's view of the backend: each of its transactions first checks that the
+loop's lease is still held at the version the loop took it with (``runtime.pubsub.leases.check_fence``),
+so that a loop that lost its lease acks, retries and dead-letters nothing (``LeaseLost``).
 """
 
 from __future__ import annotations
@@ -14,9 +18,13 @@ from sqlalchemy import Connection, Engine
 from runtime.db.blocking import run_transaction
 from runtime.pubsub import statements
 from runtime.pubsub.dead_letters import DeadLetterer, Moves
+from runtime.pubsub.leases import Fence, check_fence
 from runtime.pubsub.statements import Delivery, Settlement
 
 T = TypeVar('T')
+
+#: A check run first in a transaction of the backend's (raises to refuse the whole transaction).
+Check = Callable[[Connection], None]
 
 
 def apply_settlement(conn: Connection, settlement: Settlement, moves: Moves) -> None:
@@ -51,18 +59,18 @@ class SqlQueueBackend:
         return run_transaction(self._engine, work)
 
     def cycle(self, sub_id: int, settlement: Settlement | None, limit: int,
-              due_before: float | None) -> tuple[list[Delivery], float | None]:
+              due_before: float | None, check: Check | None = None) -> tuple[list[Delivery], float | None]:
         """Settle the last batch, take the next and count its attempts: one transaction.
 
         Returns the batch (as it was before the count) and, when it is empty, when the queue's
-        earliest entry is due (None for an empty queue).
+        earliest entry is due (None for an empty queue). check, when given, runs first.
         """
         return self._dead_letterer.run(self._write, lambda conn, moves: _cycle(conn, moves, sub_id, settlement,
-                                                                              limit, due_before))
+                                                                              limit, due_before, check))
 
     @staticmethod
-    def cycle_work(sub_id: int, settlement: Settlement | None, limit: int,
-                   due_before: float | None) -> Callable[[Connection], tuple[list[Delivery], float | None]]:
+    def cycle_work(sub_id: int, settlement: Settlement | None, limit: int, due_before: float | None,
+                   check: Check | None = None) -> Callable[[Connection], tuple[list[Delivery], float | None]]:
         """What ``cycle`` does, as work to run in a transaction of the caller's.
 
         The settlement may hold no dead letters: they are announced after a commit, and this
@@ -70,15 +78,46 @@ class SqlQueueBackend:
         """
         if settlement is not None and settlement.dead:
             raise ValueError('a cycle run in another transaction cannot dead-letter: settle first')
-        return lambda conn: _cycle(conn, Moves(), sub_id, settlement, limit, due_before)
+        return lambda conn: _cycle(conn, Moves(), sub_id, settlement, limit, due_before, check)
+
+    def settle(self, settlement: Settlement, check: Check | None = None) -> None:
+        """Store a batch's outcomes on their own (check, when given, first)."""
+        def work(conn: Connection, moves: Moves) -> None:
+            if check is not None:
+                check(conn)
+            apply_settlement(conn, settlement, moves)
+        self._dead_letterer.run(self._write, work)
+
+
+class FencedQueue:
+    """One delivery loop's storage: the backend's, each transaction refused (LeaseLost) once its lease is lost."""
+
+    def __init__(self, backend: SqlQueueBackend, fence: Fence) -> None:
+        self._backend = backend
+        self.fence = fence
+
+    def _check(self, conn: Connection) -> None:
+        check_fence(conn, self.fence)
+
+    def cycle(self, sub_id: int, settlement: Settlement | None, limit: int,
+              due_before: float | None) -> tuple[list[Delivery], float | None]:
+        """``SqlQueueBackend.cycle`` under the lease."""
+        return self._backend.cycle(sub_id, settlement, limit, due_before, self._check)
+
+    def cycle_work(self, sub_id: int, settlement: Settlement | None, limit: int,
+                   due_before: float | None) -> Callable[[Connection], tuple[list[Delivery], float | None]]:
+        """``SqlQueueBackend.cycle_work`` under the lease."""
+        return self._backend.cycle_work(sub_id, settlement, limit, due_before, self._check)
 
     def settle(self, settlement: Settlement) -> None:
-        """Store a batch's outcomes on their own."""
-        self._dead_letterer.run(self._write, lambda conn, moves: apply_settlement(conn, settlement, moves))
+        """``SqlQueueBackend.settle`` under the lease."""
+        self._backend.settle(settlement, self._check)
 
 
 def _cycle(conn: Connection, moves: Moves, sub_id: int, settlement: Settlement | None, limit: int,
-           due_before: float | None) -> tuple[list[Delivery], float | None]:
+           due_before: float | None, check: Check | None = None) -> tuple[list[Delivery], float | None]:
+    if check is not None:
+        check(conn)
     if settlement is not None:
         apply_settlement(conn, settlement, moves)
     batch = statements.fetch_batch(conn, sub_id, limit, due_before)

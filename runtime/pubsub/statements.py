@@ -272,6 +272,21 @@ def queue_depths(conn: Connection, sub_ids: list[int]) -> dict[int, int]:
     return {sub_id: count for sub_id, count in rows}
 
 
+#: One index probe per subscription (PostgreSQL would otherwise scan a long queue table to find them).
+_WITH_WORK_SQL = {
+    'sqlite': 'SELECT s.id FROM conduit_subscription s '
+              'WHERE EXISTS (SELECT 1 FROM conduit_queue q WHERE q.sub_id = s.id)',
+    'postgresql': 'SELECT s.id FROM conduit_subscription s CROSS JOIN LATERAL '
+                  '(SELECT 1 FROM conduit_queue q WHERE q.sub_id = s.id LIMIT 1) w',
+}
+
+
+def subs_with_work(conn: Connection) -> set[int]:
+    """The subscriptions whose queues hold at least one entry."""
+    return set(conn.exec_driver_sql(_WITH_WORK_SQL['sqlite' if conn.dialect.name == 'sqlite' else 'postgresql'])
+               .scalars())
+
+
 def dead_letters(conn: Connection, sub_id: int) -> list[dict[str, Any]]:
     """A subscription's dead letters, oldest first."""
     rows = conn.execute(select(DeadLetter.id, DeadLetter.delivery_count, DeadLetter.last_error,

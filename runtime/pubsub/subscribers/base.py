@@ -47,6 +47,8 @@ class Subscriber(Protocol):
     delivered: bool
     #: Whether the kind's queues obey their topics' max depths (``runtime.pubsub.limits``).
     queue_limited: bool
+    #: Whether the kind's delivery leases are shared out among the live workers (``runtime.pubsub.leases``).
+    spread: bool
 
     def check(self, where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
         """ConfigError unless a new subscription of this kind has what it needs (its options already typed)."""

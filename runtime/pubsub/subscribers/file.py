@@ -389,6 +389,7 @@ class FileSubscriber:
     kind = KIND_FILE
     delivered = True
     queue_limited = True
+    spread = True
 
     def __init__(self, run_service: RunService, open_target: OpenTarget = open_source) -> None:
         #: Runs the topic's and subscription's hook services.

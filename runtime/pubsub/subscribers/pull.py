@@ -336,6 +336,7 @@ class PullSubscriber:
     kind = KIND_PULL
     delivered = False
     queue_limited = True
+    spread = False  # no delivery lease: clients read their queues
 
     def check(self, where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
         """A pull subscription needs nothing more: its reader is its service or security definition."""

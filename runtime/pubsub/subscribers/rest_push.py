@@ -222,6 +222,7 @@ class RestPushSubscriber:
     kind = KIND_REST_PUSH
     delivered = True
     queue_limited = True
+    spread = True
 
     def __init__(self, run_service: RunService) -> None:
         #: Runs the topic's and subscription's hook services.

@@ -103,6 +103,7 @@ class ServiceSubscriber:
     kind = KIND_SERVICE
     delivered = True
     queue_limited = False  # the runtime drains them itself, and a message to a service must survive
+    spread = True
 
     def __init__(self, run_service: RunService) -> None:
         self._run = run_service

@@ -121,6 +121,7 @@ class WebSocketSubscriber:
     kind = KIND_WEBSOCKET
     delivered = True
     queue_limited = True
+    spread = False  # the lease follows the client, to the worker holding its socket
 
     def __init__(self, run_service: RunService, attachments: Attachments) -> None:
         #: Runs the topic's and subscription's hook services.
