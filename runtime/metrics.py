@@ -1,4 +1,4 @@
-"""Prometheus metrics of one worker, served at ``GET /metrics``.
+"""Prometheus metrics: each worker counts, ``GET /metrics`` serves the server's workers added up.
 
 What is counted, and where:
 
@@ -304,9 +304,14 @@ class Metrics:
         counters = self._counters()
         if self._shared is not None:
             own = record_of(counters, self._run_id)
-            # Written first: once every worker has written since the last change, all scrapes agree.
-            total, counters.workers = gevent.get_hub().threadpool.apply(self._shared.combined, (os.getpid(), own, True))
-            apply_record(counters, total)
+            try:
+                # Written first: once every worker has written since the last change, all scrapes agree.
+                total, counters.workers = gevent.get_hub().threadpool.apply(self._shared.combined,
+                                                                            (os.getpid(), own, True))
+                apply_record(counters, total)
+            except OSError as e:
+                _log.warning('metrics: the other workers\' counts not read from %s (%s: %s); this worker\'s only',
+                             self._shared.path, type(e).__name__, e)
         counters.queues, counters.topics = self._depths()
         return counters
 

@@ -152,3 +152,21 @@ def test_the_exposition_has_no_pid_label_and_counts_workers() -> None:
     assert 'pid=' not in text
     assert 'conduit_workers 2.0' in text
     assert 'conduit_pubsub_published_total{topic="orders"} 3.0' in text
+
+
+def test_a_worker_shares_its_counts_and_a_broken_directory_leaves_its_own(runtime_factory, tmp_path: Path) -> None:
+    rt = runtime_factory()
+    directory = MetricsDir(tmp_path / 'shared')
+    directory.reset()
+    directory.write(os.getppid(), _record('other', published=5))
+    rt.metrics.share(directory, 60.0, rt.spawner.spawn)
+    rt.metrics.pubsub.published['orders'] = 2
+    snapshot = rt.metrics.snapshot()
+    assert snapshot.published == [('orders', 7)] and snapshot.workers == 2
+    assert directory.worker_path(os.getpid()).exists()  # written by the scrape itself
+    # The directory gone (an operator cleaning var/): the scrape answers with this worker's counts.
+    for entry in directory.path.iterdir():
+        entry.unlink()
+    directory.path.rmdir()
+    snapshot = rt.metrics.snapshot()
+    assert snapshot.published == [('orders', 2)] and snapshot.workers == 1
