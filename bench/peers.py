@@ -13,7 +13,9 @@ confirms on (``--confirms``), the same guarantee.
 
 Every round starts with an emptied queue and a fresh worker, whose start is not timed (a warm-up
 message is handled first). The worker counts calls and writes the time of the last one to a
-file; the count must be exactly N.
+file; the count must be exactly N. A round that does not finish (seen under load: a peer's
+worker that never handles every message) is run again, up to ``RETRIES`` times; after that it is
+reported as a failed round in its row of the table, and the run goes on with the next one.
 
     .venv/bin/python bench/peers.py [--count 20000] [--seq-count 5000] [--rounds 3]
                                     [--publishers 1,50] [--systems celery,dramatiq] [--brokers rabbitmq,redis]
@@ -29,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -39,6 +42,9 @@ NAME = 'peers'
 VENV_BIN = Path(sys.executable).parent
 BROKERS = {'rabbitmq': common.RABBITMQ_URL, 'redis': common.REDIS_URL}
 BODY = 'x' * 50
+
+#: How many times a round that did not finish is run again before it is reported as failed.
+RETRIES = 2
 
 #: How each peer's worker runs: chosen for its best showing with a no-op handler on 2 cores.
 WORKERS = {
@@ -163,22 +169,60 @@ def main(argv: list[str] | None = None) -> None:
         publish_main(args.system, args.count, int(args.publishers), Path(args.ready_file), args.purge)
         return
 
-    rows = []
     with tempfile.TemporaryDirectory(prefix='conduit-bench-peers-') as tmp:
-        for system in args.systems.split(','):
-            for broker in args.brokers.split(','):
-                confirms = [False, True] if broker in args.confirms.split(',') else [False]
-                for confirm in confirms:
-                    for publishers in (int(p) for p in args.publishers.split(',')):
-                        count = args.seq_count if publishers == 1 else args.count
-                        rates = [one_round(system, broker, count, publishers, Path(tmp), confirm)
-                                 for _ in range(args.rounds)]
-                        rows.append({'system': system, 'broker': broker, 'publishers': publishers, 'count': count,
-                                     'rates': rates, 'config': WORKERS[system][1], 'confirms': confirm})
-                        print(f'{system} {broker} confirms={confirm} publishers={publishers}: '
-                              f'{common.fmt_stats(rates)} msg/s', flush=True)
+        rows = measure_all(args, Path(tmp))
     if not args.no_write:
         write(rows, args)
+
+
+def measure_rounds(run_round: Callable[[], float], rounds: int, label: str,
+                   retries: int = RETRIES) -> tuple[list[float], list[str]]:
+    """The rates of rounds that finished, and why each other round failed: a round that fails is run again
+    up to retries times, then counted as failed (never ending the run)."""
+    rates: list[float] = []
+    failures: list[str] = []
+    for n in range(1, rounds + 1):
+        for attempt in range(1, retries + 2):
+            try:
+                rates.append(run_round())
+                break
+            except Exception as e:  # whatever went wrong, this round's figure is what is lost, not the run
+                error = f'{type(e).__name__}: {e}'
+                print(f'{label}: round {n}, attempt {attempt} of {retries + 1} failed: {error}', flush=True)
+        else:
+            failures.append(f'round {n}: {error}')
+    return rates, failures
+
+
+def measure_all(args: argparse.Namespace, tmp: Path,
+                run_round: Callable[..., float] | None = None) -> list[dict]:
+    """One row per system × broker × confirms × publishers, with its rates and failed rounds."""
+    run_round = run_round or one_round
+    rows = []
+    for system in args.systems.split(','):
+        for broker in args.brokers.split(','):
+            confirms = [False, True] if broker in args.confirms.split(',') else [False]
+            for confirm in confirms:
+                for publishers in (int(p) for p in args.publishers.split(',')):
+                    count = args.seq_count if publishers == 1 else args.count
+                    label = f'{system} {broker} confirms={confirm} publishers={publishers}'
+                    rates, failures = measure_rounds(
+                        lambda s=system, b=broker, c=count, p=publishers, k=confirm: run_round(s, b, c, p, tmp, k),
+                        args.rounds, label)
+                    rows.append({'system': system, 'broker': broker, 'publishers': publishers, 'count': count,
+                                 'rates': rates, 'failed': failures, 'config': WORKERS[system][1],
+                                 'confirms': confirm})
+                    print(f'{label}: {rate_cell(rates, failures)} msg/s', flush=True)
+    return rows
+
+
+def rate_cell(rates: list[float], failures: list[str]) -> str:
+    """'min / median / max' of the rounds that finished, and how many failed (after their retries)."""
+    rounds = len(rates) + len(failures)
+    if not failures:
+        return common.fmt_stats(rates)
+    failed = f'{len(failures)} of {rounds} rounds failed after {RETRIES} retries each'
+    return f'{common.fmt_stats(rates)} ({failed})' if rates else f'failed ({failed})'
 
 
 def write(rows: list[dict], args: argparse.Namespace) -> None:
@@ -192,7 +236,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
             'Redis (keeps nothing on disk here: not durable)'
         confirms = 'on (a send waits for the broker)' if r.get('confirms') else 'off (default)'
         lines.append(f"| {r['system'].title()} {common.version(r['system'])} | {broker} | {confirms} | {r['config']} | "
-                     f"{r['publishers']} | {common.fmt_stats(r['rates'])} | {r['count']:,} |")
+                     f"{r['publishers']} | {rate_cell(r['rates'], r.get('failed', []))} | {r['count']:,} |")
     cmd = common.command_line('peers.py', [f'--count {args.count}', f'--seq-count {args.seq_count}',
                                            f'--rounds {args.rounds}', f'--publishers {args.publishers}',
                                            f'--systems {args.systems}', f'--brokers {args.brokers}',
@@ -204,6 +248,11 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
               'before the message is on disk, so the RabbitMQ rows are also measured with confirms on, the '
               f'guarantee a Conduit publisher gets. kombu {common.version("kombu")}, '
               f'pika {common.version("pika")}, redis-py {common.version("redis")}.', '', f'Command: `{cmd}`']
+    failures = [f"{r['system']} on {r['broker']}, confirms {'on' if r.get('confirms') else 'off'}, "
+                f"{r['publishers']} publisher(s), {failure}" for r in rows for failure in r.get('failed', [])]
+    if failures:
+        lines += ['', f'Rounds that did not finish after {RETRIES} retries each (their figures are left out above):',
+                  '', *(f'- {f}' for f in failures)]
     common.write_result(NAME, '\n'.join(lines), {'rows': rows, 'summary': []})
 
 

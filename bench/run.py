@@ -88,8 +88,9 @@ def comparison(throughput: dict[str, Any] | None, peers: dict[str, Any] | None) 
     if not throughput or not peers:
         return '', []
     conduit = {(r['broker'], r['publishers']): _median(r['rates']) for r in throughput['rows']}
+    # A row whose every round failed (bench/peers.py reports it) has no median: its cells stay empty.
     peer = {(r['system'], r['broker'], bool(r.get('confirms')), r['publishers']):
-            (_median(r['rates']), r.get('config', '')) for r in peers['rows']}
+            (_median(r['rates']), r.get('config', '')) for r in peers['rows'] if r['rates']}
     columns = [('celery', 'rabbitmq', False, 'Celery RabbitMQ'),
                ('celery', 'rabbitmq', True, 'Celery RabbitMQ, confirms'),
                ('dramatiq', 'rabbitmq', False, 'Dramatiq RabbitMQ'),

@@ -66,6 +66,10 @@ class ServerSection:
     workers: int = 1
     graceful_timeout_secs: float = 10.0
     pidfile: str = 'var/conduit.pid'
+    #: Where the workers write their counts so that /metrics adds them up (runtime.metrics_share); emptied at start.
+    metrics_dir: str = 'var/metrics'
+    #: How often each worker writes them (what a worker killed with SIGKILL counted since is lost).
+    metrics_interval_secs: float = 1.0
     certfile: str = ''
     keyfile: str = ''
 

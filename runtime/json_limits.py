@@ -17,9 +17,23 @@ levels``, so that callers prefix what the value is (``request body …``, ``data
 their own error. Nothing else escapes them: ``RecursionError`` and the ``ValueError`` of Python's
 integer-string limit are turned into ``InvalidJson`` too.
 
-The check is one iterative walk over the parsed value (never recursive, so no input can overflow
-the stack), costing a fraction of the parse itself. This module imports nothing of HTTP: the
-broker uses it as well as the HTTP layer.
+The codec is orjson (several times faster than the standard library, NaN and Infinity refused
+when parsing), with the standard library as the exact reference: whatever orjson refuses or might
+read or write differently is done again by the standard library, so that what is accepted, what is
+refused and every error message stay what they were. orjson turns integers beyond 64 bits into
+floats when parsing, so text with a run of digits that could be such an integer (or one over
+``max_int_digits``) goes to the standard library; it writes NaN and Infinity as ``null``, so output
+holding ``null`` is checked; it refuses non-str keys, integers beyond 64 bits, lone surrogates,
+subclasses of the JSON types and nesting over 254 levels when rendering, all of which the standard
+library then renders as before. Output differs from the standard library's in one way only: floats
+with an exponent are written without a ``+`` or leading zero (``1e-7``, not ``1e-07``), the same
+number to any JSON reader.
+
+The limits are checked cheaply first: text (parsed or rendered) with no more brackets than
+``max_depth`` cannot be nested deeper, and text without the run of digits above has no integer
+over the bound. Only otherwise is the value walked, once and iteratively (never recursive, so no
+input can overflow the stack). This module imports nothing of HTTP: the broker uses it as well as
+the HTTP layer.
 """
 
 from __future__ import annotations
@@ -29,6 +43,8 @@ import math
 import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 if TYPE_CHECKING:
     from runtime.config import HttpSection
@@ -49,6 +65,8 @@ class JsonLimits:
     max_int_digits: int = 100
     #: Integers must be strictly between -_int_bound and _int_bound (10 ** max_int_digits).
     _int_bound: int = field(init=False, repr=False, compare=False)
+    #: A run of digits in JSON text that may be an integer orjson does not read exactly, or one over the bound.
+    _long_digits: bytes = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ('max_depth', 'max_int_digits'):
@@ -56,6 +74,15 @@ class JsonLimits:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f'JSON limit {name} must be a whole number of at least 1, not {value!r}')
         object.__setattr__(self, '_int_bound', 10 ** self.max_int_digits)
+        # 19 digits: the shortest integer outside orjson's 64-bit range (-9223372036854775809).
+        object.__setattr__(self, '_long_digits', b'0' * min(ORJSON_SAFE_DIGITS + 1, self.max_int_digits + 1))
+
+    def maybe_over(self, text: bytes) -> bool:
+        """Whether JSON text might break a limit or hold an integer orjson reads as a float (a cheap test:
+        False means it surely does not; True that the value must be checked)."""
+        # One pass in C: every digit becomes '0', every opening bracket '[', anything else a space.
+        shape = text.translate(_SHAPE)
+        return shape.count(b'[') > self.max_depth or self._long_digits in shape
 
     @classmethod
     def from_settings(cls, http: HttpSection) -> JsonLimits:
@@ -74,6 +101,19 @@ class JsonLimits:
         if python_limit and python_limit < digits:
             digits = python_limit
         return JsonTooComplex(f'has an integer of more than {digits} digits')
+
+
+#: Digits of every integer orjson parses exactly (it reads longer ones beyond 64 bits as floats).
+ORJSON_SAFE_DIGITS = 18
+
+#: bytes.translate table of maybe_over.
+_SHAPE = bytes(0x30 if 0x30 <= i <= 0x39 else 0x5B if i in (0x5B, 0x7B) else 0x20 for i in range(256))
+
+#: The codec in use, for the benches' reports.
+CODEC = f'orjson {orjson.__version__} (standard library for what it refuses)'
+
+#: Python values orjson must hand back to the standard library rather than render its own way.
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
 
 
 #: The limits of anything that is not told otherwise.
@@ -98,6 +138,19 @@ _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 def loads(data: str | bytes | bytearray, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
     """Parse JSON text within limits; InvalidJson (a ValueError) naming the problem otherwise."""
+    text = data.encode('utf-8', 'surrogatepass') if isinstance(data, str) else data
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        # Refused (or not UTF-8): the standard library decides, and says why in its own words.
+        return _loads_reference(data, limits)
+    if limits.maybe_over(text):
+        return _loads_reference(data, limits)
+    return value
+
+
+def _loads_reference(data: str | bytes | bytearray, limits: JsonLimits) -> Any:
+    """loads with the standard library and the full check."""
     try:
         if not isinstance(data, str):
             # As json.loads does: UTF-8, -16 or -32 by the first bytes.
@@ -130,6 +183,42 @@ def check(value: Any, limits: JsonLimits = DEFAULT_LIMITS) -> None:
 
 def dumps(value: Any, limits: JsonLimits = DEFAULT_LIMITS) -> str:
     """Compact JSON text of a value (non-ASCII kept), checked first; InvalidJson if it cannot be rendered."""
+    text = _dumps_fast(value, limits)
+    return text.decode() if text is not None else _dumps_reference(value, limits)
+
+
+def dumpb(value: Any, limits: JsonLimits = DEFAULT_LIMITS) -> bytes:
+    """dumps as UTF-8 bytes; UnicodeEncodeError for text with a lone surrogate, as str.encode raises it."""
+    text = _dumps_fast(value, limits)
+    return text if text is not None else _dumps_reference(value, limits).encode('utf-8')
+
+
+def render(value: Any) -> bytes:
+    """Compact UTF-8 JSON of a value the runtime built itself (an answer, an archive line): no limits checked.
+
+    The standard library renders what orjson refuses, so nothing renders differently but the floats
+    with an exponent (see the module docstring), and lone surrogates are kept (``surrogatepass``).
+    """
+    try:
+        return orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, separators=(',', ':')).encode('utf-8', 'surrogatepass')
+
+
+def _dumps_fast(value: Any, limits: JsonLimits) -> bytes | None:
+    """orjson's rendering of a value within limits, None for a value it does not render as the standard library."""
+    try:
+        text = orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except TypeError:
+        return None
+    # orjson writes NaN and Infinity as null: a null may be one of them.
+    if b'null' in text or limits.maybe_over(text):
+        _walk(value, limits, True)
+    return text
+
+
+def _dumps_reference(value: Any, limits: JsonLimits) -> str:
+    """dumps with the full check and the standard library."""
     _walk(value, limits, True)
     try:
         return json.dumps(value, ensure_ascii=False, separators=(',', ':'), allow_nan=False)

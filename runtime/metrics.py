@@ -1,4 +1,4 @@
-"""Prometheus metrics of one worker, served at ``GET /metrics``.
+"""Prometheus metrics: each worker counts, ``GET /metrics`` serves the server's workers added up.
 
 What is counted, and where:
 
@@ -30,11 +30,11 @@ nothing here takes a lock. A scrape copies the dicts on the hub (greenlets chang
 not read them) and reads the queue depths, then builds and formats the exposition in gevent's
 thread pool from those copies alone, so that a large exposition does not stop the worker's hub.
 
-Several gunicorn workers: each worker counts what it did and answers ``/metrics`` with its own
-counters, labelled with its ``pid`` (the database gauges are the same in every worker). Through one
-port, a scrape reaches whichever worker accepted the connection, so each scrape shows one worker's
-counters: rates per pid are right, totals are partial. For exact totals run one worker per scraped
-server (``--workers 1``, several servers on one database). prometheus_client's multiprocess mode
+Several gunicorn workers: each worker counts what it did, and every scrape shows the sums over the
+server's workers, whichever worker answers it (``runtime.metrics_share``: the workers write their
+counts into ``server.metrics_dir``, and what exited workers counted is kept), with
+``conduit_workers``, the number of live workers added up. No series has a ``pid`` label. For a
+cluster, scrape every server: each shows its own workers only. prometheus_client's multiprocess mode
 was left out on purpose: it writes every increment to a memory-mapped file under a lock, too slow
 for the invoke path, and it cannot carry this collector's counters.
 """
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -55,6 +56,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from runtime.db.blocking import run_transaction
+from runtime.metrics_share import MetricsDir, apply_record, record_of
 from runtime.pubsub import queue_admin
 from runtime.pubsub.observers import PubSubObserver
 from runtime.timefmt import iso
@@ -111,21 +113,21 @@ class Histogram:
         """A copy of every series, safe to read in another thread while observations go on."""
         return [(key, list(series)) for key, series in list(self.series.items())]
 
-    def family(self, name: str, doc: str, labels: list[str], pid: str) -> HistogramMetricFamily:
+    def family(self, name: str, doc: str, labels: list[str]) -> HistogramMetricFamily:
         """The exposition of every key (a key is a tuple of label values, or one value)."""
-        return _histogram_family(name, doc, labels, pid, self.bounds, self.snapshot())
+        return _histogram_family(name, doc, labels, self.bounds, self.snapshot())
 
 
-def _histogram_family(name: str, doc: str, labels: list[str], pid: str, bounds: tuple[float, ...],
+def _histogram_family(name: str, doc: str, labels: list[str], bounds: tuple[float, ...],
                       items: list[tuple[Any, list[float]]]) -> HistogramMetricFamily:
-    family = HistogramMetricFamily(name, doc, labels=[*labels, 'pid'])
+    family = HistogramMetricFamily(name, doc, labels=labels)
     for key, series in items:
         cumulative, buckets = 0.0, []
         for bound, count in zip((*map(str, bounds), '+Inf'), series[:-1], strict=True):
             cumulative += count
             buckets.append((bound, cumulative))
         values = key if isinstance(key, tuple) else (key,)
-        family.add_metric([*map(str, values), pid], buckets, series[-1])
+        family.add_metric([*map(str, values)], buckets, series[-1])
     return family
 
 
@@ -259,6 +261,10 @@ class Metrics:
         self.websocket_connections = 0
         #: action -> client frames received; every known action is shown from the start, at 0.
         self.websocket_frames: dict[str, int] = dict.fromkeys(sorted(FRAME_ACTIONS), 0)
+        #: The server's directory of worker counts when this worker's are added up with others' (share()).
+        self._shared: MetricsDir | None = None
+        #: This worker run's id in that directory (a pid can be reused, a run id not).
+        self._run_id = uuid.uuid4().hex
 
     # WebSocketMetrics
 
@@ -293,11 +299,28 @@ class Metrics:
         return self.snapshot().collect()
 
     def snapshot(self) -> MetricsSnapshot:
-        """Copies of every counter, and the queue depths read now; call it on the hub."""
+        """Copies of every counter (the server's workers added up when shared), and the queue depths read now;
+        call it on the hub."""
+        counters = self._counters()
+        if self._shared is not None:
+            own = record_of(counters, self._run_id)
+            try:
+                # Written first: once every worker has written since the last change, all scrapes agree.
+                total, counters.workers = gevent.get_hub().threadpool.apply(self._shared.combined,
+                                                                            (os.getpid(), own, True))
+                apply_record(counters, total)
+            except OSError as e:
+                _log.warning('metrics: the other workers\' counts not read from %s (%s: %s); this worker\'s only',
+                             self._shared.path, type(e).__name__, e)
+        counters.queues, counters.topics = self._depths()
+        return counters
+
+    def _counters(self) -> MetricsSnapshot:
+        """Copies of this worker's counters, no database read; call it on the hub."""
         pubsub = self.pubsub
-        # Copied before the database is read: the read lets other greenlets change the dicts.
+        # Copied before anything yields (files, database): other greenlets change the dicts meanwhile.
         counters = MetricsSnapshot(
-            pid=str(os.getpid()), published=list(pubsub.published.items()),
+            published=list(pubsub.published.items()),
             delivered=list(pubsub.delivered.items()), failed=list(pubsub.failed.items()),
             dead_lettered=list(pubsub.dead_lettered.items()), http_requests=list(self.http_requests.items()),
             invoke=(self.invoke.bounds, self.invoke.snapshot()),
@@ -305,8 +328,28 @@ class Metrics:
             expired=list(pubsub.expired.items()), websocket_connections=self.websocket_connections,
             websocket_frames=list(self.websocket_frames.items()), websocket_attached=self._websocket_attached(),
             files=list(self.files.files.items()), files_published=list(self.files.published.items()))
-        counters.queues, counters.topics = self._depths()
         return counters
+
+    def share(self, directory: MetricsDir, interval_secs: float, spawn: Callable[..., Any]) -> None:
+        """Add up this worker's counts with the other workers' of the server in directory (runtime.metrics_share):
+        write them there now and every interval_secs (in a greenlet made by spawn)."""
+        self._shared = directory
+        self.flush()
+        spawn(self._flush_every, max(interval_secs, 0.05), name='metrics-share')
+
+    def flush(self) -> None:
+        """Write this worker's counts to the shared directory now (a worker that stops calls it last)."""
+        if self._shared is not None:
+            self._shared.write(os.getpid(), record_of(self._counters(), self._run_id))
+
+    def _flush_every(self, interval_secs: float) -> None:
+        while True:
+            gevent.sleep(interval_secs)
+            record = record_of(self._counters(), self._run_id)  # copied on the hub, written in a thread
+            try:
+                gevent.get_hub().threadpool.apply(self._shared.write, (os.getpid(), record))
+            except OSError as e:
+                _log.warning('metrics: counts not written to %s (%s: %s)', self._shared.path, type(e).__name__, e)
 
     def _depths(self) -> tuple[list[tuple[list[str], int, int]] | None, list[tuple[str, int, int]] | None]:
         """Per subscription (labels, depth, dead letters) and per topic (name, GD, non-GD); None if unread."""
@@ -333,7 +376,6 @@ class Metrics:
 class MetricsSnapshot:
     """Copies of the metrics at one moment: a collector that reads nothing else, so any thread may run it."""
 
-    pid: str
     published: list[tuple[str, int]]
     delivered: list[tuple[tuple[str, str, str], int]]
     failed: list[tuple[tuple[str, str, str], int]]
@@ -351,67 +393,67 @@ class MetricsSnapshot:
     #: ((channel, outcome), files) and (channel, messages published) of inbound file channels
     files: list[tuple[tuple[str, str], int]] = field(default_factory=list)
     files_published: list[tuple[str, int]] = field(default_factory=list)
+    #: Live workers whose counts are in this snapshot.
+    workers: int = 1
     #: None when the database could not be read.
     queues: list[tuple[list[str], int, int]] | None = None
     topics: list[tuple[str, int, int]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         """Every metric family (prometheus_client's collector protocol)."""
-        pid = self.pid
-        family = CounterMetricFamily('conduit_pubsub_published', 'Messages published', labels=['topic', 'pid'])
+        family = CounterMetricFamily('conduit_pubsub_published', 'Messages published', labels=['topic'])
         for topic, count in self.published:
-            family.add_metric([topic, pid], count)
+            family.add_metric([topic], count)
         yield family
         for name, doc, items in (('delivered', 'Messages delivered successfully', self.delivered),
                                  ('failed', 'Delivery attempts that failed (retried or dead-lettered)', self.failed)):
             family = CounterMetricFamily(f'conduit_pubsub_{name}', doc,
-                                         labels=['topic', 'subscription', 'subscriber', 'pid'])
+                                         labels=['topic', 'subscription', 'subscriber'])
             for key, count in items:
-                family.add_metric([*key, pid], count)
+                family.add_metric([*key], count)
             yield family
         family = CounterMetricFamily('conduit_pubsub_dead_lettered', 'Messages moved to a dead-letter queue',
-                                     labels=['topic', 'subscription', 'subscriber', 'reason', 'pid'])
+                                     labels=['topic', 'subscription', 'subscriber', 'reason'])
         for key, count in self.dead_lettered:
-            family.add_metric([*key, pid], count)
+            family.add_metric([*key], count)
         yield family
         family = CounterMetricFamily('conduit_http_requests', 'HTTP requests answered',
-                                     labels=['method', 'route', 'status', 'pid'])
+                                     labels=['method', 'route', 'status'])
         for key, count in self.http_requests:
-            family.add_metric([*key, pid], count)
+            family.add_metric([*key], count)
         yield family
         yield _histogram_family('conduit_http_request_duration_seconds', 'HTTP request time', ['method', 'route'],
-                                pid, *self.http_latency)
-        yield _histogram_family('conduit_invoke_duration_seconds', 'Service run time, any channel', ['service'], pid,
+                                *self.http_latency)
+        yield _histogram_family('conduit_invoke_duration_seconds', 'Service run time, any channel', ['service'],
                                 *self.invoke)
         family = CounterMetricFamily('conduit_pubsub_subscriptions_expired',
                                      'Subscriptions deleted with their queue for inactivity (limit_sub_inactivity)',
-                                     labels=['kind', 'pid'])
+                                     labels=['kind'])
         for kind, count in self.expired:
-            family.add_metric([kind, pid], count)
+            family.add_metric([kind], count)
         yield family
-        gauge = GaugeMetricFamily('conduit_websocket_connections', 'Open WebSocket connections of this worker',
-                                  labels=['pid'])
-        gauge.add_metric([pid], self.websocket_connections)
-        yield gauge
-        gauge = GaugeMetricFamily('conduit_websocket_subscriptions_attached',
-                                  'Subscriptions whose WebSocket client is attached to this worker', labels=['pid'])
-        gauge.add_metric([pid], self.websocket_attached)
-        yield gauge
+        yield GaugeMetricFamily('conduit_workers', "Live workers of this server (their counts are added up)",
+                                value=self.workers)
+        yield GaugeMetricFamily('conduit_websocket_connections', "Open WebSocket connections of this server's workers",
+                                value=self.websocket_connections)
+        yield GaugeMetricFamily('conduit_websocket_subscriptions_attached',
+                                "Subscriptions whose WebSocket client is attached to one of this server's workers",
+                                value=self.websocket_attached)
         family = CounterMetricFamily('conduit_websocket_frames', 'WebSocket frames received from clients, by action '
-                                     "('invalid': not a frame of the protocol)", labels=['action', 'pid'])
+                                     "('invalid': not a frame of the protocol)", labels=['action'])
         for action, count in self.websocket_frames:
-            family.add_metric([action, pid], count)
+            family.add_metric([action], count)
         yield family
         family = CounterMetricFamily('conduit_file_transfer_files', 'Files of inbound file channels, by outcome '
                                      '(processed, failed, skipped: same content as a file processed before)',
-                                     labels=['channel', 'outcome', 'pid'])
+                                     labels=['channel', 'outcome'])
         for key, count in self.files:
-            family.add_metric([*key, pid], count)
+            family.add_metric([*key], count)
         yield family
         family = CounterMetricFamily('conduit_file_transfer_published', 'Messages published from the records of '
-                                     'files', labels=['channel', 'pid'])
+                                     'files', labels=['channel'])
         for channel, count in self.files_published:
-            family.add_metric([channel, pid], count)
+            family.add_metric([channel], count)
         yield family
         if self.queues is not None:
             labels = ['subscription', 'kind', 'subscriber', 'topic']
@@ -433,10 +475,10 @@ class MetricsSnapshot:
 
 
 class MetricsResource:
-    """GET /metrics: this worker's metrics in the Prometheus text format."""
+    """GET /metrics: the server's metrics (its workers added up) in the Prometheus text format."""
 
     openapi = {'get': {
-        'summary': "This worker's metrics in the Prometheus text format", 'tags': ['runtime'],
+        'summary': "The server's metrics, its workers added up, in the Prometheus text format", 'tags': ['runtime'],
         'responses': {'200': {'description': 'Prometheus text exposition',
                               'content': {'text/plain': {'schema': {'type': 'string'}}}}}}}
 

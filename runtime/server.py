@@ -5,7 +5,9 @@ running server stops there, having touched nothing), then migrates the database 
 object files once, before forking, so that
 workers never race each other on the schema. Each worker then builds its own runtime after the
 gevent worker has monkey-patched the standard library (``load()`` runs in the worker), and stops
-it in ``worker_exit``. On SIGTERM gunicorn stops accepting connections and lets requests in flight
+it in ``worker_exit``. The workers' metrics are added up through ``server.metrics_dir``
+(``runtime.metrics_share``): the master empties it on start and keeps the counts of every worker
+that exits (``child_exit``). On SIGTERM gunicorn stops accepting connections and lets requests in flight
 finish for up to ``server.graceful_timeout_secs``.
 """
 
@@ -21,6 +23,7 @@ from gunicorn.glogging import Logger
 from runtime.admin_credentials import admin_password
 from runtime.config import Settings
 from runtime.core import Runtime, prepare_database
+from runtime.metrics_share import MetricsDir
 from runtime.single_instance import claim, release_in_worker
 
 _log = logging.getLogger(__name__)
@@ -36,6 +39,27 @@ def _post_fork(server: Any, worker: Any) -> None:
 def _worker_exit(server: Any, worker: Any) -> None:
     if _worker_runtime is not None:
         _worker_runtime.stop()
+        try:
+            _worker_runtime.metrics.flush()  # last: stopping delivers and counts too
+        except OSError as e:
+            _log.warning('metrics: last counts not written (%s: %s)', type(e).__name__, e)
+
+
+def _metrics_dir(server: Any) -> MetricsDir:
+    settings = server.app.settings
+    return MetricsDir(settings.path(settings.server.metrics_dir))
+
+
+def _on_starting(server: Any) -> None:
+    # The counts of a previous run's workers must not be added to this run's.
+    _metrics_dir(server).reset()
+
+
+def _child_exit(server: Any, worker: Any) -> None:
+    try:
+        _metrics_dir(server).retire(worker.pid)
+    except OSError as e:
+        _log.warning('metrics: counts of worker %s not kept (%s: %s)', worker.pid, type(e).__name__, e)
 
 
 class _ConduitLogger(Logger):
@@ -83,6 +107,8 @@ class ConduitApplication(BaseApplication):
             'access_log_format': self.settings.logging.access_log_format,
             'worker_exit': _worker_exit,
             'post_fork': _post_fork,
+            'on_starting': _on_starting,
+            'child_exit': _child_exit,
             'proc_name': 'conduit',
         }
         if 'control_socket_disable' in self.cfg.settings:
@@ -99,6 +125,9 @@ class ConduitApplication(BaseApplication):
         global _worker_runtime
         runtime = Runtime(self.settings, demo=self.demo)
         runtime.start(migrate=False)
+        s = self.settings.server
+        runtime.metrics.share(MetricsDir(self.settings.path(s.metrics_dir)), s.metrics_interval_secs,
+                              runtime.spawner.spawn)
         _worker_runtime = runtime
         return runtime.make_app()
 

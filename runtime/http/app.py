@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import falcon
 
+from runtime import json_limits
 from runtime.admin_credentials import admin_password
 from runtime.errors import BadRequest
 from runtime.http import auth, errors, pubsub_rest
@@ -120,6 +121,8 @@ def make_app(parts: AppParts, **kwargs: Any) -> falcon.App:
     app = falcon.App(middleware=[parts.metrics.http_middleware(), _CidMiddleware(), _NulGuard(),
                                  InputLimits.from_settings(http), route_auth, AdminWrites(parts.admin)], **kwargs)
     app.req_options.strip_url_path_trailing_slash = False
+    # Answers rendered by orjson (the standard library for what it refuses): runtime.json_limits.render.
+    app.resp_options.media_handlers[falcon.MEDIA_JSON] = falcon.media.JSONHandler(dumps=json_limits.render)
     errors.install(app)
     app.add_route('/health', HealthResource(parts.database_answers, parts.store))
     # Topic, definition and channel names are in both documents: admin-only unless configured public.

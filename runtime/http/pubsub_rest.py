@@ -37,7 +37,6 @@ percent-encoded: the ``{topic:path}`` field takes the rest of the path.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -48,6 +47,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import falcon
 
+from runtime import json_limits
 from runtime.errors import (
     AccessDenied,
     BadRequest,
@@ -573,7 +573,7 @@ class MessagesGetResource(_PubSubResource):
                            parts.permissions.may_read) if active else []
         # Each message was rendered before it left the queue (or was leased); the answer only joins
         # those texts, so nothing can fail once they are gone.
-        parts = [json.dumps(_ok(req, message_count=len(pulled)), ensure_ascii=False)[:-1].encode(),
+        parts = [json_limits.render(_ok(req, message_count=len(pulled)))[:-1],
                  b',"messages":[', b','.join(p.text for p in pulled), b']']
         if max_messages == 1 and len(pulled) == 1 and not body.get('wrap_in_list'):
             parts += [b',', pulled[0].text[1:-1]]  # Zato 4.1 answers a single message as top-level data and meta

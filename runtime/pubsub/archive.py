@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import gevent
 from gevent.lock import Semaphore
 
+from runtime import json_limits
 from runtime.datafiles import open_private_append, private_dir
 from runtime.pubsub.observers import PubSubObserver
 from runtime.pubsub.retry import REASON_UNRENDERABLE
@@ -89,7 +90,7 @@ def _data_json(data: str, mime_type: str) -> str:
     """The message's data as a JSON fragment, without decoding JSON data only to encode it again."""
     if mime_type == 'application/json':
         return data
-    return json.dumps(data, ensure_ascii=False)
+    return json_limits.render(data).decode('utf-8', 'surrogatepass')
 
 
 def encode_record(rec: _Record, include_data: bool) -> str:
@@ -106,7 +107,7 @@ def encode_record(rec: _Record, include_data: bool) -> str:
         'error': error, 'reason': reason, 'priority': priority, 'size': size, 'publisher': publisher,
         'correl_id': correl_id, 'mime_type': mime_type,
     }
-    line = json.dumps(fields, ensure_ascii=False, separators=(',', ':'))
+    line = json_limits.render(fields).decode('utf-8', 'surrogatepass')
     if not include_data:
         return line
     return f'{line[:-1]},"data":{_data_json(data, mime_type)}}}'

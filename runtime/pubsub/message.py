@@ -121,8 +121,7 @@ def encode_data(data: Any, mime_type: str | None, limits: JsonLimits = DEFAULT_L
     if isinstance(data, str) and mime_type != 'application/json':
         return data, mime_type or 'text/plain'
     try:
-        json_limits.check(data, limits)
-        return json.dumps(data, separators=(',', ':'), ensure_ascii=False, allow_nan=False), 'application/json'
+        return json_limits.dumps(data, limits), 'application/json'
     except json_limits.InvalidJson as e:
         raise InvalidMessage('data', str(e)) from None
     except (TypeError, ValueError, RecursionError) as e:
@@ -263,17 +262,16 @@ def render_pull(d: Delivery, sub_key: str, now: float, ack_id: str | None = None
     """The UTF-8 JSON text of pull_view(...); UnrenderableMessage if the message cannot be rendered.
 
     Stored JSON data is checked against the limits and then used as it is stored (it was written
-    by json.dumps at publication): it is not parsed into objects only to be written out again.
+    by json_limits.dumps at publication): it is not parsed into objects only to be written out again.
     """
     try:
         if d.mime_type == 'application/json':
             json_limits.loads(d.data, limits)
             data = d.data.strip()
         else:
-            data = json.dumps(d.data, ensure_ascii=False)
-        meta = json.dumps(pull_meta(d, sub_key, now, ack_id), ensure_ascii=False, separators=(',', ':'),
-                          allow_nan=False)
-        return f'{{"data":{data},"meta":{meta}}}'.encode()
+            data = json_limits.dumps(d.data, limits)
+        meta = json_limits.dumpb(pull_meta(d, sub_key, now, ack_id), limits)
+        return b'{"data":%b,"meta":%b}' % (data.encode(), meta)
     except json_limits.InvalidJson as e:
         raise UnrenderableMessage(d.msg_id, f'its data {e}') from None
     except UnicodeEncodeError:

@@ -99,7 +99,7 @@ def test_histogram_buckets_are_cumulative() -> None:
     histogram = Histogram((0.1, 1.0))
     for value in (0.05, 0.1, 0.5, 2.0):
         histogram.observe('svc', value)
-    family = histogram.family('x_seconds', 'doc', ['service'], '1')
+    family = histogram.family('x_seconds', 'doc', ['service'])
     samples = {(s.name, s.labels.get('le')): s.value for s in family.samples}
     assert samples[('x_seconds_bucket', '0.1')] == 2  # 0.1 itself is "less than or equal"
     assert samples[('x_seconds_bucket', '1.0')] == 3

@@ -159,7 +159,7 @@ class PushDeliverer:
         else:
             body = push_view(d, data)
         try:
-            return json_limits.dumps(body, self._limits).encode('utf-8')
+            return json_limits.dumpb(body, self._limits)
         except json_limits.InvalidJson as e:
             raise UnrenderableMessage(d.msg_id, f'its data {e}') from None
         except UnicodeEncodeError:
