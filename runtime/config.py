@@ -286,6 +286,18 @@ class FileTransferSection:
 
 
 @dataclass
+class StatsSection:
+    """[stats]: the worker registry's heartbeat and the dashboard's rate and service statistics (runtime.stats)."""
+
+    #: Seconds between two heartbeats of a worker in the worker registry.
+    heartbeat_secs: float = 5.0
+    #: Seconds between two flushes of a worker's counts to the database (the rates' resolution is 10 s).
+    flush_interval_secs: float = 10.0
+    #: Statistics older than this are deleted (the dashboard shows the last hour).
+    retention_secs: float = 3600.0
+
+
+@dataclass
 class LoggingSection:
     """Log level and format of the server: one format for Conduit's and gunicorn's own lines."""
 
@@ -318,6 +330,7 @@ class Settings:
     spark: SparkSection = field(default_factory=SparkSection)
     archive: ArchiveSection = field(default_factory=ArchiveSection)
     file_transfer: FileTransferSection = field(default_factory=FileTransferSection)
+    stats: StatsSection = field(default_factory=StatsSection)
     logging: LoggingSection = field(default_factory=LoggingSection)
     #: Per service name, its configuration (the service's ``self.config``).
     services: dict[str, dict[str, Any]] = field(default_factory=dict)
