@@ -8,14 +8,13 @@
   if (!root) {
     return;
   }
-  const api = root.dataset.api;
   const el = (id) => document.getElementById(id);
   let offset = 0;
 
   async function load() {
     let answer;
     try {
-      answer = await Dash.api('GET', `${api}/deployments?limit=${PAGE}&offset=${offset}`);
+      answer = await Dash.api('GET', `/deployments?limit=${PAGE}&offset=${offset}`);
     } catch (e) {
       el('deployments-error').textContent = `Could not load the history: ${e.message}`;
       return;
@@ -32,9 +31,8 @@
       {key: 'services', label: 'Services'},
       {key: 'by', label: 'By'},
     ], {empty: 'Nothing was hot-deployed yet.'});
-    Dash.pager(el('deployments-pager'), {
-      total: answer.total, limit: PAGE, offset, onChange: (next) => { offset = next; load(); },
-    });
+    Dash.pager(el('deployments-pager'), {total: answer.total, limit: PAGE, offset, count: answer.deployments.length},
+      (next) => { offset = next; load(); });
   }
 
   const upload = el('deploy-form');
@@ -51,7 +49,7 @@
         return;
       }
       try {
-        const answer = await Dash.api('POST', `${api}/deploy`, {file_name: file.name, source: await file.text()});
+        const answer = await Dash.api('POST', '/deploy', {file_name: file.name, source: await file.text()});
         Dash.notify(`Deployed ${file.name}: ${answer.services.join(', ') || 'no service'}.`, 'ok');
         upload.reset();
         offset = 0;
@@ -71,11 +69,20 @@
         Dash.notify('Name the service to undeploy.', 'error');
         return;
       }
-      if (!(await Dash.confirm(`Undeploy ${name} from every worker?`))) {
+      if (!(await Dash.confirm(`Undeploy ${name} from every worker?`, {ok: 'Undeploy'}))) {
         return;
       }
+      const path = `/services/${encodeURIComponent(name)}`;
       try {
-        await Dash.api('DELETE', `${api}/services/${encodeURIComponent(name)}`);
+        try {
+          await Dash.api('DELETE', path);
+        } catch (e) {
+          // In use by channels, jobs or subscriptions: say which, and undeploy only if asked again.
+          if (e.status !== 409 || !(await Dash.confirm(`${e.message}.`, {ok: 'Undeploy anyway'}))) {
+            throw e;
+          }
+          await Dash.api('DELETE', `${path}?force=true`);
+        }
         Dash.notify(`Undeployed ${name}.`, 'ok');
         undeploy.reset();
         offset = 0;

@@ -14,7 +14,6 @@
   if (!root) {
     return;
   }
-  const api = root.dataset.api;
   const el = (id) => document.getElementById(id);
 
   function showError(where, error) {
@@ -22,7 +21,7 @@
   }
 
   async function loadWorkers() {
-    const answer = await Dash.api('GET', `${api}/workers`);
+    const answer = await Dash.api('GET', '/workers');
     const rows = answer.workers.map((w) => ({
       server: w.server,
       worker: `${w.host}:${w.pid}`,
@@ -34,25 +33,25 @@
       {key: 'server', label: 'Server'},
       {key: 'worker', label: 'Worker'},
       {key: 'heartbeat', label: 'Heartbeat age'},
-      {key: 'leases', label: 'Leases'},
+      {key: 'leases', label: 'Leases', num: true},
       {key: 'lease_names', label: 'Held'},
     ], {empty: 'No worker has registered yet.'});
     el('workers-error').textContent = '';
   }
 
   async function loadTotals() {
-    const t = await Dash.api('GET', `${api}/stats/totals`);
-    const approx = (n, estimated) => (estimated ? `~${n}` : String(n));
-    el('total-services').textContent = t.services;
-    el('total-topics').textContent = t.topics;
-    el('total-subscriptions').textContent = t.subscriptions;
+    const t = await Dash.api('GET', '/stats/totals');
+    const approx = (n, estimated) => (estimated ? `~${Dash.fmt.number(n)}` : Dash.fmt.number(n));
+    el('total-services').textContent = Dash.fmt.number(t.services);
+    el('total-topics').textContent = Dash.fmt.number(t.topics);
+    el('total-subscriptions').textContent = Dash.fmt.number(t.subscriptions);
     el('total-waiting').textContent = approx(t.messages_waiting, t.messages_waiting_estimated);
     el('total-dead').textContent = approx(t.dead_letters, t.dead_letters_estimated);
     el('totals-error').textContent = '';
   }
 
   async function loadRates() {
-    const answer = await Dash.api('GET', `${api}/stats/rates`);
+    const answer = await Dash.api('GET', '/stats/rates');
     const x = answer.buckets.map((b) => new Date(b.bucket * 1000));
     const traces = SERIES.map(([key, name]) => ({
       x, y: answer.buckets.map((b) => b[`${key}_per_sec`]), name, type: 'scatter', mode: 'lines',
@@ -66,7 +65,7 @@
   }
 
   async function loadDeepest() {
-    const answer = await Dash.api('GET', `${api}/queues/deepest?limit=10`);
+    const answer = await Dash.api('GET', '/queues/deepest?limit=10');
     const rows = answer.queues.map((q) => ({
       sub_id: q.sub_id,
       pattern: q.pattern,
@@ -77,12 +76,12 @@
       state: q.is_active ? 'active' : 'paused',
     }));
     Dash.table(el('deepest'), rows, [
-      {key: 'sub_id', label: 'Subscription'},
+      {key: 'sub_id', label: 'Subscription', render: (r) => Dash.el('a', {href: `/dashboard/queues/${r.sub_id}`}, `#${r.sub_id}`)},
       {key: 'pattern', label: 'Topic'},
       {key: 'subscriber', label: 'Subscriber'},
-      {key: 'depth', label: 'Depth'},
+      {key: 'depth', label: 'Depth', num: true, render: (r) => Dash.fmt.number(r.depth)},
       {key: 'oldest', label: 'Oldest message'},
-      {key: 'dead_letters', label: 'Dead letters'},
+      {key: 'dead_letters', label: 'Dead letters', num: true},
       {key: 'state', label: 'State'},
     ], {empty: 'Every queue is empty.'});
     el('deepest-error').textContent = '';

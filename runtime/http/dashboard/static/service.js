@@ -6,9 +6,8 @@
   if (!root) {
     return;
   }
-  const api = root.dataset.api;
   const name = root.dataset.name;
-  const base = `${api}/services/${encodeURIComponent(name)}`;
+  const base = `/services/${encodeURIComponent(name)}`;
   const el = (id) => document.getElementById(id);
   const secs = (value) => (value === null || value === undefined ? '–' : `${(value * 1000).toFixed(1)} ms`);
 

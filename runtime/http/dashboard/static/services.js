@@ -7,8 +7,6 @@
   if (!root) {
     return;
   }
-  const api = root.dataset.api;
-  const pageBase = root.dataset.page;
   const form = document.getElementById('services-search');
   const input = document.getElementById('services-q');
   const error = document.getElementById('services-error');
@@ -20,26 +18,27 @@
     const query = new URLSearchParams({search: input.value, limit: String(PAGE), offset: String(offset)});
     let answer;
     try {
-      answer = await Dash.api('GET', `${api}/stats/services?${query}`);
+      answer = await Dash.api('GET', `/stats/services?${query}`);
     } catch (e) {
       error.textContent = `Could not load the services: ${e.message}`;
       return;
     }
     error.textContent = '';
     const rows = answer.services.map((s) => ({
-      name: {text: s.name, href: `${pageBase}/${encodeURIComponent(s.name)}`},
+      name: s.name,
       invocations: s.invocations, errors: s.errors, mean: secs(s.mean_secs), p99: secs(s.p99_secs),
     }));
     Dash.table(document.getElementById('services-table'), rows, [
-      {key: 'name', label: 'Service'},
-      {key: 'invocations', label: 'Invocations (1 h)'},
-      {key: 'errors', label: 'Errors'},
-      {key: 'mean', label: 'Mean'},
-      {key: 'p99', label: 'p99'},
+      {key: 'name', label: 'Service',
+        render: (r) => Dash.el('a', {href: `/dashboard/services/${encodeURIComponent(r.name)}`}, r.name)},
+      {key: 'invocations', label: 'Invocations (1 h)', num: true},
+      {key: 'errors', label: 'Errors', num: true},
+      {key: 'mean', label: 'Mean', num: true},
+      {key: 'p99', label: 'p99', num: true},
     ], {empty: input.value ? 'No deployed service matches.' : 'No service is deployed.'});
-    Dash.pager(document.getElementById('services-pager'), {
-      total: answer.total, limit: PAGE, offset, onChange: (next) => { offset = next; load(); },
-    });
+    Dash.pager(document.getElementById('services-pager'),
+      {total: answer.total, limit: PAGE, offset, count: answer.services.length},
+      (next) => { offset = next; load(); });
   }
 
   form.addEventListener('submit', (event) => {
