@@ -1,4 +1,4 @@
-"""The services pages: the searchable list with usage (/dashboard/services) and one service (/dashboard/services/{name}).
+"""The services pages: the list with usage (/dashboard/services) and one service (/dashboard/services/{name}).
 
 The list and the usage come from the API mirror (``/stats/services``, ``/services/{name}/source``,
 ``/services/{name}/usage``); one service's page is rendered with what the worker's service store
