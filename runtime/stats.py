@@ -183,7 +183,9 @@ class StatsFlusher(PubSubObserver):
             mine.histogram = merge_histograms(mine.histogram, counts.histogram)
 
     def flush_quietly(self) -> None:
-        """flush(), with a failure logged instead of raised."""
+        """flush() what is counted (nothing when nothing is), with a failure logged instead of raised."""
+        if not self.rates and not self.services:
+            return
         try:
             self.flush()
         except Exception as e:

@@ -127,8 +127,13 @@ def sign_in(page: Any, server: LiveServer, role: str = 'admin') -> None:
 
 @pytest.fixture
 def dash_page(browser: Any, screenshots_dir: Path, browser_errors: BrowserErrors,
-              request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
-    """Make pages: dash_page(server, role='admin'|'viewer'|None, viewport=DESKTOP); None: not signed in."""
+              request: pytest.FixtureRequest,
+              server_factory: Callable[..., LiveServer]) -> Iterator[Callable[..., Any]]:
+    """Make pages: dash_page(server, role='admin'|'viewer'|None, viewport=DESKTOP); None: not signed in.
+
+    It depends on server_factory so that its pages are closed before the servers stop: a page that
+    polls (the overview) would otherwise log the refused connections as console errors.
+    """
     contexts: list[Any] = []
     pending: list[int] = [0]
     counter = [0]
