@@ -26,9 +26,11 @@ from runtime.audit import AuditLog
 from runtime.channel_admin import ChannelAdmin
 from runtime.channels import Channel, ChannelRouter, parse_methods
 from runtime.config import Settings
+from runtime.dashboard_sessions import SessionStore
 from runtime.db.engine import database_answers, make_engine, make_psycopg_cooperative
 from runtime.db.migrate import upgrade
 from runtime.db.models import BasicAuthDef, RestChannel
+from runtime.deploy_history import DeployHistory
 from runtime.errors import ConfigError
 from runtime.files.admin import FileChannelAdmin
 from runtime.files.claims import this_owner
@@ -40,6 +42,7 @@ from runtime.hot_deploy import HotDeployer, services_directories
 from runtime.http.admin.parts import AdminParts
 from runtime.http.app import AppParts, make_app
 from runtime.http.pubsub_rest import RestParts
+from runtime.insight import Insight
 from runtime.invoke import Invoker
 from runtime.json_limits import JsonLimits
 from runtime.metrics import Metrics
@@ -66,8 +69,10 @@ from runtime.security_admin import SecurityAdmin
 from runtime.service_catalog import catalog, recorded_names
 from runtime.spark.manager import SparkManager
 from runtime.spawn import Spawner
+from runtime.stats import StatsFlusher
 from runtime.store import ServiceStore
 from runtime.sync import Synchronizer
+from runtime.workers import WorkerIdentity, WorkerRegistry
 
 if TYPE_CHECKING:
     import falcon
@@ -136,9 +141,15 @@ class Runtime:
         #: The broker is built later (it runs services): metrics read its registry when asked.
         self.metrics = Metrics(self.engine, lambda: self.broker.registry,
                                websocket_attached=lambda: len(self.ws_attachments))
+        #: Rate and service statistics of this worker, flushed to the database for the dashboard. Its worker
+        #: id is the broker's lease owner (built later), asked at each flush.
+        self.stats = StatsFlusher(self.engine, lambda: self.broker.leases.owner,
+                                  flush_interval_secs=settings.stats.flush_interval_secs,
+                                  retention_secs=settings.stats.retention_secs)
         # Services reach the pub/sub API and the Spark jobs built after the invoker through these getters.
         self.invoker = Invoker(self.store, spawn, pubsub=self.pubsub_api, config=settings.services,
-                               observe=self.metrics.invoke.observe, spark=lambda: self.spark)
+                               observe=self.metrics.invoke.observe, spark=lambda: self.spark,
+                               outcome=self.stats.service_ran)
         self.hot_deployer = HotDeployer(self.store, self.engine)
         self.security = SecurityRegistry()
         self.router = ChannelRouter()
@@ -154,7 +165,7 @@ class Runtime:
         if settings.archive.enabled:
             self.archive = MessageArchive(settings.archive, settings.path(settings.archive.dir), spawn)
         # Every publication, delivery and dead letter of the broker reaches the metrics and the archive.
-        observers = Observers([self.metrics.pubsub, *([self.archive] if self.archive else [])])
+        observers = Observers([self.metrics.pubsub, self.stats, *([self.archive] if self.archive else [])])
         #: The WebSocket subscriptions attached to this worker's connections (the WebSocket plug-in delivers them).
         self.ws_attachments = Attachments()
         self.broker = Broker(self.engine, settings.pubsub,
@@ -196,6 +207,14 @@ class Runtime:
             json_limits=JsonLimits.from_settings(settings.http), max_message_size=settings.pubsub.max_message_size,
             owner=this_owner(), count=self.metrics.files.count)
         self.synchronizer.register(FILE_CHANNELS_KEY, self.file_transfer.reload)
+        #: This worker's row and heartbeat in the worker registry (its id: the broker's lease owner).
+        self.workers = WorkerRegistry(self.engine, WorkerIdentity.this_process(self.broker.leases.owner,
+                                                                               settings.server.bind),
+                                      interval_secs=settings.stats.heartbeat_secs)
+        #: What the dashboard reads of the running system: workers, statistics, totals, deepest queues.
+        self.insight = Insight(self.engine, self.store.names, heartbeat_secs=self.workers.interval_secs,
+                               retention_secs=self.stats.retention_secs)
+        self.deploy_history = DeployHistory(self.engine)
         self.started = False
 
     # Lifecycle
@@ -215,6 +234,8 @@ class Runtime:
         self.hot_deployer.deploy_directory_now(pickup)
         self.broker.start(background=True)
         self.spawner.spawn(self.ws_hub.run, name='ws-heartbeat')  # with the broker's own greenlets
+        self.spawner.spawn(self.workers.run, name='worker-heartbeat')
+        self.spawner.spawn(self.stats.run, name='stats-flusher')
         self.synchronizer.poll()
         self.scheduler.start()
         self.spark.start()
@@ -253,6 +274,8 @@ class Runtime:
             self.spawner.stop(timeout)
         except Exception:
             _log.exception('stopping greenlets failed')
+        self.stats.flush_quietly()  # what was counted since the broker's stop flushed
+        self.workers.stop()  # a clean stop: this worker leaves the registry
         try:
             self.engine.dispose()
         except Exception:
@@ -308,13 +331,15 @@ class Runtime:
             store=self.store, invoker=self.invoker, hot_deployer=self.hot_deployer, scheduler=self.scheduler,
             spark=self.spark, security=self.security, audit=self.audit_log, synchronizer=self.synchronizer,
             recent_publications=self.metrics.recent_publications, channel_count=lambda: len(self.router.channels),
-            demo=self.demo)
+            demo=self.demo, insight=self.insight, deploy_history=self.deploy_history)
         rest = RestParts(settings=self.settings, security=self.security, permissions=self.permissions,
                          broker=self.broker, catalog=self.catalog, store=self.store)
         parts = AppParts(settings=self.settings, database_answers=partial(database_answers, self.engine),
                          store=self.store, invoker=self.invoker,
                          security=self.security, router=lambda: self.router, metrics=self.metrics, admin=admin,
-                         pubsub_rest=rest, ws_hub=self.ws_hub)
+                         pubsub_rest=rest, ws_hub=self.ws_hub,
+                         sessions=SessionStore(self.engine, self.settings.dashboard.session_ttl_secs,
+                                               self.settings.dashboard.idle_timeout_secs))
         return make_app(parts, **kwargs)
 
     # Pub/sub

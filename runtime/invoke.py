@@ -83,12 +83,15 @@ class Invoker:
     def __init__(self, store: ServiceStore, spawn: Callable[..., gevent.Greenlet], *,
                  pubsub: Callable[[Service], Any], config: Mapping[str, Mapping[str, Any]],
                  observe: Callable[[str, float], None] | None = None,
-                 spark: Callable[[], Any] | None = None) -> None:
+                 spark: Callable[[], Any] | None = None,
+                 outcome: Callable[[str, float, bool], None] | None = None) -> None:
         #: The services this invoker runs.
         self.store = store
         self._spawn = spawn
         #: Called with (service name, seconds) after every run, failed ones too (the runtime's metrics).
         self.observe: Callable[[str, float], None] = observe or _ignore_timing
+        #: Called with (service name, seconds, whether it succeeded) after every run (the runtime's statistics).
+        self.outcome = outcome
         #: What every service this invoker runs may use of the runtime (svc._context). spark is a getter:
         #: the Spark jobs are built after the invoker, as they run services.
         self.context = ServiceContext(self, spawn, pubsub, config, spark)
@@ -104,6 +107,7 @@ class Invoker:
         svc._context = self.context
         request = svc.request = Request(payload, raw_request, http)
         svc.response = Response()
+        ok = False
         try:
             if http is None:
                 request.input = _build_input(cls, payload)
@@ -143,10 +147,14 @@ class Invoker:
                 _call_hook(svc, 'after_handle')
             if is_job and 'after_job' in hooks:
                 _call_hook(svc, 'after_job')
+            ok = True
         finally:
             if 'finalize_handle' in cls._hooks:
                 _call_hook(svc, 'finalize_handle')
-            self.observe(cls.name, perf_counter() - started)
+            secs = perf_counter() - started
+            self.observe(cls.name, secs)
+            if self.outcome is not None:
+                self.outcome(cls.name, secs, ok)
         return svc
 
     @staticmethod

@@ -94,11 +94,11 @@ def service_users(conn: Connection, service: str) -> list[str]:
         select(Topic.name).where(Topic.hook_service == service).order_by(Topic.name)).all()]
     users += [f'file channel {r.name!r}' for r in conn.execute(
         select(FileChannelRow.name, FileChannelRow.definition).order_by(FileChannelRow.name)).all()
-        if _names_service(r.definition, service)]
+        if names_service(r.definition, service)]
     return users
 
 
-def _names_service(definition: str, service: str) -> bool:
+def names_service(definition: str, service: str) -> bool:
     """Whether a file channel's stored definition (JSON) invokes the service."""
     try:
         values = json.loads(definition)

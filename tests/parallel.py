@@ -51,6 +51,9 @@ LONG_FIRST = (
     'tests/server/test_file_transfer_live.py',
     'tests/runtime/test_file_subscriber.py',
     'tests/server/test_metrics_workers.py',
+    'tests/server/test_admin_insight.py',
+    'tests/dashboard/test_services.py',
+    'tests/dashboard/test_overview.py',
 )
 
 #: pytest's exit status when a file has no test to run (e.g. everything deselected by -k).

@@ -15,8 +15,10 @@ if TYPE_CHECKING:
     from runtime.audit import AuditLog
     from runtime.channel_admin import ChannelAdmin
     from runtime.config import Settings
+    from runtime.deploy_history import DeployHistory
     from runtime.files.admin import FileChannelAdmin
     from runtime.hot_deploy import HotDeployer
+    from runtime.insight import Insight
     from runtime.invoke import Invoker
     from runtime.pubsub.broker import Broker
     from runtime.pubsub.permissions import PermissionAdmin
@@ -89,3 +91,7 @@ class AdminParts:
     channel_count: Callable[[], int]
     #: Whether the server runs the demo.
     demo: bool
+    #: Workers, statistics, totals, deepest queues and who uses a service (None: not available).
+    insight: Insight | None = None
+    #: The deployment history and the sources of deployed services (None: not available).
+    deploy_history: DeployHistory | None = None
