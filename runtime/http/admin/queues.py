@@ -262,3 +262,22 @@ class RedriveResource(_QueueResource):
         if missing and not done:
             raise ObjectNotFound(f'dead letter of subscription #{sub.id}', missing[0])
         resp.media = {'is_ok': True, 'redriven': done, 'count': len(done), 'missing': missing}
+
+
+class QueueMessageDeadLetterResource(_QueueResource):
+    """POST /admin/queues/{id}/messages/{msg_id}/dead-letter: move a queued message to the dead-letter queue."""
+
+    openapi = {'post': operation(
+        'Move a queued message to its dead-letter queue (reason admin), to inspect or re-drive later', tags=_T,
+        errors=(400, 404), body=obj({'error': string(1000, description='Its last error (default: moved by an '
+                                                                         'administrator)')}),
+        description='A message a worker is delivering at this moment may still be delivered once.',
+        response={'dead_lettered': STR})}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
+        sub = self._topics.subscription(sub_id)
+        body = Body(req, {'error'}, required=False)
+        error = body.text('error', max_len=1000) or 'moved to the dead-letter queue by an administrator'
+        if not self._queues.move_to_dead_letters(sub.id, msg_id, error):
+            raise ObjectNotFound(f'message in the queue of subscription #{sub.id}', msg_id)
+        resp.media = {'is_ok': True, 'dead_lettered': msg_id}
