@@ -108,6 +108,15 @@ def last_publications(conn: Connection, topic_id: int, limit: int) -> list[dict[
     return [{**admin_view(r, full=False), 'in_topic': r.in_topic} for r in rows]
 
 
+def last_pub_times(conn: Connection, topic_ids: list[int]) -> dict[int, float]:
+    """Per topic: the publication time of its newest message still stored (topics with none are absent)."""
+    if not topic_ids:
+        return {}
+    newest = (select(func.max(Message.id)).where(Message.topic_id.in_(topic_ids))
+              .group_by(Message.topic_id).scalar_subquery())
+    return dict(conn.execute(select(Message.topic_id, Message.pub_time).where(Message.id.in_(newest))).all())
+
+
 # Stored columns the registry does not hold
 
 
@@ -335,6 +344,12 @@ class QueueAdmin:
     def topic_stats(self) -> tuple[dict[int, Any], dict[int, dict[str, int]]]:
         """Every topic's stored columns and the messages waiting in it, by topic id."""
         return self._read(lambda c: (topic_rows(c), topic_depths(c)))
+
+    def topic_page_stats(self, topic_ids: list[int]) -> tuple[dict[int, Any], dict[int, dict[str, int]],
+                                                                dict[int, float]]:
+        """Some topics' stored columns, the messages waiting in them and their last stored publication time."""
+        return self._read(lambda c: (topic_rows(c, topic_ids), topic_depths(c, topic_ids),
+                                     last_pub_times(c, topic_ids)))
 
     def topic_details(self, topic_id: int, sub_ids: list[int], last: int) -> TopicDetails:
         """A topic's stored columns, depth, last publications, and its subscriptions' queues."""

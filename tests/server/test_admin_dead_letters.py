@@ -184,3 +184,20 @@ def test_hostile_input_gets_a_clear_4xx(server: Any) -> None:
                          ('GET', '/admin/topic-messages?topic=host.a'), ('GET', f'/admin/topic-messages/{msg_a}'),
                          ('POST', f'/admin/queues/{sub_a}/messages/{msg_a}/dead-letter')):
         assert server.request(method, path, json={'expected': 0}).status_code == 401
+
+
+def test_topics_list_pages_and_searches(server: Any) -> None:
+    admin = Admin(server)
+    for name in ('page.alpha', 'page.beta', 'page.gamma', 'other.delta'):
+        admin('POST', '/admin/topics', 201, json={'name': name})
+    admin('POST', '/admin/publish', json={'topic': 'page.beta', 'data': {'x': 1}, 'has_gd': True})
+    page = admin('GET', '/admin/topics?q=PAGE.&limit=2')
+    assert page['total'] == 3 and [t['name'] for t in page['topics']] == ['page.alpha', 'page.beta']
+    assert page['topics'][0]['last_pub_time_iso'] is None and page['topics'][1]['last_pub_time_iso']
+    assert page['topics'][1]['depth']['gd'] == 1  # no subscriber: waiting in the topic
+    rest = admin('GET', '/admin/topics?q=page.&limit=2&offset=2')
+    assert [t['name'] for t in rest['topics']] == ['page.gamma']
+    every = admin('GET', '/admin/topics')  # without limit: every topic (services' own too), as before
+    assert every['total'] == len(every['topics']) >= 4
+    for query in ('limit=0', 'limit=-1', 'limit=5000', 'offset=-1', 'q=a%00b', 'q=' + 'x' * 201):
+        admin('GET', f'/admin/topics?{query}', 400)
