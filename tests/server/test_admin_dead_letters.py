@@ -201,3 +201,11 @@ def test_topics_list_pages_and_searches(server: Any) -> None:
     assert every['total'] == len(every['topics']) >= 4
     for query in ('limit=0', 'limit=-1', 'limit=5000', 'offset=-1', 'q=a%00b', 'q=' + 'x' * 201):
         admin('GET', f'/admin/topics?{query}', 400)
+    for name in ('page.alpha', 'page.beta'):
+        admin('POST', '/admin/subscriptions', 201, json={'topic': name, 'kind': 'service', 'service': 'conduit.ping',
+                                                         'is_active': False})
+    queues = admin('GET', '/admin/queues?q=page.b&limit=10')
+    assert queues['total'] == 1 and queues['queues'][0]['topic'] == 'page.beta'
+    assert len(admin('GET', '/admin/queues?limit=1&offset=1')['queues']) == 1
+    for query in ('limit=0', 'offset=-1', 'q=a%00b'):
+        admin('GET', f'/admin/queues?{query}', 400)

@@ -20,9 +20,9 @@ import falcon
 
 from runtime.errors import BadRequest, InvalidInput, MessageTooLarge, ObjectNotFound
 from runtime.http.admin.base import AdminParts, AdminResource
-from runtime.http.admin.input import PAGE_PARAMS, Body, check_data, check_numbers, has_bad_chars, page
+from runtime.http.admin.input import MAX_DB_INT, PAGE_PARAMS, Body, check_data, check_numbers, has_bad_chars, page
 from runtime.http.admin.subscription_views import SUBSCRIPTION, sub_details, sub_views
-from runtime.http.openapi import ANY, BOOL, INT, NULLABLE_STR, STR, TIME, arr, integer, obj, operation, string
+from runtime.http.openapi import ANY, BOOL, INT, NULLABLE_STR, STR, TIME, arr, integer, obj, operation, query, string
 from runtime.pubsub.message import BASE64_SUFFIX, admin_view, encode_data
 from runtime.pubsub.queue_admin import MAX_PAGE
 
@@ -88,12 +88,29 @@ class _QueueResource(AdminResource):
 class QueuesResource(_QueueResource):
     """GET /admin/queues: every queue's depth, oldest message and dead letters."""
 
-    openapi = {'get': operation('Every queue: depth, oldest message, dead letters', tags=_T, errors=(),
-                                response={'queues': arr(SUBSCRIPTION)})}
+    openapi = {'get': operation(
+        'Every queue: depth, oldest message, dead letters', tags=_T, errors=(400,),
+        description='With limit (and offset, q), a page of queues by subscription id; without limit, every queue.',
+        params=[query('q', string(200), 'Only subscriptions whose topic, service or security contains this'),
+                query('limit', integer(1, MAX_PAGE), 'Page size (no limit: every queue)'),
+                query('offset', integer(0, MAX_DB_INT), 'Queues to skip')],
+        response={'queues': arr(SUBSCRIPTION), 'total': INT})}
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        subs, stats, rows = self._queues.queues()
-        resp.media = {'is_ok': True, 'queues': sub_views(self._queues, subs, stats, rows)}
+        search = (req.get_param('q') or '').lower()
+        if len(search) > 200 or has_bad_chars(search):
+            raise InvalidInput('q', 'must be at most 200 printable characters')
+        limit = req.get_param_as_int('limit', min_value=1, max_value=MAX_PAGE)
+        offset = req.get_param_as_int('offset', min_value=0, max_value=MAX_DB_INT) or 0
+        if limit is None and not offset and not search:
+            subs, stats, rows = self._queues.queues()
+            resp.media = {'is_ok': True, 'queues': sub_views(self._queues, subs, stats, rows), 'total': len(subs)}
+            return
+        subs = [s for s in self._topics.subscriptions()
+                if not search or any(search in v.lower() for v in (s.pattern, s.service, s.security, str(s.id)))]
+        page_subs = subs[offset:offset + (limit or MAX_PAGE)]
+        stats, rows = self._queues.subscription_stats([s.id for s in page_subs])
+        resp.media = {'is_ok': True, 'queues': sub_views(self._queues, page_subs, stats, rows), 'total': len(subs)}
 
 
 class QueueResource(_QueueResource):
