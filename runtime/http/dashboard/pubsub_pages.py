@@ -1,0 +1,78 @@
+"""The dashboard's pub/sub pages: topics, a topic, queues, a queue, and dead letters across subscriptions.
+
+Each page is a server-rendered shell; its script reads and changes everything through the API
+mirror (``/dashboard/api/...``, the admin API's own resources), so these pages own no queries: the
+shell carries only what names the object (a topic's name, a subscription's id) in ``data-*``
+attributes, and whether the user may change anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import falcon
+
+from runtime.http.dashboard.page import DashboardPage
+
+
+class TopicsPage(DashboardPage):
+    """/dashboard/topics: topics with depth, last publication and subscriber count; searchable and paged."""
+
+    template = 'topics.html'
+    title = 'Topics'
+    nav = 'topics'
+    scripts = ('topics.js',)
+
+
+class TopicPage(DashboardPage):
+    """/dashboard/topics/{name}: attributes, last messages, subscriptions, messages waiting, publish."""
+
+    template = 'topic.html'
+    title = 'Topic'
+    nav = 'topics'
+    scripts = ('topic.js',)
+
+    def context(self, req: falcon.Request, **params: Any) -> dict[str, Any]:
+        return {'topic_name': params.get('name', '')}
+
+
+class QueuesPage(DashboardPage):
+    """/dashboard/queues: every subscription's queue with depth, oldest message and dead letters; paged."""
+
+    template = 'queues.html'
+    title = 'Queues'
+    nav = 'queues'
+    scripts = ('queues.js',)
+
+
+class QueuePage(DashboardPage):
+    """/dashboard/queues/{sub_id}: a queue page by page; open, edit, delete, dead-letter messages; purge."""
+
+    template = 'queue.html'
+    title = 'Queue'
+    nav = 'queues'
+    scripts = ('queue.js',)
+
+    def context(self, req: falcon.Request, **params: Any) -> dict[str, Any]:
+        return {'sub_id': params.get('sub_id', 0)}
+
+
+class DeadLettersPage(DashboardPage):
+    """/dashboard/dead-letters: filter, inspect, edit and re-drive one; re-drive or delete all that match."""
+
+    template = 'dead_letters.html'
+    title = 'Dead letters'
+    nav = 'dead-letters'
+    scripts = ('dead_letters.js',)
+
+
+#: This module's pages, for runtime.http.dashboard.routes.PAGES.
+PAGES: tuple[tuple[str, type[DashboardPage]], ...] = (
+    ('/dashboard/topics', TopicsPage),
+    ('/dashboard/topics/{name:path}', TopicPage),
+    ('/dashboard/queues', QueuesPage),
+    ('/dashboard/queues/{sub_id:int}', QueuePage),
+    ('/dashboard/dead-letters', DeadLettersPage),
+)
+#: The static files these pages' scripts are.
+STATIC = ('topics.js', 'topic.js', 'queues.js', 'queue.js', 'dead_letters.js')
