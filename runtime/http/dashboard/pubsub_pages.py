@@ -13,6 +13,7 @@ from typing import Any
 import falcon
 
 from runtime.http.dashboard.page import DashboardPage
+from runtime.http.dashboard.static import register_static
 
 
 class TopicsPage(DashboardPage):
@@ -21,7 +22,7 @@ class TopicsPage(DashboardPage):
     template = 'topics.html'
     title = 'Topics'
     nav = 'topics'
-    scripts = ('topics.js',)
+    scripts = ('pubsub.js', 'topics.js')
 
 
 class TopicPage(DashboardPage):
@@ -30,10 +31,11 @@ class TopicPage(DashboardPage):
     template = 'topic.html'
     title = 'Topic'
     nav = 'topics'
-    scripts = ('topic.js',)
+    scripts = ('pubsub.js', 'topic.js')
 
     def context(self, req: falcon.Request, **params: Any) -> dict[str, Any]:
-        return {'topic_name': params.get('name', '')}
+        topic = self.parts.admin.topic_admin.topic(params['name'])  # TopicNotFound: a 404 page naming it
+        return {'topic_name': topic.name, 'title': f'Topic {topic.name}'}
 
 
 class QueuesPage(DashboardPage):
@@ -42,7 +44,7 @@ class QueuesPage(DashboardPage):
     template = 'queues.html'
     title = 'Queues'
     nav = 'queues'
-    scripts = ('queues.js',)
+    scripts = ('pubsub.js', 'queues.js')
 
 
 class QueuePage(DashboardPage):
@@ -51,10 +53,11 @@ class QueuePage(DashboardPage):
     template = 'queue.html'
     title = 'Queue'
     nav = 'queues'
-    scripts = ('queue.js',)
+    scripts = ('pubsub.js', 'queue.js')
 
     def context(self, req: falcon.Request, **params: Any) -> dict[str, Any]:
-        return {'sub_id': params.get('sub_id', 0)}
+        sub = self.parts.admin.topic_admin.subscription(params['sub_id'])  # a 404 page naming it
+        return {'sub_id': sub.id, 'title': f'Queue of subscription #{sub.id} ({sub.pattern})'}
 
 
 class DeadLettersPage(DashboardPage):
@@ -63,16 +66,8 @@ class DeadLettersPage(DashboardPage):
     template = 'dead_letters.html'
     title = 'Dead letters'
     nav = 'dead-letters'
-    scripts = ('dead_letters.js',)
+    scripts = ('pubsub.js', 'dead_letters.js')
 
 
-#: This module's pages, for runtime.http.dashboard.routes.PAGES.
-PAGES: tuple[tuple[str, type[DashboardPage]], ...] = (
-    ('/dashboard/topics', TopicsPage),
-    ('/dashboard/topics/{name:path}', TopicPage),
-    ('/dashboard/queues', QueuesPage),
-    ('/dashboard/queues/{sub_id:int}', QueuePage),
-    ('/dashboard/dead-letters', DeadLettersPage),
-)
-#: The static files these pages' scripts are.
-STATIC = ('topics.js', 'topic.js', 'queues.js', 'queue.js', 'dead_letters.js')
+for _name in ('pubsub.js', 'topics.js', 'topic.js', 'queues.js', 'queue.js', 'dead_letters.js'):
+    register_static(_name)

@@ -28,13 +28,13 @@
   }
 
   const columns = [
-    { title: 'Message', render: (d) => PubSub.button(d.msg_id, () => openLetter(d.sub_id, d.msg_id), 'link') },
-    { title: 'Topic', render: (d) => d.topic_name },
-    { title: 'Queue', render: (d) => PubSub.link('/dashboard/queues/' + d.sub_id, '#' + d.sub_id) },
-    { title: 'Last error', render: (d) => d.last_error },
-    { title: 'Reason', render: (d) => d.reason },
-    { title: 'Attempts', render: (d) => String(d.delivery_count) },
-    { title: 'Dead for', render: (d) => PubSub.age(d.dead_time_iso) },
+    { label: 'Message', render: (d) => PubSub.button(d.msg_id, () => openLetter(d.sub_id, d.msg_id), 'secondary') },
+    { label: 'Topic', render: (d) => d.topic_name },
+    { label: 'Queue', render: (d) => PubSub.link('/dashboard/queues/' + d.sub_id, '#' + d.sub_id) },
+    { label: 'Last error', render: (d) => d.last_error },
+    { label: 'Reason', render: (d) => d.reason },
+    { label: 'Attempts', render: (d) => String(d.delivery_count) },
+    { label: 'Dead for', render: (d) => PubSub.age(d.dead_time_iso) },
   ];
 
   async function load() {
@@ -43,14 +43,12 @@
     Dash.table(document.getElementById('dl-table'), page.dead_letters, columns,
       { empty: Object.keys(filter).length ? 'No dead letter matches this filter.' : 'No dead letters: every message was delivered.' });
     const index = cursors.length - 1;
-    Dash.pager(document.getElementById('dl-pager'), {
-      offset: index * PAGE, limit: PAGE, total: page.next_before === null ? index * PAGE + page.dead_letters.length : null,
-      hasNext: page.next_before !== null,
-      onPage: (o) => {
+    Dash.pager(document.getElementById('dl-pager'),
+      { offset: index * PAGE, limit: PAGE, count: page.dead_letters.length, hasMore: page.next_before !== null },
+      (o) => {
         if (o > index * PAGE) cursors.push(page.next_before); else if (cursors.length > 1) cursors.pop();
         load().catch((e) => Dash.notify('Loading dead letters failed: ' + e.message, 'error'));
-      },
-    });
+      });
   }
 
   function letterPath() {
@@ -106,7 +104,7 @@
     load().catch((e) => Dash.notify('Loading dead letters failed: ' + e.message, 'error'));
   });
 
-  if (PubSub.canWrite()) {
+  if (Dash.canWrite) {
     document.getElementById('dl-redrive-all').addEventListener('click', () => bulk('redrive', 're-drive'));
     document.getElementById('dl-delete-all').addEventListener('click', () => bulk('delete', 'delete'));
     document.getElementById('letter-form').addEventListener('submit', async (ev) => {

@@ -1,14 +1,9 @@
 /* Shared by the pub/sub pages (topics, queues, dead letters): paths of the API mirror, data as text, pages. */
 'use strict';
 (function () {
-  const API = '/dashboard/api';
-
-  function canWrite() {
-    return document.body.dataset.canWrite === 'true';
-  }
-
+  /* The API mirror: '/topics' is /dashboard/api/topics. */
   function api(method, path, body) {
-    return Dash.api(method, API + path, body);
+    return Dash.api(method, path, body);
   }
 
   function q(params) {
@@ -76,5 +71,5 @@
     }
   }
 
-  window.PubSub = { api, q, canWrite, dataText, parseData, link, button, summary, age, act };
+  window.PubSub = { api, q, dataText, parseData, link, button, summary, age, act };
 })();

@@ -9,13 +9,13 @@
   let open = null;
 
   const columns = [
-    { title: 'Message', render: (m) => PubSub.button(m.msg_id, () => openMessage(m.msg_id), 'link') },
-    { title: 'Priority', render: (m) => String(m.priority) },
-    { title: 'Age', render: (m) => PubSub.age(m.pub_time_iso) },
-    { title: 'Attempts', render: (m) => String(m.delivery_count) },
-    { title: 'Next attempt', render: (m) => Dash.fmt.time(m.next_attempt_time_iso) },
-    { title: 'Size', render: (m) => Dash.fmt.size(m.size) },
-    { title: 'Data', render: (m) => m.data_preview },
+    { label: 'Message', render: (m) => PubSub.button(m.msg_id, () => openMessage(m.msg_id), 'secondary') },
+    { label: 'Priority', render: (m) => String(m.priority) },
+    { label: 'Age', render: (m) => PubSub.age(m.pub_time_iso) },
+    { label: 'Attempts', render: (m) => String(m.delivery_count) },
+    { label: 'Next attempt', render: (m) => Dash.fmt.time(m.next_attempt_time_iso) },
+    { label: 'Size', render: (m) => Dash.fmt.size(m.size) },
+    { label: 'Data', render: (m) => m.data_preview },
   ];
 
   async function load() {
@@ -31,7 +31,7 @@
       ['Active', s.is_active ? 'yes' : 'paused'],
     ]);
     Dash.table(document.getElementById('queue-messages'), page.messages, columns, { empty: 'The queue is empty.' });
-    Dash.pager(document.getElementById('queue-pager'), { offset, limit: PAGE, total: page.depth, onPage: (o) => { offset = o; load(); } });
+    Dash.pager(document.getElementById('queue-pager'), { offset, limit: PAGE, total: page.depth }, (o) => { offset = o; load(); });
   }
 
   async function openMessage(msgId) {
@@ -58,7 +58,7 @@
     open = null;
   }
 
-  if (PubSub.canWrite()) {
+  if (Dash.canWrite) {
     const item = () => base + '/messages/' + encodeURIComponent(open);
     document.getElementById('message-form').addEventListener('submit', async (ev) => {
       ev.preventDefault();

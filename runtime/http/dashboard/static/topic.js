@@ -36,7 +36,7 @@
     input.id = id;
     input.name = key;
     input.dataset.kind = Array.isArray(kind) ? 'choice' : kind;
-    input.disabled = !PubSub.canWrite();
+    input.disabled = !Dash.canWrite;
     wrap.append(label, input);
     return wrap;
   }
@@ -49,27 +49,27 @@
   }
 
   const subColumns = [
-    { title: 'Queue', render: (s) => PubSub.link('/dashboard/queues/' + s.id, '#' + s.id) },
-    { title: 'Pattern', render: (s) => s.topic },
-    { title: 'Kind', render: (s) => s.kind + (s.service ? ' → ' + s.service : '') },
-    { title: 'Depth', render: (s) => String(s.queue_depth) },
-    { title: 'Oldest message', render: (s) => (s.oldest_message ? PubSub.age(s.oldest_message.pub_time_iso) + ' old' : 'empty') },
-    { title: 'Dead letters', render: (s) => (s.dead_letters ? PubSub.link('/dashboard/dead-letters?sub_id=' + s.id, String(s.dead_letters)) : '0') },
-    { title: 'Active', render: (s) => (s.is_active ? 'yes' : 'paused') },
+    { label: 'Queue', render: (s) => PubSub.link('/dashboard/queues/' + s.id, '#' + s.id) },
+    { label: 'Pattern', render: (s) => s.topic },
+    { label: 'Kind', render: (s) => s.kind + (s.service ? ' → ' + s.service : '') },
+    { label: 'Depth', render: (s) => String(s.queue_depth) },
+    { label: 'Oldest message', render: (s) => (s.oldest_message ? PubSub.age(s.oldest_message.pub_time_iso) + ' old' : 'empty') },
+    { label: 'Dead letters', render: (s) => (s.dead_letters ? PubSub.link('/dashboard/dead-letters?sub_id=' + s.id, String(s.dead_letters)) : '0') },
+    { label: 'Active', render: (s) => (s.is_active ? 'yes' : 'paused') },
   ];
   const lastColumns = [
-    { title: 'Message', render: (m) => m.msg_id },
-    { title: 'Published', render: (m) => PubSub.age(m.pub_time_iso) + ' ago' },
-    { title: 'Priority', render: (m) => String(m.priority) },
-    { title: 'Size', render: (m) => Dash.fmt.size(m.size) },
-    { title: 'Where', render: (m) => (m.in_topic ? 'waiting in topic' : m.stored ? 'queued or dead' : 'delivered') },
+    { label: 'Message', render: (m) => m.msg_id },
+    { label: 'Published', render: (m) => PubSub.age(m.pub_time_iso) + ' ago' },
+    { label: 'Priority', render: (m) => String(m.priority) },
+    { label: 'Size', render: (m) => Dash.fmt.size(m.size) },
+    { label: 'Where', render: (m) => (m.in_topic ? 'waiting in topic' : m.stored ? 'queued or dead' : 'delivered') },
   ];
   const waitingColumns = [
-    { title: 'Message', render: (m) => PubSub.button(m.msg_id, () => openWaiting(m.msg_id), 'link') },
-    { title: 'Published', render: (m) => PubSub.age(m.pub_time_iso) + ' ago' },
-    { title: 'Priority', render: (m) => String(m.priority) },
-    { title: 'Size', render: (m) => Dash.fmt.size(m.size) },
-    { title: 'Data', render: (m) => m.data_preview },
+    { label: 'Message', render: (m) => PubSub.button(m.msg_id, () => openWaiting(m.msg_id), 'secondary') },
+    { label: 'Published', render: (m) => PubSub.age(m.pub_time_iso) + ' ago' },
+    { label: 'Priority', render: (m) => String(m.priority) },
+    { label: 'Size', render: (m) => Dash.fmt.size(m.size) },
+    { label: 'Data', render: (m) => m.data_preview },
   ];
 
   async function load() {
@@ -92,14 +92,12 @@
     const page = await PubSub.api('GET', '/topic-messages' + PubSub.q({ topic: name, limit: PAGE, after }));
     Dash.table(document.getElementById('topic-waiting'), page.messages, waitingColumns, { empty: 'No message waits in this topic.' });
     const index = waitingCursors.length - 1;
-    Dash.pager(document.getElementById('topic-waiting-pager'), {
-      offset: index * PAGE, limit: PAGE, total: page.next_after === null ? index * PAGE + page.messages.length : null,
-      hasNext: page.next_after !== null,
-      onPage: (o) => {
+    Dash.pager(document.getElementById('topic-waiting-pager'),
+      { offset: index * PAGE, limit: PAGE, total: page.waiting, count: page.messages.length, hasMore: page.next_after !== null },
+      (o) => {
         if (o > index * PAGE) waitingCursors.push(page.next_after); else if (waitingCursors.length > 1) waitingCursors.pop();
         loadWaiting();
-      },
-    });
+      });
   }
 
   async function openWaiting(msgId) {
@@ -113,7 +111,7 @@
     document.getElementById('waiting-data').focus();
   }
 
-  if (PubSub.canWrite()) {
+  if (Dash.canWrite) {
     document.getElementById('topic-attrs').addEventListener('submit', async (ev) => {
       ev.preventDefault();
       const body = {};

@@ -10,17 +10,17 @@
   input.value = search;
 
   const columns = [
-    { title: 'Topic', render: (t) => PubSub.link('/dashboard/topics/' + encodeURIComponent(t.name), t.name) },
-    { title: 'Depth', render: (t) => String(t.depth.gd + t.depth.non_gd) },
-    { title: 'Subscriptions', render: (t) => String(t.subscriptions) },
-    { title: 'Last publication', render: (t) => (t.last_pub_time_iso ? PubSub.age(t.last_pub_time_iso) + ' ago' : 'none') },
-    { title: 'Active', render: (t) => (t.is_active ? 'yes' : 'no') },
+    { label: 'Topic', render: (t) => PubSub.link('/dashboard/topics/' + encodeURIComponent(t.name), t.name) },
+    { label: 'Depth', render: (t) => String(t.depth.gd + t.depth.non_gd) },
+    { label: 'Subscriptions', render: (t) => String(t.subscriptions) },
+    { label: 'Last publication', render: (t) => (t.last_pub_time_iso ? PubSub.age(t.last_pub_time_iso) + ' ago' : 'none') },
+    { label: 'Active', render: (t) => (t.is_active ? 'yes' : 'no') },
   ];
 
   async function load() {
     const page = await PubSub.api('GET', '/topics' + PubSub.q({ q: search, limit: PAGE, offset }));
     Dash.table(table, page.topics, columns, { empty: search ? 'No topic name contains “' + search + '”.' : 'No topics yet.' });
-    Dash.pager(pager, { offset, limit: PAGE, total: page.total, onPage: (o) => { offset = o; load(); } });
+    Dash.pager(pager, { offset, limit: PAGE, total: page.total }, (o) => { offset = o; load(); });
   }
 
   document.getElementById('topics-search').addEventListener('submit', (ev) => {
