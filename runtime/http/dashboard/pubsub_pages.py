@@ -69,5 +69,5 @@ class DeadLettersPage(DashboardPage):
     scripts = ('pubsub.js', 'dead_letters.js')
 
 
-for _name in ('pubsub.js', 'topics.js', 'topic.js', 'queues.js', 'queue.js', 'dead_letters.js'):
+for _name in ('pubsub.css', 'pubsub.js', 'topics.js', 'topic.js', 'queues.js', 'queue.js', 'dead_letters.js'):
     register_static(_name)

@@ -44,14 +44,13 @@
     return b;
   }
 
+  /* Key figures as small cards: each dt/dd pair of the <dl> in a div of its own. */
   function summary(el, pairs) {
     el.replaceChildren();
     for (const [k, v] of pairs) {
-      const dt = document.createElement('dt');
-      dt.textContent = k;
-      const dd = document.createElement('dd');
-      if (v instanceof Node) dd.append(v); else dd.textContent = v === null || v === undefined ? '—' : String(v);
-      el.append(dt, dd);
+      const value = v instanceof Node ? v : v === null || v === undefined ? '—' : String(v);
+      el.append(Dash.el('div', { 'class': 'summary-item' }, Dash.el('dt', { 'class': 'k', text: k }),
+        Dash.el('dd', { 'class': 'v' }, value)));
     }
   }
 

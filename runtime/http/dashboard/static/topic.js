@@ -18,7 +18,7 @@
 
   function attrField(key, kind, value) {
     const wrap = document.createElement('div');
-    wrap.className = 'field';
+    wrap.className = kind === 'bool' ? 'field bool' : 'field';
     const id = 'attr-' + key;
     const label = document.createElement('label');
     label.htmlFor = id;
