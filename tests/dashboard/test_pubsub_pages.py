@@ -17,7 +17,7 @@ from typing import Any
 
 import requests
 
-from tests.dashboard.conftest import BrowserErrors
+from tests.dashboard.conftest import PHONE, BrowserErrors
 from tests.live_server import LiveServer, poll
 
 FAST = '''
@@ -184,7 +184,7 @@ def test_a_failing_service_fixed_by_hot_deploy_then_every_dead_letter_redriven(
     dialog = page.locator('dialog')
     dialog.wait_for()
     assert 'Re-drive 6 dead letter(s)' in dialog.inner_text()
-    dialog.get_by_role('button', name='Confirm').click()
+    dialog.get_by_role('button', name='Re-drive 6').click()
     page.locator('.notice.ok', has_text='Re-driven: 6').wait_for()
     poll(lambda: {r['msg_id'] for r in _records(out)} == msg_ids, message='every message delivered')
     assert _admin(server, 'POST', '/admin/dead-letters/count', json={})['count'] == 0
@@ -236,3 +236,13 @@ def test_a_viewer_sees_no_change_buttons_and_the_api_refuses(
     message = _admin(server, 'GET', f'/admin/queues/{sub_id}/messages/{msg_id}')['message']
     assert message['data'] == {'x': 1}
     assert requests.get(server.url + '/dashboard/api/dead-letters', timeout=5).status_code == 401
+
+    # Readable on a phone: nothing wider than the screen but the tables, which scroll inside their frame.
+    phone = dash_page(server, 'viewer', viewport=PHONE)
+    for path, ready in (('/dashboard/topics', '#topics-table table'),
+                        (f'/dashboard/queues/{sub_id}', '#queue-messages table'),
+                        ('/dashboard/dead-letters', '#dl-table .empty'),
+                        ('/dashboard/topics/dash.view', '#topic-subs table')):
+        phone.goto(path)
+        phone.wait_for_selector(ready)
+        assert phone.evaluate('document.documentElement.scrollWidth <= window.innerWidth + 1'), path

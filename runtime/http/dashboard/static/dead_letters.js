@@ -78,8 +78,9 @@
     open = null;
   }
 
+  /* The filter of the list shown (not what the form holds now, if it was changed without applying it). */
   async function bulk(action, verb) {
-    const f = readFilter();
+    const f = filter;
     const counted = await PubSub.act('Counting the matching dead letters', () => PubSub.api('POST', '/dead-letters/count', f));
     if (!counted) return;
     if (!counted.count) {
@@ -87,7 +88,9 @@
       return;
     }
     const shown = counted.capped ? 'more than ' + counted.count : String(counted.count);
-    if (!(await Dash.confirm(verb[0].toUpperCase() + verb.slice(1) + ' ' + shown + ' dead letter(s) matching this filter?'))) return;
+    const described = Object.entries(f).map(([k, v]) => k + ' ' + v).join(', ') || 'no filter: every dead letter';
+    if (!(await Dash.confirm(verb[0].toUpperCase() + verb.slice(1) + ' ' + shown + ' dead letter(s) matching this filter (' +
+      described + ')?', { ok: verb[0].toUpperCase() + verb.slice(1) + ' ' + shown }))) return;
     await PubSub.act(verb[0].toUpperCase() + verb.slice(1) + ' all matching', () => PubSub.api('POST', '/dead-letters/' + action,
       { ...f, expected: counted.count }), (r) => {
       Dash.notify((action === 'redrive' ? 'Re-driven: ' + r.redriven : 'Deleted: ' + r.deleted) + ' dead letter(s).', 'ok');
