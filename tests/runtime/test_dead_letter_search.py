@@ -202,3 +202,22 @@ def test_a_pattern_matching_too_many_topics_is_refused(rt: TestRuntime, monkeypa
     with pytest.raises(InvalidInput):
         admin.dead_letter_filter(topic='dls.many.*')
     assert admin.dead_letter_filter(topic='**').topic_ids is None  # everything: no topic condition at all
+
+
+def test_a_queue_browses_by_keyset_in_delivery_order(rt: TestRuntime) -> None:
+    admin = _admin(rt)
+    rt.catalog.create_topic('dls.keyset', has_gd=True)
+    sub = rt.catalog.subscribe('dls.keyset', KIND_PULL, service='dls.puller')
+    for n in range(11):
+        rt.broker.publish('dls.keyset', {'n': n}, priority=n % 3, has_gd=True)
+    everything, depth = admin.browse(sub.id, 100, 0)
+    seen: list[str] = []
+    after = None
+    while True:
+        page, _depth = admin.browse(sub.id, 4, 0, after)
+        seen += [m['msg_id'] for m in page]
+        if len(page) < 4:
+            break
+        after = tuple(int(part) for part in page[-1]['cursor'].split('.'))
+    assert depth == 11 and seen == [m['msg_id'] for m in everything]
+    assert [m['priority'] for m in everything] == sorted((m['priority'] for m in everything), reverse=True)

@@ -165,6 +165,13 @@ def test_hostile_input_gets_a_clear_4xx(server: Any) -> None:
     r = server.request('POST', f'/admin/queues/-1/messages/{msg_a}/dead-letter', auth=server.admin)
     assert r.status_code in (400, 404)
     assert admin('GET', f'/admin/queues/{sub_a}/messages/{msg_a}')['message']['msg_id'] == msg_a  # still queued
+    # Keyset pages of a queue: a cursor from a previous page, or a clear 400.
+    page = admin('GET', f'/admin/queues/{sub_a}/messages?limit=1')
+    assert page['next_after'] == page['messages'][0]['cursor']
+    assert admin('GET', f'/admin/queues/{sub_a}/messages?after={page["next_after"]}')['messages'] == []
+    for bad in ('x', '1.2', '-5.1.2.3', '5.99999999999999999999.1', '-5.1.a', '-123.1.1', 'a' * 100):
+        assert 'after' in admin('GET', f'/admin/queues/{sub_a}/messages?after={bad}', 400)['details']
+    assert 'NUL' in admin('GET', f'/admin/queues/{sub_a}/messages?after=%00', 400)['details']
 
     # Topic messages: missing or bad topic, bad cursors, bad ids.
     admin('GET', '/admin/topic-messages', 400)

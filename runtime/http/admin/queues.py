@@ -14,6 +14,7 @@ guarantee; these resources read the input, call it and show its answer.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import falcon
@@ -82,6 +83,21 @@ class _QueueResource(AdminResource):
         return changes
 
 
+_CURSOR = re.compile(r'(-?[0-9]{1,2})\.([0-9]{1,19})\.([0-9]{1,19})')
+_MAX_ID = 2 ** 63 - 1
+
+
+def _cursor(value: str | None) -> tuple[int, int, int] | None:
+    """A queue row's cursor (priority.message_id.entry_id, as a browse shows it), or None."""
+    if not value:
+        return None
+    match = _CURSOR.fullmatch(value)
+    if match is None or any(int(part) > _MAX_ID for part in match.groups()[1:]):
+        raise InvalidInput('after', 'must be the cursor of a message of a previous page (next_after)')
+    priority, message_id, entry_id = (int(part) for part in match.groups())
+    return priority, message_id, entry_id
+
+
 # Queues
 
 
@@ -127,10 +143,14 @@ class QueueMessagesResource(_QueueResource):
     """GET /admin/queues/{id}/messages: browse in delivery order; DELETE: purge the queue."""
 
     openapi = {
-        'get': operation('Browse a queue in delivery order (data shortened to a preview)', tags=_T, errors=(404,),
-                         params=PAGE_PARAMS,
+        'get': operation('Browse a queue in delivery order (data shortened to a preview)', tags=_T,
+                         errors=(400, 404),
+                         description='Each message has a cursor; after=<the cursor of the last one shown> gives the '
+                                     'next page at the same cost however deep the queue (next_after is that cursor).',
+                         params=[*PAGE_PARAMS, query('after', string(64), 'The next_after of the previous page')],
                          response={'messages': arr(QUEUED), 'depth': INT, 'limit': INT, 'offset': INT,
-                                   'next_offset': {'type': ['integer', 'null']}}),
+                                   'next_offset': {'type': ['integer', 'null']},
+                                   'next_after': {'type': ['string', 'null']}}),
         'delete': operation('Purge a queue: remove every message waiting in it', tags=_T, errors=(404,),
                             response={'deleted': INT}),
     }
@@ -138,9 +158,11 @@ class QueueMessagesResource(_QueueResource):
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
         sub = self._topics.subscription(sub_id)
         limit, offset = page(req)
-        messages, depth = self._queues.browse(sub.id, limit, offset)
+        after = _cursor(req.get_param('after'))
+        messages, depth = self._queues.browse(sub.id, limit, offset, after)
         resp.media = {'is_ok': True, 'messages': messages, 'depth': depth, 'limit': limit, 'offset': offset,
-                      'next_offset': offset + limit if offset + limit < depth else None}
+                      'next_offset': offset + limit if after is None and offset + limit < depth else None,
+                      'next_after': messages[-1]['cursor'] if len(messages) == limit else None}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
         sub = self._topics.subscription(sub_id)

@@ -5,7 +5,7 @@
   const subId = root.dataset.subId;
   const base = '/queues/' + subId;
   const PAGE = 50;
-  let offset = 0;
+  let cursors = [null];  // the cursor each page shown so far starts after (keyset pages: same cost at any depth)
   let open = null;
 
   const columns = [
@@ -19,8 +19,9 @@
   ];
 
   async function load() {
+    const index = cursors.length - 1;
     const [queue, page] = await Promise.all([
-      PubSub.api('GET', base), PubSub.api('GET', base + '/messages' + PubSub.q({ limit: PAGE, offset }))]);
+      PubSub.api('GET', base), PubSub.api('GET', base + '/messages' + PubSub.q({ limit: PAGE, after: cursors[index] }))]);
     const s = queue.queue;
     PubSub.summary(document.getElementById('queue-summary'), [
       ['Topic or pattern', PubSub.link('/dashboard/topics/' + encodeURIComponent(s.topic), s.topic)],
@@ -31,7 +32,16 @@
       ['Active', s.is_active ? 'yes' : 'paused'],
     ]);
     Dash.table(document.getElementById('queue-messages'), page.messages, columns, { empty: 'The queue is empty.' });
-    Dash.pager(document.getElementById('queue-pager'), { offset, limit: PAGE, total: page.depth }, (o) => { offset = o; load(); });
+    if (!page.messages.length && index > 0) {  // the page emptied (delivered meanwhile): back to the one before
+      cursors.pop();
+      return load();
+    }
+    Dash.pager(document.getElementById('queue-pager'),
+      { offset: index * PAGE, limit: PAGE, total: page.depth, count: page.messages.length, hasMore: page.next_after !== null },
+      (o) => {
+        if (o > index * PAGE) cursors.push(page.next_after); else if (cursors.length > 1) cursors.pop();
+        load().catch((e) => Dash.notify('Loading the queue failed: ' + e.message, 'error'));
+      });
   }
 
   async function openMessage(msgId) {
@@ -95,7 +105,7 @@
       await PubSub.act('Purging the queue', () => PubSub.api('DELETE', base + '/messages'), (r) => {
         Dash.notify('Purged: ' + r.deleted + ' message(s) deleted.', 'ok');
         closeMessage();
-        offset = 0;
+        cursors = [null];
         return load();
       });
     });
