@@ -254,3 +254,58 @@ def test_a_viewer_sees_no_change_buttons_and_the_api_refuses(
         phone.goto(path)
         phone.wait_for_selector(ready)
         assert phone.evaluate('document.documentElement.scrollWidth <= window.innerWidth + 1'), path
+
+
+def test_move_to_dead_letters_edit_and_redrive_one_delete_all_and_purge(
+        dash_server_factory: Callable[..., LiveServer], dash_page: Callable[..., Any], tmp_path: Path) -> None:
+    server, _out = _start(dash_server_factory, tmp_path, 'dash_recorder.py', RECORDER)
+    _admin(server, 'POST', '/admin/topics', 201, json={'name': 'dash.held'})
+    sub_id = _admin(server, 'POST', '/admin/subscriptions', 201, json={
+        'topic': 'dash.held', 'kind': 'service', 'service': 'dash.recorder', 'is_active': False})[
+        'subscription']['id']
+    ids = [_admin(server, 'POST', '/admin/publish', json={'topic': 'dash.held', 'data': {'n': n}, 'has_gd': True})[
+        'msg_id'] for n in range(4)]
+    page = dash_page(server, 'admin')
+
+    # Move two queued messages to the dead letters from the queue page.
+    page.goto(f'/dashboard/queues/{sub_id}')
+    for msg_id in ids[:2]:
+        page.get_by_role('button', name=msg_id).click()
+        page.locator('#message-data').wait_for()
+        page.click('#message-dead-letter')
+        page.locator('dialog').get_by_role('button', name='Confirm').click()
+        page.locator('.notice.ok', has_text=f'{msg_id} moved').wait_for()
+    poll(lambda: page.locator('#queue-messages tbody tr').count() == 2, message='two left in the queue')
+
+    # Edit one dead letter and re-drive it alone: back in the queue with the edit.
+    page.click('#queue-dead-link')
+    page.wait_for_url(f'**/dashboard/dead-letters?sub_id={sub_id}')
+    page.get_by_role('button', name=ids[0]).click()
+    page.locator('#letter-error', has_text='administrator').wait_for()
+    page.fill('#letter-data', '{"n": 0, "fixed": true}')
+    page.click('#letter-save')
+    page.locator('.notice.ok', has_text='saved').wait_for()
+    page.click('#letter-redrive')
+    page.locator('.notice.ok', has_text='re-driven').wait_for()
+    back = _admin(server, 'GET', f'/admin/queues/{sub_id}/messages/{ids[0]}')['message']
+    assert back['data'] == {'n': 0, 'fixed': True} and back['delivery_count'] == 0
+
+    # Delete all that match (the one left), after a confirmation showing the count.
+    page.click('#dl-apply')
+    poll(lambda: page.locator('#dl-table tbody tr').count() == 1, message='one dead letter left')
+    page.click('#dl-delete-all')
+    dialog = page.locator('dialog')
+    assert f'Delete 1 dead letter(s) matching this filter (sub_id {sub_id})' in dialog.inner_text()
+    dialog.get_by_role('button', name='Delete 1').click()
+    page.locator('.notice.ok', has_text='Deleted: 1').wait_for()
+    assert _admin(server, 'GET', f'/admin/queues/{sub_id}')['queue']['dead_letters'] == 0
+
+    # Purge the queue (3 messages) after a confirmation that says how many.
+    page.goto(f'/dashboard/queues/{sub_id}')
+    page.locator('#queue-messages tbody tr').first.wait_for()
+    page.click('#queue-purge')
+    dialog = page.locator('dialog')
+    assert '3 message(s) will be deleted' in dialog.inner_text()
+    dialog.get_by_role('button', name='Confirm').click()
+    page.locator('.notice.ok', has_text='Purged: 3').wait_for()
+    page.locator('#queue-messages .empty').wait_for()
