@@ -533,6 +533,17 @@ class ObjectInUse(ConduitError):
         super().__init__(f'{kind} {name!r} is used by {", ".join(users)}')
 
 
+class MatchChanged(ConduitError):
+    """More objects match a filter than the count the user confirmed: a bulk action is refused."""
+
+    http_status = 409
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        super().__init__(f'more than the {expected} confirmed dead letters match the filter now: '
+                         'count them again and confirm the new count')
+
+
 # Ownership of declarative objects
 
 

@@ -54,6 +54,7 @@ LONG_FIRST = (
     'tests/server/test_admin_insight.py',
     'tests/dashboard/test_services.py',
     'tests/dashboard/test_overview.py',
+    'tests/dashboard/test_pubsub_pages.py',
 )
 
 #: pytest's exit status when a file has no test to run (e.g. everything deselected by -k).

@@ -152,13 +152,14 @@ class Message(Base):
 
     __tablename__ = 'conduit_message'
     # AUTOINCREMENT: ids are never reused, so "everything after id N" is a reliable change feed.
-    __table_args__ = {'sqlite_autoincrement': True}
+    # (topic_id, id): a topic's messages in publication order, newest or oldest first, without a sort.
+    __table_args__ = (Index('ix_conduit_message_topic_order', 'topic_id', 'id'), {'sqlite_autoincrement': True})
 
     #: Publication order.
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, 'sqlite'), primary_key=True,
                                     autoincrement=True)
     msg_id: Mapped[str] = mapped_column(String(64), unique=True)
-    topic_id: Mapped[int] = mapped_column(Integer, index=True)
+    topic_id: Mapped[int] = mapped_column(Integer)
     topic_name: Mapped[str] = mapped_column(String(200))
     data: Mapped[str] = mapped_column(Text)
     mime_type: Mapped[str] = mapped_column(String(100))

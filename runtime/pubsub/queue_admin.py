@@ -27,12 +27,15 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from sqlalchemy import Connection, Engine, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, delete, func, insert, select, tuple_, update
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import DeadLetter, Message, QueueEntry, Subscription, Topic
+from runtime.errors import InvalidInput
 from runtime.pubsub import statements
+from runtime.pubsub.dead_letter_search import DeadLetterFilter, DeadLetterSearch
 from runtime.pubsub.message import admin_view
+from runtime.pubsub.topics import matches, normalize
 from runtime.timefmt import iso
 
 if TYPE_CHECKING:
@@ -44,6 +47,8 @@ T = TypeVar('T')
 
 #: Most rows one browse returns.
 MAX_PAGE = 1000
+#: Most topics a dead-letter filter's topic pattern may match.
+MAX_FILTER_TOPICS = 20_000
 
 _MSG = (Message.id.label('message_id'), Message.msg_id, Message.topic_name, Message.data, Message.mime_type,
         Message.priority, Message.pub_time, Message.expiration_time, Message.publisher, Message.correl_id,
@@ -103,6 +108,15 @@ def last_publications(conn: Connection, topic_id: int, limit: int) -> list[dict[
     return [{**admin_view(r, full=False), 'in_topic': r.in_topic} for r in rows]
 
 
+def last_pub_times(conn: Connection, topic_ids: list[int]) -> dict[int, float]:
+    """Per topic: the publication time of its newest message still stored (topics with none are absent)."""
+    if not topic_ids:
+        return {}
+    newest = (select(func.max(Message.id)).where(Message.topic_id.in_(topic_ids))
+              .group_by(Message.topic_id).scalar_subquery())
+    return dict(conn.execute(select(Message.topic_id, Message.pub_time).where(Message.id.in_(newest))).all())
+
+
 # Stored columns the registry does not hold
 
 
@@ -127,13 +141,22 @@ def subscription_rows(conn: Connection, sub_ids: list[int] | None = None) -> dic
 # Queues
 
 
-def browse_queue(conn: Connection, sub_id: int, limit: int, offset: int) -> list[dict[str, Any]]:
-    """A page of a queue in delivery order (priority high first, then publication), without full data."""
-    rows = conn.execute(select(*_ENTRY, *_MSG).join(Message, Message.id == QueueEntry.message_id)
-                        .where(QueueEntry.sub_id == sub_id)
-                        .order_by(QueueEntry.priority, QueueEntry.message_id, QueueEntry.id)
+def browse_queue(conn: Connection, sub_id: int, limit: int, offset: int,
+                 after: tuple[int, int, int] | None = None) -> list[dict[str, Any]]:
+    """A page of a queue in delivery order (priority high first, then publication), without full data.
+
+    ``after`` (a row's ``cursor``) starts the page after that row, whatever its depth: a keyset page
+    costs the same at the end of a queue of a million as at its head, where an offset reads every row
+    it skips.
+    """
+    query = (select(*_ENTRY, *_MSG, QueueEntry.priority.label('queue_priority'))
+             .join(Message, Message.id == QueueEntry.message_id).where(QueueEntry.sub_id == sub_id))
+    if after is not None:
+        query = query.where(tuple_(QueueEntry.priority, QueueEntry.message_id, QueueEntry.id) > tuple_(*after))
+    rows = conn.execute(query.order_by(QueueEntry.priority, QueueEntry.message_id, QueueEntry.id)
                         .limit(min(limit, MAX_PAGE)).offset(offset)).all()
-    return [admin_view(r, full=False) for r in rows]
+    return [{**admin_view(r, full=False), 'cursor': f'{r.queue_priority}.{r.message_id}.{r.entry_id}'}
+            for r in rows]
 
 
 def queue_message(conn: Connection, sub_id: int, msg_id: str) -> Any | None:
@@ -176,6 +199,47 @@ def delete_queue_message(conn: Connection, sub_id: int, msg_id: str) -> int:
 def purge_queue(conn: Connection, sub_id: int) -> int:
     """Remove every message of a queue; returns how many."""
     return conn.execute(delete(QueueEntry).where(QueueEntry.sub_id == sub_id)).rowcount
+
+
+def dead_letter_queued(conn: Connection, sub_id: int, msg_id: str, error: str) -> bool:
+    """Move a queued message to its subscription's dead-letter queue (reason ``admin``); False if not queued.
+
+    Its delivery count and last traceback go with it; error becomes its last error.
+    """
+    entry = conn.execute(select(QueueEntry.id, QueueEntry.message_id, QueueEntry.delivery_count,
+                                QueueEntry.last_traceback).join(Message, Message.id == QueueEntry.message_id)
+                         .where(QueueEntry.sub_id == sub_id, Message.msg_id == msg_id)
+                         .order_by(QueueEntry.id).limit(1)).first()
+    if entry is None or not conn.execute(delete(QueueEntry).where(QueueEntry.id == entry.id)).rowcount:
+        return False
+    conn.execute(insert(DeadLetter).values(sub_id=sub_id, message_id=entry.message_id,
+                                           delivery_count=entry.delivery_count, last_error=error[:4000],
+                                           last_traceback=entry.last_traceback, reason='admin', dead_at=time.time()))
+    return True
+
+
+# Messages waiting in a topic (accepted while it had no subscriber)
+
+
+def topic_messages(conn: Connection, topic_id: int, limit: int, after: int | None) -> tuple[list[dict[str, Any]], int]:
+    """A page of the messages waiting in a topic, oldest first (keyset: after a message's ``id``), and how many wait."""
+    query = select(*_MSG).where(Message.topic_id == topic_id, Message.in_topic.is_(True))
+    if after is not None:
+        query = query.where(Message.id > after)
+    rows = conn.execute(query.order_by(Message.id).limit(min(limit, MAX_PAGE))).all()
+    waiting = conn.execute(select(func.count()).select_from(Message)
+                           .where(Message.topic_id == topic_id, Message.in_topic.is_(True))).scalar_one()
+    return [{**admin_view(r, full=False), 'id': r.message_id} for r in rows], waiting
+
+
+def topic_message(conn: Connection, msg_id: str) -> Any | None:
+    """A message waiting in its topic (no queue holds it yet), or None."""
+    return conn.execute(select(*_MSG).where(Message.msg_id == msg_id, Message.in_topic.is_(True))).first()
+
+
+def delete_topic_message(conn: Connection, msg_id: str) -> int:
+    """Remove a message waiting in its topic (no queue holds it yet); how many went."""
+    return conn.execute(delete(Message).where(Message.msg_id == msg_id, Message.in_topic.is_(True))).rowcount
 
 
 # Dead letters
@@ -264,6 +328,8 @@ class QueueAdmin:
         self._engine = engine
         self._registry = registry
         self._reload = reload
+        #: Dead letters across every subscription, by filter (built with ``dead_letter_filter``).
+        self.dead_letters = DeadLetterSearch(engine)
 
     def _read(self, work: Callable[[Connection], T]) -> T:
         return run_transaction(self._engine, work, write=False)
@@ -287,6 +353,12 @@ class QueueAdmin:
     def topic_stats(self) -> tuple[dict[int, Any], dict[int, dict[str, int]]]:
         """Every topic's stored columns and the messages waiting in it, by topic id."""
         return self._read(lambda c: (topic_rows(c), topic_depths(c)))
+
+    def topic_page_stats(self, topic_ids: list[int]) -> tuple[dict[int, Any], dict[int, dict[str, int]],
+                                                                dict[int, float]]:
+        """Some topics' stored columns, the messages waiting in them and their last stored publication time."""
+        return self._read(lambda c: (topic_rows(c, topic_ids), topic_depths(c, topic_ids),
+                                     last_pub_times(c, topic_ids)))
 
     def topic_details(self, topic_id: int, sub_ids: list[int], last: int) -> TopicDetails:
         """A topic's stored columns, depth, last publications, and its subscriptions' queues."""
@@ -322,9 +394,11 @@ class QueueAdmin:
 
     # Queues
 
-    def browse(self, sub_id: int, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
-        """A page of a queue in delivery order, and the queue's depth."""
-        messages, stats = self._read(lambda c: (browse_queue(c, sub_id, limit, offset), queue_stats(c, [sub_id])))
+    def browse(self, sub_id: int, limit: int, offset: int,
+               after: tuple[int, int, int] | None = None) -> tuple[list[dict[str, Any]], int]:
+        """A page of a queue in delivery order (after a row's cursor, if given), and the queue's depth."""
+        messages, stats = self._read(lambda c: (browse_queue(c, sub_id, limit, offset, after),
+                                                queue_stats(c, [sub_id])))
         return messages, stats[sub_id]['depth']
 
     def message(self, sub_id: int, msg_id: str) -> Any | None:
@@ -347,7 +421,51 @@ class QueueAdmin:
         """Remove every message of a queue; returns how many."""
         return self._write(lambda c: purge_queue(c, sub_id))
 
+    def move_to_dead_letters(self, sub_id: int, msg_id: str, error: str) -> bool:
+        """Move a queued message to the dead-letter queue; False if it is not (or no longer) queued."""
+        return self._write(lambda c: dead_letter_queued(c, sub_id, msg_id, error))
+
+    # Messages waiting in a topic
+
+    def topic_messages(self, topic_id: int, limit: int, after: int | None) -> tuple[list[dict[str, Any]], int]:
+        """A page of the messages waiting in a topic, oldest first, and how many wait."""
+        return self._read(lambda c: topic_messages(c, topic_id, limit, after))
+
+    def topic_message(self, msg_id: str) -> Any | None:
+        """A message waiting in its topic (admin_view shows it), or None."""
+        return self._read(lambda c: topic_message(c, msg_id))
+
+    def edit_topic_message(self, msg_id: str, message_id: int, changes: dict[str, Any]) -> Any | None:
+        """Edit a message waiting in its topic in place; the message as it is now (None if a queue took it)."""
+        def work(conn: Connection) -> Any | None:
+            if topic_message(conn, msg_id) is None:
+                return None
+            edit_message(conn, message_id, changes)
+            return topic_message(conn, msg_id)
+        return self._write(work)
+
+    def delete_topic_message(self, msg_id: str) -> int:
+        """Remove a message waiting in its topic; how many went (0: it was not waiting there)."""
+        return self._write(lambda c: delete_topic_message(c, msg_id))
+
     # Dead letters
+
+    def dead_letter_filter(self, topic: str = '', sub_id: int | None = None, error: str = '',
+                           since: float | None = None, until: float | None = None) -> DeadLetterFilter:
+        """A filter of dead letters; topic is a name or a pattern, matched against the topics known now.
+
+        A pattern matching more than ``MAX_FILTER_TOPICS`` topics is refused (TooManyTopics):
+        the filter would be too large a statement to send.
+        """
+        topic_ids: tuple[int, ...] | None = None
+        if topic and normalize(topic) != '**':
+            self._reload()  # a topic another worker just made must be matched too
+            topics = self._registry().topics.values()
+            topic_ids = tuple(sorted(t.id for t in topics if matches(topic, t.name)))
+            if len(topic_ids) > MAX_FILTER_TOPICS:
+                raise InvalidInput('topic', f'matches {len(topic_ids)} topics, more than {MAX_FILTER_TOPICS}: '
+                                            'narrow the pattern')
+        return DeadLetterFilter(topic_ids, sub_id, error, since, until)
 
     def browse_dead_letters(self, sub_id: int, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
         """A page of a subscription's dead letters, oldest first, and how many it has."""

@@ -3,8 +3,9 @@
 The routes come from the app's own router, so a route added later is walked too. Each is sent,
 without credentials, to a real server in many spellings (doubled and encoded slashes, dot
 segments, case, trailing slash, absolute-form request line) and with every method: the answer is
-401, 404 or 405 — never 2xx, never 5xx. Only resources that declare ``auth = PUBLIC`` are left
-out, and that list is pinned here so that making a route public is a visible decision.
+401, 404 or 405 — never 2xx, never 5xx; a dashboard page (``auth = DASHBOARD``) may also answer a
+303 to its sign-in form. Only resources that declare ``auth = PUBLIC`` are left out, and that list
+is pinned here so that making a route public is a visible decision.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ import pytest
 
 from runtime.core import Runtime
 from runtime.errors import Unauthorized
-from runtime.http.auth import ADMIN, CALLER, PUBLIC, routed_resources
+from runtime.http.auth import ADMIN, CALLER, DASHBOARD, PUBLIC, routed_resources
 from runtime.security import BasicAuth, SecurityRegistry, hash_password
 from runtime.testing import make_settings
 from tests.live_server import LiveServer
 
-#: The only routes anybody may call without credentials.
-PUBLIC_ROUTES = {'/health'}
+#: The only routes anybody may call without credentials (the dashboard's sign-in form needs its styles).
+PUBLIC_ROUTES = {'/health', '/dashboard', '/dashboard/sign-in', '/dashboard/static/{name}'}
 
 METHODS = ('GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS')
 
@@ -62,21 +63,37 @@ def routes(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, object]]
 
 def _raw(server: LiveServer, request_line: str, headers: str = '') -> int:
     """Send one raw request; the status code of the answer."""
+    return _raw_answer(server, request_line, headers)[0]
+
+
+def _raw_answer(server: LiveServer, request_line: str, headers: str = '') -> tuple[int, str]:
+    """Send one raw request; the status code of the answer and its Location header ('' without one)."""
     with socket.create_connection(('127.0.0.1', server.port), timeout=10) as s:
         s.sendall(f'{request_line}\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n{headers}\r\n'.encode())
         data = b''
-        while b'\r\n' not in data:
+        while b'\r\n\r\n' not in data:
             chunk = s.recv(4096)
             if not chunk:
                 break
             data += chunk
-    return int(data.split(b' ', 2)[1])
+    head = data.partition(b'\r\n\r\n')[0].decode('latin-1')
+    location = next((line.partition(':')[2].strip() for line in head.split('\r\n')[1:]
+                     if line.lower().startswith('location:')), '')
+    return int(head.split(' ', 2)[1]), location
+
+
+def _refused(resource: object, status: int, location: str) -> bool:
+    """Whether an answer to a request without credentials gave nothing away."""
+    if status in (401, 404, 405):
+        return True
+    # A dashboard page sends the browser to its sign-in form (and nowhere else).
+    return getattr(resource, 'auth', None) == DASHBOARD and status == 303 and location.startswith('/dashboard/sign-in')
 
 
 def test_every_route_declares_its_policy(routes: list[tuple[str, object]]) -> None:
     assert routes, 'the router has no routes'
     for template, resource in routes:
-        assert getattr(resource, 'auth', None) in (ADMIN, CALLER, PUBLIC), template
+        assert getattr(resource, 'auth', None) in (ADMIN, CALLER, PUBLIC, DASHBOARD), template
     public = {t for t, r in routes if r.auth == PUBLIC}
     assert public == PUBLIC_ROUTES
 
@@ -88,12 +105,12 @@ def test_no_route_reachable_without_credentials(target: LiveServer, routes: list
             continue
         for path in _variants(_concrete(template)):
             for method in METHODS:
-                status = _raw(target, f'{method} {path} HTTP/1.1')
-                if status < 400 or status >= 500 or status not in (401, 404, 405):
-                    reached.append(f'{method} {path} -> {status}')
-            status = _raw(target, f'GET http://x{path} HTTP/1.1')  # absolute form
-            if status not in (401, 404, 405):
-                reached.append(f'GET http://x{path} -> {status}')
+                status, location = _raw_answer(target, f'{method} {path} HTTP/1.1')
+                if not _refused(resource, status, location):
+                    reached.append(f'{method} {path} -> {status} {location}')
+            status, location = _raw_answer(target, f'GET http://x{path} HTTP/1.1')  # absolute form
+            if not _refused(resource, status, location):
+                reached.append(f'GET http://x{path} -> {status} {location}')
     assert not reached, '\n'.join(reached[:40])
 
 

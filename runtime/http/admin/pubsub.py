@@ -54,6 +54,7 @@ from runtime.http.openapi import (
     query,
     string,
 )
+from runtime.pubsub.queue_admin import MAX_PAGE
 from runtime.pubsub.registry import (
     KIND_FILE,
     KIND_PULL,
@@ -133,8 +134,13 @@ class TopicsResource(_PubSubResource):
     """GET /admin/topics: every topic with its depth; POST: create one."""
 
     openapi = {
-        'get': operation('List topics with their depth and subscription count', tags=_T, errors=(),
-                         response={'topics': arr(TOPIC)}),
+        'get': operation('List topics with their depth and subscription count', tags=_T, errors=(400,),
+                         description='With limit (and offset, q), a page of topics by name with the last '
+                                     'publication time of each; without limit, every topic.',
+                         params=[query('q', string(200), 'Only topics whose name contains this (any case)'),
+                                 query('limit', integer(1, MAX_PAGE), 'Page size (no limit: every topic)'),
+                                 query('offset', integer(0, MAX_DB_INT), 'Topics to skip')],
+                         response={'topics': arr(TOPIC), 'total': INT}),
         'post': operation('Create a topic', tags=_T, status=201, errors=(400, 409),
                           body=obj({'name': TOPIC_NAME, **_TOPIC_ATTR_SCHEMAS}, required=['name']),
                           example={'name': 'orders.created', 'has_gd': True, 'on_no_subs': 'accept'},
@@ -142,15 +148,29 @@ class TopicsResource(_PubSubResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        search = (req.get_param('q') or '').lower()
+        if len(search) > 200 or has_bad_chars(search):
+            raise InvalidInput('q', 'must be at most 200 printable characters')
+        limit = req.get_param_as_int('limit', min_value=1, max_value=MAX_PAGE)
+        offset = req.get_param_as_int('offset', min_value=0, max_value=MAX_DB_INT) or 0
+        listed = [t for t in self._topics.topics() if search in t.name.lower()]
+        total = len(listed)
+        last_pub: dict[int, float] = {}
+        if limit is None and not offset:
+            rows, depths = self._queues.topic_stats()
+        else:
+            listed = listed[offset:offset + (limit or MAX_PAGE)]
+            rows, depths, last_pub = self._queues.topic_page_stats([t.id for t in listed])
         topics = []
-        listed = self._topics.topics()
-        rows, depths = self._queues.topic_stats()
         for topic in listed:
             view = _topic_view(topic, rows.get(topic.id))
             view['depth'] = depths.get(topic.id, {'gd': 0, 'non_gd': 0})
             view['subscriptions'] = len(self._topics.subscribers(topic.name))
+            if limit is not None or offset:
+                view['last_pub_time_iso'] = _last_pub_time(last_pub.get(topic.id),
+                                                           self._parts.recent_publications(topic.id))
             topics.append(view)
-        resp.media = {'is_ok': True, 'topics': topics}
+        resp.media = {'is_ok': True, 'topics': topics, 'total': total}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = Body(req, {'name', *_TOPIC_ATTR_SCHEMAS})
@@ -221,6 +241,14 @@ class TopicResource(_PubSubResource):
         topic = self._topics.topic(name)
         counts = self._topics.delete_topic(topic)
         resp.media = {'is_ok': True, 'deleted': topic.name, **counts}
+
+
+def _last_pub_time(stored: float | None, recent: list[dict[str, Any]]) -> str | None:
+    """The newest of a topic's stored publication time and those this worker saw (delivered and swept since)."""
+    times = [p['pub_time_iso'] for p in recent if p.get('pub_time_iso')]
+    if stored is not None:
+        times.append(iso(stored))
+    return max(times) if times else None
 
 
 def _merge_recent(stored: list[dict[str, Any]], recent: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:

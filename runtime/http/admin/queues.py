@@ -14,15 +14,16 @@ guarantee; these resources read the input, call it and show its answer.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import falcon
 
 from runtime.errors import BadRequest, InvalidInput, MessageTooLarge, ObjectNotFound
 from runtime.http.admin.base import AdminParts, AdminResource
-from runtime.http.admin.input import PAGE_PARAMS, Body, check_data, check_numbers, has_bad_chars, page
+from runtime.http.admin.input import MAX_DB_INT, PAGE_PARAMS, Body, check_data, check_numbers, has_bad_chars, page
 from runtime.http.admin.subscription_views import SUBSCRIPTION, sub_details, sub_views
-from runtime.http.openapi import ANY, BOOL, INT, NULLABLE_STR, STR, TIME, arr, integer, obj, operation, string
+from runtime.http.openapi import ANY, BOOL, INT, NULLABLE_STR, STR, TIME, arr, integer, obj, operation, query, string
 from runtime.pubsub.message import BASE64_SUFFIX, admin_view, encode_data
 from runtime.pubsub.queue_admin import MAX_PAGE
 
@@ -82,18 +83,50 @@ class _QueueResource(AdminResource):
         return changes
 
 
+_CURSOR = re.compile(r'(-?[0-9]{1,2})\.([0-9]{1,19})\.([0-9]{1,19})')
+_MAX_ID = 2 ** 63 - 1
+
+
+def _cursor(value: str | None) -> tuple[int, int, int] | None:
+    """A queue row's cursor (priority.message_id.entry_id, as a browse shows it), or None."""
+    if not value:
+        return None
+    match = _CURSOR.fullmatch(value)
+    if match is None or any(int(part) > _MAX_ID for part in match.groups()[1:]):
+        raise InvalidInput('after', 'must be the cursor of a message of a previous page (next_after)')
+    priority, message_id, entry_id = (int(part) for part in match.groups())
+    return priority, message_id, entry_id
+
+
 # Queues
 
 
 class QueuesResource(_QueueResource):
     """GET /admin/queues: every queue's depth, oldest message and dead letters."""
 
-    openapi = {'get': operation('Every queue: depth, oldest message, dead letters', tags=_T, errors=(),
-                                response={'queues': arr(SUBSCRIPTION)})}
+    openapi = {'get': operation(
+        'Every queue: depth, oldest message, dead letters', tags=_T, errors=(400,),
+        description='With limit (and offset, q), a page of queues by subscription id; without limit, every queue.',
+        params=[query('q', string(200), 'Only subscriptions whose topic, service or security contains this'),
+                query('limit', integer(1, MAX_PAGE), 'Page size (no limit: every queue)'),
+                query('offset', integer(0, MAX_DB_INT), 'Queues to skip')],
+        response={'queues': arr(SUBSCRIPTION), 'total': INT})}
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        subs, stats, rows = self._queues.queues()
-        resp.media = {'is_ok': True, 'queues': sub_views(self._queues, subs, stats, rows)}
+        search = (req.get_param('q') or '').lower()
+        if len(search) > 200 or has_bad_chars(search):
+            raise InvalidInput('q', 'must be at most 200 printable characters')
+        limit = req.get_param_as_int('limit', min_value=1, max_value=MAX_PAGE)
+        offset = req.get_param_as_int('offset', min_value=0, max_value=MAX_DB_INT) or 0
+        if limit is None and not offset and not search:
+            subs, stats, rows = self._queues.queues()
+            resp.media = {'is_ok': True, 'queues': sub_views(self._queues, subs, stats, rows), 'total': len(subs)}
+            return
+        subs = [s for s in self._topics.subscriptions()
+                if not search or any(search in v.lower() for v in (s.pattern, s.service, s.security, str(s.id)))]
+        page_subs = subs[offset:offset + (limit or MAX_PAGE)]
+        stats, rows = self._queues.subscription_stats([s.id for s in page_subs])
+        resp.media = {'is_ok': True, 'queues': sub_views(self._queues, page_subs, stats, rows), 'total': len(subs)}
 
 
 class QueueResource(_QueueResource):
@@ -110,10 +143,14 @@ class QueueMessagesResource(_QueueResource):
     """GET /admin/queues/{id}/messages: browse in delivery order; DELETE: purge the queue."""
 
     openapi = {
-        'get': operation('Browse a queue in delivery order (data shortened to a preview)', tags=_T, errors=(404,),
-                         params=PAGE_PARAMS,
+        'get': operation('Browse a queue in delivery order (data shortened to a preview)', tags=_T,
+                         errors=(400, 404),
+                         description='Each message has a cursor; after=<the cursor of the last one shown> gives the '
+                                     'next page at the same cost however deep the queue (next_after is that cursor).',
+                         params=[*PAGE_PARAMS, query('after', string(64), 'The next_after of the previous page')],
                          response={'messages': arr(QUEUED), 'depth': INT, 'limit': INT, 'offset': INT,
-                                   'next_offset': {'type': ['integer', 'null']}}),
+                                   'next_offset': {'type': ['integer', 'null']},
+                                   'next_after': {'type': ['string', 'null']}}),
         'delete': operation('Purge a queue: remove every message waiting in it', tags=_T, errors=(404,),
                             response={'deleted': INT}),
     }
@@ -121,9 +158,11 @@ class QueueMessagesResource(_QueueResource):
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
         sub = self._topics.subscription(sub_id)
         limit, offset = page(req)
-        messages, depth = self._queues.browse(sub.id, limit, offset)
+        after = _cursor(req.get_param('after'))
+        messages, depth = self._queues.browse(sub.id, limit, offset, after)
         resp.media = {'is_ok': True, 'messages': messages, 'depth': depth, 'limit': limit, 'offset': offset,
-                      'next_offset': offset + limit if offset + limit < depth else None}
+                      'next_offset': offset + limit if after is None and offset + limit < depth else None,
+                      'next_after': messages[-1]['cursor'] if len(messages) == limit else None}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
         sub = self._topics.subscription(sub_id)
@@ -262,3 +301,22 @@ class RedriveResource(_QueueResource):
         if missing and not done:
             raise ObjectNotFound(f'dead letter of subscription #{sub.id}', missing[0])
         resp.media = {'is_ok': True, 'redriven': done, 'count': len(done), 'missing': missing}
+
+
+class QueueMessageDeadLetterResource(_QueueResource):
+    """POST /admin/queues/{id}/messages/{msg_id}/dead-letter: move a queued message to the dead-letter queue."""
+
+    openapi = {'post': operation(
+        'Move a queued message to its dead-letter queue (reason admin), to inspect or re-drive later', tags=_T,
+        errors=(400, 404), body=obj({'error': string(1000, description='Its last error (default: moved by an '
+                                                                         'administrator)')}),
+        description='A message a worker is delivering at this moment may still be delivered once.',
+        response={'dead_lettered': STR})}
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
+        sub = self._topics.subscription(sub_id)
+        body = Body(req, {'error'}, required=False)
+        error = body.text('error', max_len=1000) or 'moved to the dead-letter queue by an administrator'
+        if not self._queues.move_to_dead_letters(sub.id, msg_id, error):
+            raise ObjectNotFound(f'message in the queue of subscription #{sub.id}', msg_id)
+        resp.media = {'is_ok': True, 'dead_lettered': msg_id}

@@ -14,6 +14,7 @@ import falcon
 from runtime.db.models import BasicAuthDef, FileChannelRow, Job, PubSubPermission, RestChannel, Subscription, Topic
 from runtime.http.admin import (
     audit,
+    dead_letters,
     file_channels,
     insight,
     jobs,
@@ -23,6 +24,7 @@ from runtime.http.admin import (
     queues,
     services,
     spark,
+    topic_messages,
     websockets,
 )
 from runtime.http.admin.audit import DETACHABLE, Managed
@@ -61,6 +63,8 @@ ROUTES: tuple[tuple[str, type[AdminResource]], ...] = (
     ('/admin/security/{name}/permissions', permissions.PermissionsResource),
     ('/admin/topics', pubsub.TopicsResource),
     ('/admin/topics/{name:path}', pubsub.TopicResource),
+    ('/admin/topic-messages', topic_messages.TopicMessagesResource),
+    ('/admin/topic-messages/{msg_id}', topic_messages.TopicMessageResource),
     ('/admin/subscriptions', pubsub.SubscriptionsResource),
     ('/admin/subscriptions/{sub_id:int}', pubsub.SubscriptionResource),
     ('/admin/subscriptions/{sub_id:int}/pause', pubsub.PauseResource),
@@ -71,9 +75,14 @@ ROUTES: tuple[tuple[str, type[AdminResource]], ...] = (
     ('/admin/queues/{sub_id:int}', queues.QueueResource),
     ('/admin/queues/{sub_id:int}/messages', queues.QueueMessagesResource),
     ('/admin/queues/{sub_id:int}/messages/{msg_id}', queues.QueueMessageResource),
+    ('/admin/queues/{sub_id:int}/messages/{msg_id}/dead-letter', queues.QueueMessageDeadLetterResource),
     ('/admin/queues/{sub_id:int}/dead-letters', queues.DeadLettersResource),
     ('/admin/queues/{sub_id:int}/dead-letters/{msg_id}', queues.DeadLetterResource),
     ('/admin/queues/{sub_id:int}/redrive', queues.RedriveResource),
+    ('/admin/dead-letters', dead_letters.DeadLettersSearchResource),
+    ('/admin/dead-letters/count', dead_letters.DeadLettersCountResource),
+    ('/admin/dead-letters/redrive', dead_letters.DeadLettersRedriveResource),
+    ('/admin/dead-letters/delete', dead_letters.DeadLettersDeleteResource),
     ('/admin/security', objects.SecurityDefsResource),
     ('/admin/security/{name}', objects.SecurityDefResource),
     ('/admin/security/{name}/password', objects.SecurityPasswordResource),
@@ -154,8 +163,11 @@ def declare_writes() -> None:
         jobs.JobResumeResource: 'resume', jobs.JobRunResource: 'run',
         services.ServiceResource: 'undeploy', services.InvokeResource: 'invoke', services.DeployResource: 'deploy',
         pubsub.PublishResource: 'publish', queues.RedriveResource: 'redrive',
+        queues.QueueMessageDeadLetterResource: 'dead-letter', dead_letters.DeadLettersRedriveResource: 'redrive',
+        dead_letters.DeadLettersDeleteResource: 'delete',
         spark.SparkJobsResource: 'submit', spark.SparkJobKillResource: 'kill',
     }
     for cls, action in actions.items():
         cls.audit_action = action
     spark.SparkJobWaitResource.audited = False
+    dead_letters.DeadLettersCountResource.audited = False  # a read: POST only to carry the bulk actions' body

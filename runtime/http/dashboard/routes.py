@@ -19,7 +19,7 @@ from runtime.errors import ObjectNotFound
 from runtime.http.admin.base import ADMIN_PREFIX
 from runtime.http.admin.routes import ROUTES as ADMIN_ROUTES
 from runtime.http.auth import DASHBOARD, PUBLIC
-from runtime.http.dashboard import deployments, overview, services
+from runtime.http.dashboard import deployments, overview, pubsub_pages, services
 from runtime.http.dashboard.gate import PREFIX
 from runtime.http.dashboard.page import DashboardPage, PageNotFound
 from runtime.http.dashboard.sign_in import SignInPage, SignOut
@@ -37,6 +37,11 @@ PAGES: tuple[tuple[str, type[DashboardPage]], ...] = (
     (PREFIX + '/services', services.ServicesPage),
     (PREFIX + '/services/{name}', services.ServicePage),
     (PREFIX + '/deployments', deployments.DeploymentsPage),
+    (PREFIX + '/topics', pubsub_pages.TopicsPage),
+    (PREFIX + '/topics/{name:path}', pubsub_pages.TopicPage),
+    (PREFIX + '/queues', pubsub_pages.QueuesPage),
+    (PREFIX + '/queues/{sub_id:int}', pubsub_pages.QueuePage),
+    (PREFIX + '/dead-letters', pubsub_pages.DeadLettersPage),
 )
 
 
