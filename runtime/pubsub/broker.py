@@ -144,6 +144,7 @@ class Broker:
         self._committer = GroupCommitter(self.engine, self.settings.group_commit_max, self._spawn, self._committed,
                                          self._claim_loops)
         self._backend.writer = self._committer.run
+        self._backend.nudge = self._committer.nudge
         self.observers.emit('on_start')
         if background:
             self._spawn(self.leases.run, self._wanted_leases, self.leases_changed, name='pubsub-leases')

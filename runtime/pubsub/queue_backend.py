@@ -2,6 +2,9 @@
 
 Dead letters of a settlement are written through ``DeadLetterer``, so that the observers hear of them
 once the transaction that stored them has committed, as they hear of every other dead letter.
+
+Acks of messages a loop has finished can also be written ahead of the rest of their batch's outcome
+(``ack_soon``): in the next commit of the group committer, without the loop waiting for it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from runtime.pubsub.dead_letters import DeadLetterer, Moves
 from runtime.pubsub.statements import Delivery, Settlement
 
 T = TypeVar('T')
+
+#: Hands the group committer something to ask, as its next commit is put together, for work ready by then.
+Nudge = Callable[[Callable[[], 'tuple[Callable[[Connection], Any], Callable[[BaseException | None], None]] | None']],
+                 None]
 
 
 def apply_settlement(conn: Connection, settlement: Settlement, moves: Moves) -> None:
@@ -40,10 +47,13 @@ class SqlQueueBackend:
     """
 
     def __init__(self, engine: Engine, dead_letterer: DeadLetterer,
-                 writer: Callable[[Callable[[Connection], Any]], Any] | None = None) -> None:
+                 writer: Callable[[Callable[[Connection], Any]], Any] | None = None,
+                 nudge: Nudge | None = None) -> None:
         self._engine = engine
         self._dead_letterer = dead_letterer
         self.writer = writer
+        #: The group committer's nudge (``GroupCommitter.nudge``): without it, acks wait for their batch's end.
+        self.nudge = nudge
 
     def _write(self, work: Callable[[Connection], T]) -> T:
         if self.writer is not None:
@@ -71,6 +81,26 @@ class SqlQueueBackend:
         if settlement is not None and settlement.dead:
             raise ValueError('a cycle run in another transaction cannot dead-letter: settle first')
         return lambda conn: _cycle(conn, Moves(), sub_id, settlement, limit, due_before)
+
+    def ack_soon(self, take: Callable[[], list[int]],
+                 written: Callable[[list[int], BaseException | None], None]) -> bool:
+        """Have the entries take() returns, as the next shared commit is put together, acked in it.
+
+        Returns at once; written(ids, error) is called once that commit is durable (error None) or
+        failed. False when there is no shared commit to ride in (the caller acks with its next cycle).
+        """
+        if self.nudge is None:
+            return False
+
+        def ready() -> tuple[Callable[[Connection], None], Callable[[BaseException | None], None]] | None:
+            ids = take()
+            if not ids:
+                return None
+            settlement = Settlement(ids, [], [], [])
+            return (lambda conn: apply_settlement(conn, settlement, Moves()),
+                    lambda error: written(ids, error))
+        self.nudge(ready)
+        return True
 
     def settle(self, settlement: Settlement) -> None:
         """Store a batch's outcomes on their own."""
