@@ -21,9 +21,12 @@ down) fails the whole batch, and no publisher is told that its message was store
 A delivery loop that has finished a message does not wait for its ack: it ``nudge``s the writer,
 which asks it for what is ready (``take``) only as the next commit is put together, and tells it
 once that commit is durable or has failed. Acks finished while a commit is being written ride in
-the next one, so the acks of a busy queue share commits as its publications do; a lone ack of an
-idle writer is written at once, within milliseconds of its handler's end. A nudge whose source has
-nothing left by then costs nothing (no empty commit).
+the next one, so the acks of a busy queue share commits as its publications do. When there is
+nothing but acks to write, the writer waits up to ``ack_linger`` (10 ms) for company — anything
+else queued ends the wait at once — so that a loop whose handler takes a few milliseconds pays one
+commit per several messages, not one per message, and a crash still redelivers only what finished
+in the last few milliseconds. A nudge whose source has nothing left by then costs nothing (no
+empty commit).
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ from runtime.pubsub.statements import Publication, insert_publications
 _log = logging.getLogger(__name__)
 
 T = TypeVar('T')
+
+#: How long a commit that would hold nothing but acks waits for other writes to share it.
+ACK_LINGER_SECS = 0.01
 
 #: A queued item: a publication or a unit of work, and the result its waiter waits on.
 _Item = tuple['Publication | Callable[[Connection], Any]', AsyncResult]
@@ -107,8 +113,9 @@ class GroupCommitter:
     def __init__(self, engine: Engine, max_batch: int, spawn: Callable[..., gevent.Greenlet],
                  on_committed: Callable[[list[Publication]], None],
                  claim: Callable[[list[Publication]], list[tuple[Callable[[Connection], Any], AsyncResult]]]
-                 | None = None) -> None:
+                 | None = None, ack_linger: float = ACK_LINGER_SECS) -> None:
         self._engine = engine
+        self._ack_linger = ack_linger
         #: Work of idle delivery loops whose queues the publications feed, to run in the same commit.
         self._claim = claim
         self._max_batch = max_batch
@@ -140,11 +147,16 @@ class GroupCommitter:
             # Let greenlets that are ready to run (a loop that has just delivered, a publisher that
             # has just been answered) queue their work first, so that it rides in this commit.
             gevent.sleep(0)
-            while len(batch) < self._max_batch:
+            self._drain(batch)
+            if self._ack_linger > 0 and all(isinstance(item, _Nudge) for item, _ in batch):
+                # Nothing but acks: let them wait a little for more acks or other writes to share the commit.
                 try:
-                    batch.append(self._queue.get_nowait())
+                    batch.append(self._queue.get(timeout=self._ack_linger))
                 except Empty:
-                    break
+                    pass
+                else:
+                    gevent.sleep(0)
+                    self._drain(batch)
             pubs = [(p, r) for p, r in batch if isinstance(p, Publication)]
             works = [(w, r) for w, r in batch if not isinstance(w, (Publication, _Nudge))]
             # Acks first: a cycle in the same transaction must not take again what they settle.
@@ -160,6 +172,14 @@ class GroupCommitter:
                     if not result.ready():
                         result.set_exception(StorageUnavailable('the server is stopping; nothing was stored'))
                 raise
+
+    def _drain(self, batch: list[Any]) -> None:
+        """Add what is queued now to batch, up to max_batch items."""
+        while len(batch) < self._max_batch:
+            try:
+                batch.append(self._queue.get_nowait())
+            except Empty:
+                break
 
     @staticmethod
     def _ready(nudges: list[_Nudge]) -> list[tuple[Callable[[Connection], Any], _Told]]:
