@@ -1,10 +1,12 @@
 """The delivery loop: one greenlet per subscription this worker owns.
 
 The loop takes a batch from the head of the queue (high priority first, then publication
-order), records the attempt, hands each message to the subscriber and then, in one transaction,
-acks what succeeded, schedules what failed for a later attempt, and dead-letters what ran out of
-attempts or expired. A message leaves the queue only after the subscriber succeeded, so a crash
-anywhere means redelivery of at most one batch (at-least-once).
+order), records the attempt, hands each message to the subscriber — each success acked in the
+next shared commit, while the loop goes on — and then, in one transaction, schedules what failed
+for a later attempt and dead-letters what ran out of attempts or expired. A message leaves the
+queue only after the subscriber succeeded, so a crash means redelivery of what was in the handler
+and what finished in the last few milliseconds (of at most one batch for a batch subscriber):
+at-least-once.
 
 With ``err_should_block`` (the default, as in Zato) a failed message holds back the ones behind
 it until it succeeds or is dead-lettered; otherwise later messages keep flowing. ``max_in_flight``

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -149,14 +150,7 @@ class GroupCommitter:
             gevent.sleep(0)
             self._drain(batch)
             if self._ack_linger > 0 and all(isinstance(item, _Nudge) for item, _ in batch):
-                # Nothing but acks: let them wait a little for more acks or other writes to share the commit.
-                try:
-                    batch.append(self._queue.get(timeout=self._ack_linger))
-                except Empty:
-                    pass
-                else:
-                    gevent.sleep(0)
-                    self._drain(batch)
+                self._linger(batch)
             pubs = [(p, r) for p, r in batch if isinstance(p, Publication)]
             works = [(w, r) for w, r in batch if not isinstance(w, (Publication, _Nudge))]
             # Acks first: a cycle in the same transaction must not take again what they settle.
@@ -172,6 +166,23 @@ class GroupCommitter:
                     if not result.ready():
                         result.set_exception(StorageUnavailable('the server is stopping; nothing was stored'))
                 raise
+
+    def _linger(self, batch: list[Any]) -> None:
+        """Nothing but acks to write: wait up to ack_linger for other writes, gathering the nudges meanwhile."""
+        deadline = time.monotonic() + self._ack_linger
+        while len(batch) < self._max_batch:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                item = self._queue.get(timeout=remaining)
+            except Empty:
+                return
+            batch.append(item)
+            if not isinstance(item[0], _Nudge):
+                gevent.sleep(0)  # as for the first item: let the greenlets ready now queue theirs too
+                self._drain(batch)
+                return
 
     def _drain(self, batch: list[Any]) -> None:
         """Add what is queued now to batch, up to max_batch items."""
