@@ -476,6 +476,8 @@ class Broker:
         deliverer = self.subscribers[sub.kind].deliverer(self._context, sub)
         loop = DeliveryLoop(sub, self._backend, deliverer.deliver, owns, self.observers,
                             deliver_batch=deliverer.deliver_batch, on_wake=deliverer.wake)
+        if deliverer.progress is not None:
+            deliverer.progress(loop.settled)
         greenlet = self._spawn(loop.run, name=f'delivery:{sub.label}')
         greenlet.link(lambda _g, sub_id=sub.id: self._loop_ended(sub_id, greenlet))
         if deliverer.close is not None:

@@ -5,7 +5,7 @@ order), records the attempt, hands each message to the subscriber — each succe
 next shared commit, while the loop goes on — and then, in one transaction, schedules what failed
 for a later attempt and dead-letters what ran out of attempts or expired. A message leaves the
 queue only after the subscriber succeeded, so a crash means redelivery of what was in the handler
-and what finished in the last few milliseconds (of at most one batch for a batch subscriber):
+and what finished in the last few milliseconds (at most one batch for a WebSocket or file subscriber):
 at-least-once.
 
 With ``err_should_block`` (the default, as in Zato) a failed message holds back the ones behind
@@ -30,7 +30,8 @@ yet, or pushed out of the batch by in-memory messages of higher priority) have t
 taken back in the next settlement.
 
 Successes settle progressively: in message mode, a message whose handler has returned is handed to
-``QueueBackend.ack_soon`` at once, and its ack rides in the next commit of the group committer
+``QueueBackend.ack_soon`` at once (in batch mode, one the deliverer reports done through
+``settled`` — a REST push answered 2xx —), and its ack rides in the next commit of the group committer
 (within milliseconds), while the loop goes on with the next message; what the committer has not
 taken yet when the batch ends goes with the cycle as before. So a crash redelivers what was in the
 handler at that moment and what finished in the last few milliseconds, not a whole batch, and a
@@ -151,6 +152,8 @@ class DeliveryLoop:
         #: Cleared while acks taken by the committer are being written (see _acks_written()).
         self._acks_settled = Event()
         self._acks_settled.set()
+        #: Entries of the batch in deliver_batch that its deliverer reported done (see settled()).
+        self._settled_early: set[int] = set()
 
     def wake(self) -> None:
         """New messages may be waiting: look now."""
@@ -233,6 +236,14 @@ class DeliveryLoop:
                                          None if opts.err_should_block else now)
         self._pending = None
         return batch, due
+
+    def settled(self, outcome: Outcome) -> None:
+        """A batch deliverer's message succeeded before its batch ended: have it acked at once, too."""
+        d = outcome.delivery
+        if (outcome.ok or outcome.drop) and not outcome.early and d.entry_id > 0:
+            self._finished(d.entry_id)
+            self._settled_early.add(d.entry_id)
+            outcome.early = True
 
     def _finished(self, entry_id: int) -> None:
         """A stored message's handler succeeded: have it acked in the next shared commit, without waiting."""
@@ -427,18 +438,27 @@ class DeliveryLoop:
         """Batch mode: the whole batch to deliver_batch; an exception fails every message."""
         assert self._deliver_batch is not None
         started = time.perf_counter()
+        self._settled_early.clear()
         try:
             outcomes = self._deliver_batch(self.sub, batch)
         except gevent.GreenletExit:
             raise
         except Exception as e:
-            outcomes = [Outcome(d, False, e) for d in batch]
+            # Not those it reported done (settled()): they are acked already, a success stays one.
+            outcomes = [self._early_outcome(d) if d.entry_id in self._settled_early else Outcome(d, False, e)
+                        for d in batch]
         if outcomes is None:
             outcomes = [Outcome(d, True) for d in batch]
         duration = time.perf_counter() - started
         for o in outcomes:
             self._observers.emit('after_deliver', self.sub, o.delivery, o.ok, o.error, duration)
         return outcomes
+
+    @staticmethod
+    def _early_outcome(d: Delivery) -> Outcome:
+        outcome = Outcome(d, True)
+        outcome.early = True
+        return outcome
 
     def _deliver_one(self, d: Delivery) -> Outcome:
         assert self._deliver is not None

@@ -8,6 +8,7 @@ more commits for it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,14 @@ from typing import Any
 import gevent
 import pytest
 from gevent.event import Event
+from gevent.pywsgi import WSGIServer
 from sqlalchemy import select
 
 from runtime.db.models import Message, QueueEntry
 from runtime.pubsub import queue_backend
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
+from tests.live_server import free_port
 from tests.recorder import Recorder
 
 TIMEOUT = 10.0
@@ -149,6 +152,37 @@ def test_an_ack_whose_commit_failed_is_stored_with_the_next_settlement_not_deliv
     wait_until(lambda: _queued(rt, sub.id) == [], TIMEOUT, message='all acked')
     gevent.sleep(0.2)
     assert recorder['got'] == ['first', 'hold', 'third'], 'message 1 not delivered again'
+
+
+def test_a_rest_push_answered_is_acked_while_the_next_request_of_its_batch_waits(
+        rt: TestRuntime) -> None:
+    got: list[str] = []
+
+    def endpoint(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        data = json.loads(environ['wsgi.input'].read())['data']
+        got.append(data)
+        if data == 'hold':
+            RELEASE.wait(TIMEOUT)
+        start_response('200 OK', [('Content-Type', 'application/json')])
+        return [b'{}']
+    port = free_port()
+    server = WSGIServer(('127.0.0.1', port), endpoint, log=None, error_log=None)
+    server.start()
+    try:
+        rt.catalog.create_topic('acks.push')
+        sub = rt.catalog.subscribe('acks.push', 'rest_push', push_url=f'http://127.0.0.1:{port}/hook')
+        rt.catalog.set_active(sub.sub_key, False)
+        for data in ('first', 'hold', 'third'):
+            rt.broker.publish('acks.push', data)
+        rt.catalog.set_active(sub.sub_key, True)  # one batch, one request per message
+        wait_until(lambda: got == ['first', 'hold'], TIMEOUT, message='the endpoint holding request 2')
+        wait_until(lambda: _queued(rt, sub.id) == ['hold', 'third'], TIMEOUT, message='message 1 acked early')
+        RELEASE.set()
+        wait_until(lambda: _queued(rt, sub.id) == [], TIMEOUT, message='the rest acked')
+        assert got == ['first', 'hold', 'third']
+    finally:
+        RELEASE.set()
+        server.stop(timeout=0.5)
 
 
 def _busy_round(rt: TestRuntime, recorder: Recorder, total: int, publishers: int = 50) -> int:
