@@ -45,6 +45,7 @@ LONG_FIRST = (
     'tests/server/test_readme_examples.py',
     'tests/runtime/test_spark_jobs.py',
     'tests/reliability/test_kill_loop.py',
+    'tests/reliability/test_kill_duplicates.py',
     'tests/reliability/test_websocket_faults.py',
     'tests/server/test_packaging.py',
     'tests/http/test_admin_file_channels.py',

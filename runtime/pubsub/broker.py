@@ -149,6 +149,7 @@ class Broker:
         self._committer = GroupCommitter(self.engine, self.settings.group_commit_max, self._spawn, self._committed,
                                          self._claim_loops)
         self._backend.writer = self._committer.run
+        self._backend.nudge = self._committer.nudge
         self.observers.emit('on_start')
         if background:
             self._spawn(self.leases.run, self._wanted_leases, self.leases_changed, self._spread_leases,
@@ -505,6 +506,8 @@ class Broker:
         deliverer = self.subscribers[sub.kind].deliverer(self._context, sub)
         loop = DeliveryLoop(sub, FencedQueue(self._backend, fence), deliverer.deliver, owns, self.observers,
                             deliver_batch=deliverer.deliver_batch, on_wake=deliverer.wake)
+        if deliverer.progress is not None:
+            deliverer.progress(loop.settled)
         greenlet = self._spawn(loop.run, name=f'delivery:{sub.label}')
         greenlet.link(lambda _g, sub_id=sub.id: self._loop_ended(sub_id, greenlet))
         if deliverer.close is not None:

@@ -1,10 +1,12 @@
 """The delivery loop: one greenlet per subscription this worker owns.
 
 The loop takes a batch from the head of the queue (high priority first, then publication
-order), records the attempt, hands each message to the subscriber and then, in one transaction,
-acks what succeeded, schedules what failed for a later attempt, and dead-letters what ran out of
-attempts or expired. A message leaves the queue only after the subscriber succeeded, so a crash
-anywhere means redelivery of at most one batch (at-least-once).
+order), records the attempt, hands each message to the subscriber — each success acked in the
+next shared commit, while the loop goes on — and then, in one transaction, schedules what failed
+for a later attempt and dead-letters what ran out of attempts or expired. A message leaves the
+queue only after the subscriber succeeded, so a crash means redelivery of what was in the handler
+and what finished in the last few milliseconds (at most one batch for a WebSocket or file subscriber):
+at-least-once.
 
 With ``err_should_block`` (the default, as in Zato) a failed message holds back the ones behind
 it until it succeeds or is dead-lettered; otherwise later messages keep flowing. ``max_in_flight``
@@ -26,6 +28,17 @@ before the next batch starts — at once when the loop goes on, and on its own (
 the loop waits or stops. Entries that were taken but not tried (behind a message that is not due
 yet, or pushed out of the batch by in-memory messages of higher priority) have their attempt
 taken back in the next settlement.
+
+Successes settle progressively: in message mode, a message whose handler has returned is handed to
+``QueueBackend.ack_soon`` at once (in batch mode, one the deliverer reports done through
+``settled`` — a REST push answered 2xx —), and its ack rides in the next commit of the group committer
+(within milliseconds), while the loop goes on with the next message; what the committer has not
+taken yet when the batch ends goes with the cycle as before. So a crash redelivers what was in the
+handler at that moment and what finished in the last few milliseconds, not a whole batch, and a
+busy queue pays no extra commit: acks finished during a commit share the next one. Before a cycle
+or a settlement of its own, the loop waits until its acks in a commit are durable, so that an ack
+whose commit failed is written with it rather than its message taken again. Failures, retries and
+dead letters are stored at the batch's end, as before.
 
 A failed attempt keeps its error line and its traceback (``runtime.pubsub.failure``) with the
 entry, and so with the dead letter. The log gets the traceback at the first failed attempt
@@ -86,11 +99,14 @@ class QueueBackend(Protocol):
 
     def settle(self, settlement: Settlement) -> None: ...
 
+    def ack_soon(self, take: Callable[[], list[int]],
+                 written: Callable[[list[int], BaseException | None], None]) -> bool: ...
+
 
 class Outcome:
     """What happened to one message of a batch."""
 
-    __slots__ = ('delivery', 'ok', 'error', 'decision', 'drop')
+    __slots__ = ('delivery', 'ok', 'error', 'decision', 'drop', 'early')
 
     def __init__(self, delivery: Delivery, ok: bool, error: BaseException | None = None,
                  drop: bool = False) -> None:
@@ -99,6 +115,8 @@ class Outcome:
         self.error = error
         self.drop = drop
         self.decision: RedeliveryDecision | None = None
+        #: Its ack was handed to the backend as soon as it succeeded (not with the batch's outcome).
+        self.early = False
 
 
 class DeliveryLoop:
@@ -128,6 +146,15 @@ class DeliveryLoop:
         self._idle = False
         #: The next batch, taken on this loop's behalf in a publishers' commit (see claim()).
         self._claim: AsyncResult | None = None
+        #: Stored entries whose handler succeeded, not yet handed to a commit (see _finished()).
+        self._acks: list[int] = []
+        #: A nudge of the backend is waiting for the committer to take the acks.
+        self._nudged = False
+        #: Cleared while acks taken by the committer are being written (see _acks_written()).
+        self._acks_settled = Event()
+        self._acks_settled.set()
+        #: Entries of the batch in deliver_batch that its deliverer reported done (see settled()).
+        self._settled_early: set[int] = set()
 
     def wake(self) -> None:
         """New messages may be waiting: look now."""
@@ -143,7 +170,7 @@ class DeliveryLoop:
         two — and the loop, once woken, takes its batch from the returned result instead of running
         a cycle of its own.
         """
-        if not self._idle or self._claim is not None or self._pending is not None:
+        if not self._idle or self._claim is not None or self._pending is not None or self._acks:
             return None
         opts = self.sub.options
         work = self._backend.cycle_work(self.sub.id, None, opts.delivery_batch_size,
@@ -190,7 +217,7 @@ class DeliveryLoop:
                     _log.error('%s: storing delivery outcomes failed (%s: %s); retrying shortly', self.sub.label,
                                type(e).__name__, e)
                     wait = 1.0
-                self._idle = self._pending is None
+                self._idle = self._pending is None and not self._acks
                 try:
                     self._wake.wait(timeout=wait)
                 finally:
@@ -198,8 +225,9 @@ class DeliveryLoop:
 
     def _flush(self) -> None:
         """Store the outcome of the last batch now, on its own (the loop is about to wait or stop)."""
-        if self._pending:
-            self._backend.settle(self._pending)
+        pending = self._settlement()
+        if pending:
+            self._backend.settle(pending)
             self._pending = None
 
     def _take(self, now: float) -> tuple[list[Delivery], float | None]:
@@ -208,10 +236,53 @@ class DeliveryLoop:
             claimed, self._claim = self._claim, None
             return claimed.get()
         opts = self.sub.options
-        batch, due = self._backend.cycle(self.sub.id, self._pending, opts.delivery_batch_size,
+        batch, due = self._backend.cycle(self.sub.id, self._settlement(), opts.delivery_batch_size,
                                          None if opts.err_should_block else now)
         self._pending = None
         return batch, due
+
+    def settled(self, outcome: Outcome) -> None:
+        """A batch deliverer's message succeeded before its batch ended: have it acked at once, too."""
+        d = outcome.delivery
+        if (outcome.ok or outcome.drop) and not outcome.early and d.entry_id > 0:
+            self._finished(d.entry_id)
+            self._settled_early.add(d.entry_id)
+            outcome.early = True
+
+    def _finished(self, entry_id: int) -> None:
+        """A stored message's handler succeeded: have it acked in the next shared commit, without waiting."""
+        self._acks.append(entry_id)
+        if not self._nudged:
+            self._nudged = self._backend.ack_soon(self._take_acks, self._acks_written)
+
+    def _take_acks(self) -> list[int]:
+        """The acks not yet handed to a commit, now taken by the committer for the one it puts together."""
+        self._nudged = False
+        ids, self._acks = self._acks, []
+        if ids:
+            self._acks_settled.clear()
+        return ids
+
+    def _acks_written(self, ids: list[int], error: BaseException | None) -> None:
+        """The commit of acks taken by _take_acks is durable, or failed: then they go with the next settlement."""
+        if error is not None:
+            self._acks[:0] = ids
+            _log.warning('%s: storing %d ack(s) failed (%s); they are stored with the next settlement',
+                         self.sub.label, len(ids), type(error).__name__)
+        self._acks_settled.set()
+
+    def _settlement(self) -> Settlement | None:
+        """The pending outcome with the acks not yet stored; waits for those being written to be durable.
+
+        Merged into the pending outcome, so that if storing it fails they are tried again with it.
+        """
+        self._acks_settled.wait(timeout=IDLE_RECHECK_SECS)
+        if self._acks:
+            p = self._pending
+            self._pending = Settlement(self._acks + (p.acked if p else []), p.retries if p else [],
+                                       p.dead if p else [], p.uncount if p else [])
+            self._acks = []
+        return self._pending
 
     def _one_batch(self) -> float:
         """Deliver one batch; returns how long to wait before the next (0 = at once)."""
@@ -256,7 +327,8 @@ class DeliveryLoop:
         for o in outcomes:
             d = o.delivery
             if o.ok or o.drop:
-                acked.append(d.entry_id)
+                if not o.early:
+                    acked.append(d.entry_id)
                 continue
             assert o.error is not None
             error = error_line(o.error)
@@ -350,30 +422,47 @@ class DeliveryLoop:
         if max_in_flight <= 1:
             outcomes = []
             for d in batch:
-                outcome = self._deliver_one(d)
+                outcome = self._deliver_and_ack(d)
                 outcomes.append(outcome)
                 if not outcome.ok and not outcome.drop and block:
                     break
             return outcomes
         pool = Pool(max_in_flight)
-        return list(pool.imap(self._deliver_one, batch))
+        return list(pool.imap(self._deliver_and_ack, batch))
+
+    def _deliver_and_ack(self, d: Delivery) -> Outcome:
+        """Deliver one message; a stored one that succeeded is acked at once, not with its batch."""
+        outcome = self._deliver_one(d)
+        if (outcome.ok or outcome.drop) and d.entry_id > 0:
+            self._finished(d.entry_id)
+            outcome.early = True
+        return outcome
 
     def _deliver_together(self, batch: list[Delivery]) -> list[Outcome]:
         """Batch mode: the whole batch to deliver_batch; an exception fails every message."""
         assert self._deliver_batch is not None
         started = time.perf_counter()
+        self._settled_early.clear()
         try:
             outcomes = self._deliver_batch(self.sub, batch)
         except gevent.GreenletExit:
             raise
         except Exception as e:
-            outcomes = [Outcome(d, False, e) for d in batch]
+            # Not those it reported done (settled()): they are acked already, a success stays one.
+            outcomes = [self._early_outcome(d) if d.entry_id in self._settled_early else Outcome(d, False, e)
+                        for d in batch]
         if outcomes is None:
             outcomes = [Outcome(d, True) for d in batch]
         duration = time.perf_counter() - started
         for o in outcomes:
             self._observers.emit('after_deliver', self.sub, o.delivery, o.ok, o.error, duration)
         return outcomes
+
+    @staticmethod
+    def _early_outcome(d: Delivery) -> Outcome:
+        outcome = Outcome(d, True)
+        outcome.early = True
+        return outcome
 
     def _deliver_one(self, d: Delivery) -> Outcome:
         assert self._deliver is not None

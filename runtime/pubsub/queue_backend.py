@@ -3,9 +3,14 @@
 Dead letters of a settlement are written through ``DeadLetterer``, so that the observers hear of them
 once the transaction that stored them has committed, as they hear of every other dead letter.
 
+Acks of messages a loop has finished can also be written ahead of the rest of their batch's outcome
+(``ack_soon``): in the next commit of the group committer, without the loop waiting for it.
+
 ``FencedQueue`` is one loop's view of the backend: each of its transactions first checks that the
 loop's lease is still held at the version the loop took it with (``runtime.pubsub.leases.check_fence``),
-so that a loop that lost its lease acks, retries and dead-letters nothing (``LeaseLost``).
+so that a loop that lost its lease retries and dead-letters nothing (``LeaseLost``). Early acks are
+not fenced: they ride in commits shared with other loops, which one loop's lost lease must not fail,
+and each is of a message whose handler has finished, so storing it is never wrong.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ T = TypeVar('T')
 
 #: A check run first in a transaction of the backend's (raises to refuse the whole transaction).
 Check = Callable[[Connection], None]
+
+#: Hands the group committer something to ask, as its next commit is put together, for work ready by then.
+Nudge = Callable[[Callable[[], 'tuple[Callable[[Connection], Any], Callable[[BaseException | None], None]] | None']],
+                 None]
 
 
 def apply_settlement(conn: Connection, settlement: Settlement, moves: Moves) -> None:
@@ -48,10 +57,13 @@ class SqlQueueBackend:
     """
 
     def __init__(self, engine: Engine, dead_letterer: DeadLetterer,
-                 writer: Callable[[Callable[[Connection], Any]], Any] | None = None) -> None:
+                 writer: Callable[[Callable[[Connection], Any]], Any] | None = None,
+                 nudge: Nudge | None = None) -> None:
         self._engine = engine
         self._dead_letterer = dead_letterer
         self.writer = writer
+        #: The group committer's nudge (``GroupCommitter.nudge``): without it, acks wait for their batch's end.
+        self.nudge = nudge
 
     def _write(self, work: Callable[[Connection], T]) -> T:
         if self.writer is not None:
@@ -88,6 +100,26 @@ class SqlQueueBackend:
             apply_settlement(conn, settlement, moves)
         self._dead_letterer.run(self._write, work)
 
+    def ack_soon(self, take: Callable[[], list[int]],
+                 written: Callable[[list[int], BaseException | None], None]) -> bool:
+        """Have the entries take() returns, as the next shared commit is put together, acked in it.
+
+        Returns at once; written(ids, error) is called once that commit is durable (error None) or
+        failed. False when there is no shared commit to ride in (the caller acks with its next cycle).
+        """
+        if self.nudge is None:
+            return False
+
+        def ready() -> tuple[Callable[[Connection], None], Callable[[BaseException | None], None]] | None:
+            ids = take()
+            if not ids:
+                return None
+            settlement = Settlement(ids, [], [], [])
+            return (lambda conn: apply_settlement(conn, settlement, Moves()),
+                    lambda error: written(ids, error))
+        self.nudge(ready)
+        return True
+
 
 class FencedQueue:
     """One delivery loop's storage: the backend's, each transaction refused (LeaseLost) once its lease is lost."""
@@ -108,6 +140,11 @@ class FencedQueue:
                    due_before: float | None) -> Callable[[Connection], tuple[list[Delivery], float | None]]:
         """``SqlQueueBackend.cycle_work`` under the lease."""
         return self._backend.cycle_work(sub_id, settlement, limit, due_before, self._check)
+
+    def ack_soon(self, take: Callable[[], list[int]],
+                 written: Callable[[list[int], BaseException | None], None]) -> bool:
+        """``SqlQueueBackend.ack_soon`` (not fenced: see the module's docstring)."""
+        return self._backend.ack_soon(take, written)
 
     def settle(self, settlement: Settlement) -> None:
         """``SqlQueueBackend.settle`` under the lease."""

@@ -170,6 +170,11 @@ class MemoryQueueBackend:
         """Store a batch's outcomes on their own."""
         self._apply(settlement)
 
+    @staticmethod
+    def ack_soon(take: Callable[[], list[int]], written: Callable[[list[int], BaseException | None], None]) -> bool:
+        """No commits to share in memory: the loop acks what it finished with its next cycle (False)."""
+        return False
+
     def _take(self, sub_id: int, limit: int, due_before: float | None) -> tuple[list[Delivery], float | None]:
         entries = self._ordered(sub_id)
         if due_before is not None:

@@ -98,19 +98,26 @@ def prepare(server: LiveServer) -> None:
 class Publisher(threading.Thread):
     """Publishes increasing numbers until stopped, recording what was acknowledged."""
 
-    def __init__(self, server: LiveServer, tally: Tally) -> None:
+    def __init__(self, server: LiveServer, tally: Tally, service: str = 'test.publish', pause: float = 0.0,
+                 first: int = 0) -> None:
         super().__init__(daemon=True)
         self._server = server
         self._tally = tally
+        #: The service that publishes each number (its subscriber records it).
+        self._service = service
+        #: Seconds between two publications (0: as fast as the server answers).
+        self._pause = pause
+        #: The first number: publishers sharing a tally count from far apart.
+        self._first = first
         self._halt = threading.Event()
         self._session = requests.Session()
 
     def run(self) -> None:
-        n = 0
+        n = self._first
         while not self._halt.is_set():
             self._tally.attempted.add(n)
             try:
-                r = self._session.post(f'{self._server.url}/admin/services/test.publish/invoke', json={'n': n},
+                r = self._session.post(f'{self._server.url}/admin/services/{self._service}/invoke', json={'n': n},
                                        auth=self._server.admin, timeout=5)
                 if r.status_code == 200:
                     self._tally.acknowledged.add(n)
@@ -120,6 +127,8 @@ class Publisher(threading.Thread):
                 self._tally.refused += 1
                 time.sleep(0.05)
             n += 1
+            if self._pause:
+                time.sleep(self._pause)
 
     def stop(self) -> None:
         """Stop after the request in flight."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 
 if TYPE_CHECKING:
-    from runtime.pubsub.delivery import Deliver, DeliverBatch
+    from runtime.pubsub.delivery import Deliver, DeliverBatch, Outcome
     from runtime.pubsub.registry import DeliveryOptions, SubInfo, TopicInfo
 
 #: Runs a named service with data: run(service, data, channel, raw_request) -> its response payload.
@@ -36,6 +36,9 @@ class Deliverer(NamedTuple):
     deliver_batch: DeliverBatch | None = None
     close: Callable[[], None] | None = None
     wake: Callable[[], None] | None = None
+    #: Given the loop's ``DeliveryLoop.settled``: a batch deliverer tells it of each message done
+    #: before the batch ends (a REST push's request answered 2xx), so that its ack is stored at once.
+    progress: Callable[[Callable[[Outcome], None]], None] | None = None
 
 
 class Subscriber(Protocol):

@@ -123,6 +123,12 @@ class PushDeliverer:
         self._prepare = prepare
         self._limits = limits
         self._session: requests.Session | None = None
+        #: Told of each message pushed before its batch ends (the delivery loop acks it at once).
+        self._settled: Callable[[Outcome], None] | None = None
+
+    def report_to(self, settled: Callable[[Outcome], None]) -> None:
+        """Tell settled of each message as soon as its request was answered 2xx."""
+        self._settled = settled
 
     def deliver_batch(self, sub: SubInfo, batch: list[Delivery]) -> list[Outcome]:
         """Send a batch, one request per message (or all in one with push_batch); one outcome per message tried."""
@@ -147,6 +153,10 @@ class PushDeliverer:
                     # Strict order: what comes after the failed request is not tried now.
                     last = next(i for i, o in enumerate(outcomes) if o is chunk[-1][0])
                     return outcomes[:last + 1]
+                continue
+            if self._settled is not None:
+                for outcome, _ in chunk:
+                    self._settled(outcome)
         return outcomes
 
     def _render(self, sub: SubInfo, d: Delivery, meta: dict[str, Any], now: float) -> bytes:
@@ -239,4 +249,4 @@ class RestPushSubscriber:
     def deliverer(self, ctx: Context, sub: SubInfo) -> Deliverer:
         """One HTTP session per subscription, closed with its loop."""
         pusher = PushDeliverer(lambda s, d: prepare(ctx, s, d, self._run), ctx.json_limits)
-        return Deliverer(deliver_batch=pusher.deliver_batch, close=pusher.close)
+        return Deliverer(deliver_batch=pusher.deliver_batch, close=pusher.close, progress=pusher.report_to)
