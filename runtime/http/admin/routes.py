@@ -22,6 +22,7 @@ from runtime.http.admin import (
     queues,
     services,
     spark,
+    topic_matches,
     websockets,
 )
 from runtime.http.admin.audit import DETACHABLE, Managed
@@ -58,6 +59,7 @@ ROUTES: tuple[tuple[str, type[AdminResource]], ...] = (
     ('/admin/subscriptions/{sub_id:int}/resume', pubsub.ResumeResource),
     ('/admin/publish', pubsub.PublishResource),
     ('/admin/pubsub/websockets', websockets.WebSocketsResource),
+    ('/admin/pubsub/topic-matches', topic_matches.TopicMatchesResource),
     ('/admin/queues', queues.QueuesResource),
     ('/admin/queues/{sub_id:int}', queues.QueueResource),
     ('/admin/queues/{sub_id:int}/messages', queues.QueueMessagesResource),

@@ -19,7 +19,7 @@ from runtime.errors import ObjectNotFound
 from runtime.http.admin.base import ADMIN_PREFIX
 from runtime.http.admin.routes import ROUTES as ADMIN_ROUTES
 from runtime.http.auth import DASHBOARD, PUBLIC
-from runtime.http.dashboard import overview
+from runtime.http.dashboard import audit, channels, overview, security
 from runtime.http.dashboard.gate import PREFIX
 from runtime.http.dashboard.page import DashboardPage, PageNotFound
 from runtime.http.dashboard.sign_in import SignInPage, SignOut
@@ -34,6 +34,9 @@ API_PREFIX = PREFIX + '/api'
 #: Every page: (path, page class).
 PAGES: tuple[tuple[str, type[DashboardPage]], ...] = (
     (PREFIX + '/', overview.OverviewPage),
+    (PREFIX + '/audit', audit.AuditPage),
+    (PREFIX + '/security', security.SecurityPage),
+    (PREFIX + '/channels', channels.ChannelsPage),
 )
 
 
