@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tests.live_server import LiveServer
 
 
@@ -25,13 +23,12 @@ def test_topic_matches_pages_the_topics_a_pattern_matches(server: LiveServer) ->
     assert r.json()['total'] == 0 and r.json()['topics'] == []
 
 
-@pytest.mark.parametrize('query', ['', 'pattern=', 'pattern=a**', 'pattern=' + 'x' * 201, 'pattern=a&limit=0',
-                                   'pattern=a&limit=100000', 'pattern=a&offset=-1', 'pattern=a&limit=x',
-                                   'pattern=a%00b', 'pattern=a%23b'])
-def test_topic_matches_refuses_bad_input_with_400(server: LiveServer, query: str) -> None:
-    r = server.request('GET', '/admin/pubsub/topic-matches?' + query, auth=server.admin)
-    assert r.status_code == 400, (query, r.text)
-    assert r.json()['details']
+def test_topic_matches_refuses_bad_input_with_400(server: LiveServer) -> None:
+    for query in ('', 'pattern=', 'pattern=a**', 'pattern=' + 'x' * 201, 'pattern=a&limit=0', 'pattern=a&limit=100000',
+                  'pattern=a&offset=-1', 'pattern=a&limit=x', 'pattern=a%00b', 'pattern=a%23b'):
+        r = server.request('GET', '/admin/pubsub/topic-matches?' + query, auth=server.admin)
+        assert r.status_code == 400, (query, r.text)
+        assert r.json()['details']
     assert server.request('GET', '/admin/pubsub/topic-matches?pattern=a').status_code == 401
 
 
