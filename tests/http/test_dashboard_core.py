@@ -20,7 +20,7 @@ from runtime.config import load_settings
 from runtime.db.models import DashboardSession
 from runtime.http.admin.routes import ROUTES
 from runtime.http.dashboard.routes import mirror_path
-from tests.live_server import ADMIN_PASSWORD, ADMIN_USER, LiveServer
+from tests.live_server import ADMIN_PASSWORD, ADMIN_USER, LiveServer, poll
 
 VIEWER_PASSWORD = 'viewer-secret-pw'
 ENV = {'CONDUIT_DASHBOARD_VIEWER_PASSWORD': VIEWER_PASSWORD}
@@ -305,6 +305,11 @@ def test_the_audit_log_says_where_each_change_came_from(server_factory: Callable
     # The dashboard reads the same log through its mirror.
     mirrored = session.get(server.url + '/dashboard/api/audit?source=cli', timeout=10).json()
     assert [e['name'] for e in mirrored['entries']] == ['from.cli']
+    server.write_objects('topics.yaml', 'pubsub_topic:\n  - name: from.files\n')
+    poll(lambda: server.request('GET', '/admin/audit?source=files', auth=server.admin).json()['total'], 20,
+         message='the object file in the audit log')
+    files = server.request('GET', '/admin/audit?source=files', auth=server.admin).json()['entries']
+    assert [(e['name'], e['kind'], e['action']) for e in files] == [('from.files', 'topic', 'create')]
 
 
 def test_no_secret_in_pages_or_audit_entries(server_factory: Callable[..., LiveServer]) -> None:
