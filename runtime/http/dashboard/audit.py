@@ -10,7 +10,7 @@ from typing import Any
 
 import falcon
 
-from runtime.http.admin.audit import SOURCES
+from runtime.audit import SOURCES
 from runtime.http.dashboard.page import DashboardPage
 from runtime.http.dashboard.static import register_static
 
