@@ -35,6 +35,9 @@ class FileChange(Protocol):
     file: str
     detail: str
 
+#: Where a change can come from (an entry's ``source``): the admin API, the CLI, the dashboard, object files.
+SOURCES = ('api', 'cli', 'dashboard', 'files')
+
 #: Shown instead of a secret.
 MASK = '***'
 

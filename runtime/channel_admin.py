@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy import Connection, Engine, delete, func, insert, or_, select, update
 
 from runtime.checked_write import write_checked
 from runtime.db.blocking import run_transaction
@@ -32,6 +32,20 @@ class ChannelAdmin:
         """Every channel's row, by name."""
         return run_transaction(self._engine, lambda c: c.execute(
             select(RestChannel).order_by(RestChannel.name)).all(), write=False)
+
+    def page(self, search: str = '', limit: int | None = None, offset: int = 0) -> tuple[int, list[Any]]:
+        """(how many channels match, a page of their rows by name); search: part of the name, path or service."""
+        where = []
+        if search:
+            term = search.lower()
+            where.append(or_(*(func.lower(c).contains(term, autoescape=True)
+                               for c in (RestChannel.name, RestChannel.url_path, RestChannel.service))))
+
+        def work(conn: Connection) -> tuple[int, list[Any]]:
+            total = conn.execute(select(func.count()).select_from(RestChannel).where(*where)).scalar_one()
+            query = select(RestChannel).where(*where).order_by(RestChannel.name).offset(offset)
+            return total, conn.execute(query.limit(limit) if limit is not None else query).all()
+        return run_transaction(self._engine, work, write=False)
 
     def get(self, name: str) -> Any:
         """A channel's row; ObjectNotFound if there is none."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gevent
-from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy import Connection, Engine, delete, func, insert, or_, select, update
 
 from runtime.checked_write import write_checked
 from runtime.db.blocking import run_transaction
@@ -45,6 +45,20 @@ class SecurityAdmin:
         """Every definition's row, by name."""
         return run_transaction(self._engine, lambda c: c.execute(
             select(BasicAuthDef).order_by(BasicAuthDef.name)).all(), write=False)
+
+    def page(self, search: str = '', limit: int | None = None, offset: int = 0) -> tuple[int, list[Any]]:
+        """(how many definitions match, a page of their rows by name); search: part of the name or user name."""
+        where = []
+        if search:
+            term = search.lower()
+            where.append(or_(func.lower(BasicAuthDef.name).contains(term, autoescape=True),
+                             func.lower(BasicAuthDef.username).contains(term, autoescape=True)))
+
+        def work(conn: Connection) -> tuple[int, list[Any]]:
+            total = conn.execute(select(func.count()).select_from(BasicAuthDef).where(*where)).scalar_one()
+            query = select(BasicAuthDef).where(*where).order_by(BasicAuthDef.name).offset(offset)
+            return total, conn.execute(query.limit(limit) if limit is not None else query).all()
+        return run_transaction(self._engine, work, write=False)
 
     def get(self, name: str) -> Any:
         """A definition's row; ObjectNotFound if there is none."""

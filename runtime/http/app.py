@@ -1,4 +1,4 @@
-"""The falcon app of one worker: health, admin API and channels over a runtime.
+"""The falcon app of one worker: health, admin API, dashboard and channels over a runtime.
 
 ``make_app`` is given the parts it serves (``AppParts``) by the composition root
 (``runtime.core.Runtime.make_app``); it does not know the runtime itself.

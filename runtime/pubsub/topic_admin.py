@@ -24,7 +24,7 @@ from runtime.pubsub import statements
 from runtime.pubsub.catalog import SYNC_KEY
 from runtime.pubsub.queue_admin import subscription_rows
 from runtime.pubsub.registry import parse_options
-from runtime.pubsub.topics import normalize
+from runtime.pubsub.topics import matching_names, normalize
 from runtime.sync import write_and_reload
 
 if TYPE_CHECKING:
@@ -73,6 +73,10 @@ class TopicAdmin:
     def topics(self) -> list[TopicInfo]:
         """Every topic this worker knows, by name (case-insensitive)."""
         return sorted(self._registry().topics.values(), key=lambda t: t.name.lower())
+
+    def topic_matches(self, pattern: str, limit: int, offset: int = 0) -> tuple[int, list[str]]:
+        """(how many topics this worker knows the pattern matches, a page of their names by name)."""
+        return matching_names(pattern, (t.name for t in self.topics()), limit, offset)
 
     def known_topic(self, name: str) -> bool:
         """Whether this worker's copy holds a topic of that name (the database is not asked)."""

@@ -35,6 +35,7 @@ respect to gevent, as none of them yields) and may read it from any greenlet.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Generic, TypeVar
 
 from runtime.errors import InvalidTopicName
@@ -347,3 +348,24 @@ class PatternIndex(Generic[T]):
             if node is None:
                 break
         return node
+
+
+def matching_names(pattern: str, names: Iterable[str], limit: int, offset: int = 0) -> tuple[int, list[str]]:
+    """(how many of names the pattern matches, those from the offset-th, at most limit), in the order given.
+
+    The pattern is validated once (InvalidTopicName if it is not one) and matched through a
+    ``PatternIndex``, as publications are; a name that is not a valid topic name matches nothing.
+    """
+    index: PatternIndex[bool] = PatternIndex()
+    index.add(pattern, True)
+    total, page = 0, []
+    for name in names:
+        try:
+            if not index.match(name):
+                continue
+        except InvalidTopicName:
+            continue
+        if offset <= total < offset + limit:
+            page.append(name)
+        total += 1
+    return total, page

@@ -6,8 +6,12 @@ on both databases.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import socket
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,7 +24,7 @@ from runtime.config import load_settings
 from runtime.db.models import DashboardSession
 from runtime.http.admin.routes import ROUTES
 from runtime.http.dashboard.routes import mirror_path
-from tests.live_server import ADMIN_PASSWORD, ADMIN_USER, LiveServer
+from tests.live_server import ADMIN_PASSWORD, ADMIN_USER, LiveServer, poll
 
 VIEWER_PASSWORD = 'viewer-secret-pw'
 ENV = {'CONDUIT_DASHBOARD_VIEWER_PASSWORD': VIEWER_PASSWORD}
@@ -294,8 +298,11 @@ def test_the_audit_log_says_where_each_change_came_from(server_factory: Callable
                      headers={'X-CSRF-Token': csrf}, timeout=10)
     assert r.status_code == 201, r.text
     assert server.request('POST', '/admin/topics', json={'name': 'from.api'}, auth=server.admin).status_code == 201
-    client = AdminClient(load_settings(Path(server.base) / 'config' / 'server.toml'))
-    client.call('POST', '/admin/topics', {'name': 'from.cli'})
+    config = Path(server.base) / 'config' / 'server.toml'
+    env = {**os.environ, 'CONDUIT_CONFIG': str(config)}
+    cli = subprocess.run([sys.executable, '-m', 'runtime.cli', 'topic', 'create', 'from.cli'], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
     entries = server.request('GET', '/admin/audit?kind=topic', auth=server.admin).json()['entries']
     sources = {e['name']: (e['source'], e['actor']) for e in entries}
     assert sources == {'from.dashboard': ('dashboard', 'admin'), 'from.api': ('api', 'admin'),
@@ -305,6 +312,19 @@ def test_the_audit_log_says_where_each_change_came_from(server_factory: Callable
     # The dashboard reads the same log through its mirror.
     mirrored = session.get(server.url + '/dashboard/api/audit?source=cli', timeout=10).json()
     assert [e['name'] for e in mirrored['entries']] == ['from.cli']
+    listed = subprocess.run([sys.executable, '-m', 'runtime.cli', 'audit', '--source', 'dashboard', '--json'], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert [e['name'] for e in json.loads(listed.stdout)['entries']] == ['from.dashboard']
+    client = AdminClient(load_settings(config))
+    client.call('POST', '/admin/topics', {'name': 'from.client'})
+    entries = server.request('GET', '/admin/audit?name=from.client', auth=server.admin).json()['entries']
+    assert entries[0]['source'] == 'cli'
+    server.write_objects('topics.yaml', 'pubsub_topic:\n  - name: from.files\n')
+    poll(lambda: server.request('GET', '/admin/audit?source=files', auth=server.admin).json()['total'], 20,
+         message='the object file in the audit log')
+    files = server.request('GET', '/admin/audit?source=files', auth=server.admin).json()['entries']
+    assert [(e['name'], e['kind'], e['action']) for e in files] == [('from.files', 'topic', 'create')]
 
 
 def test_no_secret_in_pages_or_audit_entries(server_factory: Callable[..., LiveServer]) -> None:

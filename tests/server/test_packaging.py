@@ -117,6 +117,18 @@ def test_the_wheel_installs_in_a_bare_venv_and_serves_from_an_empty_directory(tm
         refused = _call(conduit, 'spark', 'submit', 'traffic_analytics', cwd=empty, env=env)
         assert refused.returncode == 1 and NO_SPARK in refused.stderr, refused
 
+        # The dashboard ships in the wheel: templates, static files, and plotly.js from the plotly package.
+        assert (empty / 'var' / 'viewer.password').stat().st_mode & 0o777 == 0o600
+        form = requests.get(url + '/dashboard/sign-in', timeout=10)
+        assert form.status_code == 200 and '<form' in form.text, form.text
+        for name in ('dashboard.css', 'dashboard.js', 'plotly.min.js'):
+            assert requests.get(f'{url}/dashboard/static/{name}', timeout=30).status_code == 200, name
+        browser = requests.Session()
+        signed_in = browser.post(url + '/dashboard/sign-in', data={'username': 'admin', 'password': password},
+                                 allow_redirects=False, timeout=10)
+        assert signed_in.status_code == 303, signed_in.text
+        assert browser.get(url + '/dashboard/', timeout=10).status_code == 200
+
         _run(conduit, 'stop', cwd=empty, env=env)
         assert proc.wait(30) == 0
     finally:

@@ -92,9 +92,6 @@ class _Pending:
 #: The header by which the CLI says a request is its own (the audit log's source 'cli').
 CLIENT_HEADER = 'X-Conduit-Client'
 
-#: Where a change can come from, as the audit log's ``source`` says.
-SOURCES = ('api', 'cli', 'dashboard', 'files')
-
 
 def _source(req: falcon.Request) -> str:
     """'dashboard', 'cli' or 'api': where the request's change comes from."""
@@ -262,7 +259,7 @@ class DetachResource(AdminResource):
         resp.media = {'is_ok': True, 'detached': True, 'kind': kind, 'name': name, 'file': owner}
 
 
-_ENTRY = obj({'id': INT, 'at': TIME, 'actor': STR, 'source': {'enum': list(SOURCES)}, 'client': STR,
+_ENTRY = obj({'id': INT, 'at': TIME, 'actor': STR, 'source': {'enum': list(audit.SOURCES)}, 'client': STR,
               'method': STR, 'path': STR, 'kind': STR, 'name': STR, 'action': STR, 'status': INT, 'before': ANY,
               'after': ANY},
              required=['id', 'at', 'actor', 'method', 'path', 'action'])

@@ -23,9 +23,9 @@ import falcon
 from runtime.channels import DATA_FORMATS, Channel, parse_methods
 from runtime.errors import BadRequest, ConfigError, InvalidInput
 from runtime.http.admin.base import AdminParts, AdminResource
-from runtime.http.admin.input import Body
+from runtime.http.admin.input import MAX_DB_INT, Body, has_bad_chars
 from runtime.http.admin.lookups import security_exists, service_known
-from runtime.http.openapi import BOOL, STR, arr, obj, operation, string
+from runtime.http.openapi import BOOL, INT, STR, arr, integer, obj, operation, query, string
 from runtime.service import HTTP_VERBS
 
 #: Longest password accepted, in characters (scrypt takes any length; this bounds the work).
@@ -52,6 +52,26 @@ def _channel_view(row: Any) -> dict[str, Any]:
     return {'name': row.name, 'service': row.service, 'url_path': row.url_path,
             'methods': sorted(parse_methods(row.methods)), 'data_format': row.data_format,
             'security': row.security, 'is_active': row.is_active, 'origin': row.origin}
+
+
+#: Largest page of the security and channel lists.
+MAX_LIST_PAGE = 1000
+
+
+def _list_params(req: falcon.Request) -> tuple[str, int | None, int]:
+    """(search, limit, offset) of a list: without limit, every match."""
+    search = req.get_param('search') or ''
+    if len(search) > 200 or has_bad_chars(search):
+        raise InvalidInput('search', 'must be at most 200 characters, without control characters')
+    limit = req.get_param_as_int('limit', min_value=1, max_value=MAX_LIST_PAGE)
+    offset = req.get_param_as_int('offset', min_value=0, max_value=MAX_DB_INT) or 0
+    return search, limit, offset
+
+
+def _list_query(what: str) -> list[dict[str, Any]]:
+    return [query('search', string(200), f'Only those whose {what} contains this (any case)'),
+            query('limit', integer(1, MAX_LIST_PAGE), 'Page size (default: every match)'),
+            query('offset', integer(0, MAX_DB_INT), 'Matches to skip')]
 
 
 def _password(body: Body) -> str:
@@ -95,8 +115,8 @@ class SecurityDefsResource(_ObjectResource):
     """GET /admin/security: every Basic Auth definition; POST: create one."""
 
     openapi = {
-        'get': operation('List security definitions (never their passwords)', tags=_T, errors=(),
-                         response={'security': arr(SECURITY)}),
+        'get': operation('List security definitions (never their passwords), by name', tags=_T, errors=(400,),
+                         params=_list_query('name or user name'), response={'security': arr(SECURITY), 'total': INT}),
         'post': operation('Create a Basic Auth security definition', tags=_T, status=201, errors=(400, 409),
                           body=obj({'name': string(200, 1), 'type': {'const': 'basic_auth'},
                                     'username': string(200, 1), 'password': _PASSWORD, 'realm': string(200),
@@ -105,8 +125,8 @@ class SecurityDefsResource(_ObjectResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        rows = self._parts.security_admin.list()
-        resp.media = {'is_ok': True, 'security': [_security_view(r) for r in rows]}
+        total, rows = self._parts.security_admin.page(*_list_params(req))
+        resp.media = {'is_ok': True, 'security': [_security_view(r) for r in rows], 'total': total}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = Body(req, {'name', 'type', 'username', 'password', 'realm', 'is_active'})
@@ -210,7 +230,9 @@ class ChannelsResource(_ObjectResource):
     """GET /admin/channels: every REST channel; POST: create one (live at once, no restart)."""
 
     openapi = {
-        'get': operation('List REST channels', tags=_C, errors=(), response={'channels': arr(CHANNEL)}),
+        'get': operation('List REST channels, by name', tags=_C, errors=(400,),
+                         params=_list_query('name, path or service'),
+                         response={'channels': arr(CHANNEL), 'total': INT}),
         'post': operation('Create a REST channel', tags=_C, status=201, errors=(400, 409),
                           body=obj({'name': string(200, 1), 'service': string(200, 1),
                                     'url_path': string(1000, 1, description='A path template, e.g. /api/item/{id}'),
@@ -221,8 +243,8 @@ class ChannelsResource(_ObjectResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        rows = self._parts.channel_admin.list()
-        resp.media = {'is_ok': True, 'channels': [_channel_view(r) for r in rows]}
+        total, rows = self._parts.channel_admin.page(*_list_params(req))
+        resp.media = {'is_ok': True, 'channels': [_channel_view(r) for r in rows], 'total': total}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = Body(req, _CHANNEL_FIELDS)

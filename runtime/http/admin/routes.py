@@ -24,6 +24,7 @@ from runtime.http.admin import (
     queues,
     services,
     spark,
+    topic_matches,
     topic_messages,
     websockets,
 )
@@ -71,6 +72,7 @@ ROUTES: tuple[tuple[str, type[AdminResource]], ...] = (
     ('/admin/subscriptions/{sub_id:int}/resume', pubsub.ResumeResource),
     ('/admin/publish', pubsub.PublishResource),
     ('/admin/pubsub/websockets', websockets.WebSocketsResource),
+    ('/admin/pubsub/topic-matches', topic_matches.TopicMatchesResource),
     ('/admin/queues', queues.QueuesResource),
     ('/admin/queues/{sub_id:int}', queues.QueueResource),
     ('/admin/queues/{sub_id:int}/messages', queues.QueueMessagesResource),

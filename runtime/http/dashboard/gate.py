@@ -105,12 +105,12 @@ def safe_next(target: str | None) -> str:
     if not target or len(target) > MAX_NEXT_CHARS or not target.isprintable() or '\\' in target:
         return home
     parts = urlsplit(target)
-    path = unquote(parts.path)
-    if parts.scheme or parts.netloc or not path.startswith(home) or path.startswith(SIGN_IN_PATH):
+    if parts.scheme or parts.netloc or not parts.path.startswith(home) or parts.path.startswith(SIGN_IN_PATH):
         return home
-    segments = path[len(home):].split('/')
-    # No dot segments and no empty ones: the browser must land where the path says, inside the dashboard.
-    if any(s in ('.', '..') for s in segments) or '' in segments[:-1] or '\\' in path:
+    segments = parts.path[len(home):].split('/')
+    # No dot segments (plain or encoded) and no empty ones: the browser must land where the path says,
+    # inside the dashboard. An encoded slash stays inside its segment (a topic named /customer/new).
+    if '' in segments[:-1] or any(unquote(s) in ('.', '..') or '\\' in unquote(s) for s in segments):
         return home
     return target
 
@@ -139,7 +139,10 @@ class SessionGate:
         found = self.session_of(req)
         if found is None:
             if getattr(resource, 'dashboard_page', False) and req.method in ('GET', 'HEAD'):
-                raise falcon.HTTPSeeOther(sign_in_url(req.relative_uri))
+                # The URI as sent (gunicorn's RAW_URI): falcon's is decoded, which would turn an encoded
+                # slash in a name into a separator.
+                raw = req.env.get('RAW_URI')
+                raise falcon.HTTPSeeOther(sign_in_url(raw if isinstance(raw, str) else req.relative_uri))
             raise SessionRequired('sign in to the dashboard first: no session, or it has ended')
         _, session = found
         user = DashboardUser(session.actor, session.role, session.csrf_token)

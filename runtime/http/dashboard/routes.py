@@ -19,7 +19,7 @@ from runtime.errors import ObjectNotFound
 from runtime.http.admin.base import ADMIN_PREFIX
 from runtime.http.admin.routes import ROUTES as ADMIN_ROUTES
 from runtime.http.auth import DASHBOARD, PUBLIC
-from runtime.http.dashboard import deployments, overview, pubsub_pages, services
+from runtime.http.dashboard import audit, channels, deployments, overview, pubsub_pages, security, services
 from runtime.http.dashboard.gate import PREFIX
 from runtime.http.dashboard.page import DashboardPage, PageNotFound
 from runtime.http.dashboard.sign_in import SignInPage, SignOut
@@ -42,6 +42,9 @@ PAGES: tuple[tuple[str, type[DashboardPage]], ...] = (
     (PREFIX + '/queues', pubsub_pages.QueuesPage),
     (PREFIX + '/queues/{sub_id:int}', pubsub_pages.QueuePage),
     (PREFIX + '/dead-letters', pubsub_pages.DeadLettersPage),
+    (PREFIX + '/audit', audit.AuditPage),
+    (PREFIX + '/security', security.SecurityPage),
+    (PREFIX + '/channels', channels.ChannelsPage),
 )
 
 

@@ -1,0 +1,51 @@
+"""The dashboard gate's pure parts: where a sign-in may send the browser, which origins are this server's."""
+
+from __future__ import annotations
+
+import falcon.testing
+import pytest
+
+from runtime.http.dashboard.gate import safe_next, same_origin, sign_in_url
+from runtime.pubsub.topics import matching_names
+
+
+@pytest.mark.parametrize('target', ['/dashboard/', '/dashboard/topics', '/dashboard/topics/a.b?offset=50',
+                                    '/dashboard/queues/7/messages', '/dashboard/topics/%2Fcustomer%2Fnew'])
+def test_dashboard_paths_are_kept(target: str) -> None:
+    assert safe_next(target) == target
+
+
+@pytest.mark.parametrize('target', [None, '', '/', '/admin/status', '//evil.example', '///evil.example',
+                                    'https://evil.example/dashboard/', '/dashboard/../admin', '/dashboard/./x',
+                                    '/dashboard/%2e%2e/admin', '/dashboard//evil', '/\\evil.example',
+                                    '/dashboard/\\..\\admin', 'javascript:alert(1)', '/dashboard/sign-in',
+                                    '/dashboard/x\nSet-Cookie: a=b', '/dashboard/' + 'x' * 3000, '/dashboardx'])
+def test_anything_else_goes_to_the_overview(target: str | None) -> None:
+    assert safe_next(target) == '/dashboard/'
+
+
+def test_sign_in_url_quotes_the_target() -> None:
+    assert sign_in_url('/dashboard/topics?x=1&y=2') == '/dashboard/sign-in?next=/dashboard/topics%3Fx%3D1%26y%3D2'
+    assert sign_in_url('//evil') == '/dashboard/sign-in?next=/dashboard/'
+
+
+def _req(**headers: str) -> falcon.Request:
+    return falcon.testing.create_req(host='127.0.0.1', port=17010, headers=headers)
+
+
+def test_origins_are_compared_by_host_and_port() -> None:
+    assert same_origin(_req())  # neither header: a non-browser client
+    assert same_origin(_req(Origin='http://127.0.0.1:17010'))
+    assert same_origin(_req(Origin='https://127.0.0.1:17010'))  # TLS ended by a proxy
+    assert same_origin(_req(Referer='http://127.0.0.1:17010/dashboard/topics'))
+    for headers in ({'Origin': 'http://127.0.0.1:17011'}, {'Origin': 'http://evil.example'}, {'Origin': 'null'},
+                    {'Referer': 'http://evil.example/x'}, {'Origin': 'http://evil.example',
+                                                           'Referer': 'http://127.0.0.1:17010/'}):
+        assert not same_origin(_req(**headers)), headers
+
+
+def test_matching_names_counts_and_pages() -> None:
+    names = ['a.b', 'a.c', 'b.a', 'a.b.c', 'A.X', 'not a name#']
+    assert matching_names('a.*', names, 10) == (3, ['a.b', 'a.c', 'A.X'])
+    assert matching_names('a.**', names, 2, 1) == (4, ['a.c', 'a.b.c'])
+    assert matching_names('zzz', names, 10) == (0, [])
