@@ -418,13 +418,23 @@ def _database(backend: str, tmp: Path, keep: bool) -> Iterator[str]:
     yield url
 
 
+@contextlib.contextmanager
+def _folder(keep: bool) -> Iterator[str]:
+    if keep:
+        yield tempfile.mkdtemp(prefix='conduit-bench-dashboard-')
+        return
+    with tempfile.TemporaryDirectory(prefix='conduit-bench-dashboard-') as tmp:
+        yield tmp
+
+
 def run_backend(backend: str, sizes: Sizes, n: int, keep: bool) -> dict[str, Any]:
     """Seed, start a server, measure every call; the backend's rows."""
-    with tempfile.TemporaryDirectory(prefix='conduit-bench-dashboard-') as tmp, \
-            _database(backend, Path(tmp), keep) as url:
+    with _folder(keep) as tmp, _database(backend, Path(tmp), keep) as url:
         if backend == 'sqlite':
             url = f'sqlite:///{Path(tmp) / "server" / "var" / "conduit.db"}'
             (Path(tmp) / 'server' / 'var').mkdir(parents=True)
+            if keep:
+                print(f'keeping the database {url}', flush=True)
         started = time.perf_counter()
         seeded = seed(url, sizes)
         seed_secs = time.perf_counter() - started
@@ -458,7 +468,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--topics', type=int, default=10_000, help='topics, and as many subscriptions')
     parser.add_argument('--messages', type=int, default=1_000_000, help='queued messages')
     parser.add_argument('--deep', type=int, default=200_000, help='messages in the deepest queue')
-    parser.add_argument('--keep', action='store_true', help='keep the PostgreSQL database (for EXPLAIN ANALYZE)')
+    parser.add_argument('--keep', action='store_true', help='keep the databases (for EXPLAIN ANALYZE)')
     parser.add_argument('--no-write', action='store_true')
     args = parser.parse_args(argv)
     if args.quick:
