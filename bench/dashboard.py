@@ -418,6 +418,14 @@ def _database(backend: str, tmp: Path, keep: bool) -> Iterator[str]:
     yield url
 
 
+def _get(session: requests.Session, url: str) -> requests.Response:
+    """GET, once more on a new connection if the server closed the kept-alive one as the request went out."""
+    try:
+        return session.get(url, timeout=120)
+    except requests.ConnectionError:
+        return session.get(url, timeout=120)
+
+
 @contextlib.contextmanager
 def _folder(keep: bool) -> Iterator[str]:
     if keep:
@@ -445,7 +453,7 @@ def run_backend(backend: str, sizes: Sizes, n: int, keep: bool) -> dict[str, Any
             session.auth = server.admin
             todo = calls(seeded)
             print(f'{backend}: measuring {len(todo)} calls, {n} requests each', flush=True)
-            measure(server, todo, n, lambda path: session.get(server.url + path, timeout=120))
+            measure(server, todo, n, lambda path: _get(session, server.url + path))
         finally:
             server.stop()
     rows = []
