@@ -1,7 +1,13 @@
-"""GET /admin/jobs a page at a time: limit, offset and a search over names and services (the dashboard's list)."""
+"""Scheduler and Spark jobs a page at a time: limit, offset and a search (the dashboard's lists)."""
 
 from __future__ import annotations
 
+import time
+
+from sqlalchemy import create_engine, insert
+
+from runtime.db.engine import normalize_url
+from runtime.db.models import SparkJob
 from tests.live_server import LiveServer
 
 
@@ -46,3 +52,21 @@ def test_bad_page_and_search_parameters_are_refused(server: LiveServer) -> None:
         assert r.status_code == 400, (query, r.status_code, r.text)
         assert r.json()['is_ok'] is False and 'Traceback' not in r.text
     assert server.request('GET', '/admin/jobs?limit=5').status_code == 401
+
+
+def test_spark_jobs_are_listed_a_page_at_a_time(server: LiveServer) -> None:
+    engine = create_engine(normalize_url(server.db_url))
+    with engine.begin() as conn:
+        conn.execute(insert(SparkJob), [
+            {'job_id': f'{i:012x}', 'pipeline': 'traffic' if i % 2 else 'procurement', 'master': 'local[2]',
+             'status': 'succeeded', 'submitted_at': time.time() - 100 + i} for i in range(5)])
+    engine.dispose()
+    first = server.request('GET', '/admin/spark/jobs?limit=2', auth=server.admin).json()
+    assert [j['job_id'] for j in first['jobs']] == ['000000000004', '000000000003'] and first['next_offset'] == 2
+    rest = server.request('GET', '/admin/spark/jobs?limit=2&offset=4', auth=server.admin).json()
+    assert [j['job_id'] for j in rest['jobs']] == ['000000000000'] and rest['next_offset'] is None
+    traffic = server.request('GET', '/admin/spark/jobs?pipeline=traffic&offset=1', auth=server.admin).json()
+    assert [j['job_id'] for j in traffic['jobs']] == ['000000000001']
+    for query in ('offset=-1', 'offset=x', 'offset=99999999999999'):
+        r = server.request('GET', f'/admin/spark/jobs?{query}', auth=server.admin)
+        assert r.status_code == 400, (query, r.text)
