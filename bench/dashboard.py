@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import random
@@ -330,6 +331,8 @@ class Call:
     page: str
     label: str
     path: str
+    #: False for calls no dashboard page makes (shown apart, not held to the target).
+    dashboard: bool = True
     server_ms: list[float] = field(default_factory=list)
     wall_ms: list[float] = field(default_factory=list)
     status: int = 0
@@ -353,27 +356,72 @@ def calls(seeded: Seeded) -> list[Call]:
     # Page 1000 of the deep queue, or its last page when it is shorter (--quick).
     deep_offset = min(PAGE * 999, max(0, seeded.counts.get('deep', 0) - PAGE))
     deep_page = deep_offset // PAGE + 1
+    dead_filter = 'topic=region0.**&error=connection+refused'
     return [
         Call('overview', 'status', '/admin/status'),
-        Call('overview', 'queues (deepest)', '/admin/queues'),
+        Call('overview', 'totals', '/admin/stats/totals'),
+        Call('overview', 'workers', '/admin/workers'),
+        Call('overview', 'rates, last hour', '/admin/stats/rates'),
+        Call('overview', 'deepest queues', '/admin/queues/deepest?limit=10'),
         Call('services', 'list', '/admin/services'),
-        Call('topics', 'list', '/admin/topics'),
+        Call('services', 'usage of every service', '/admin/stats/services'),
+        Call('service', 'usage', '/admin/services/conduit.ping/usage'),
+        Call('deployments', 'history', '/admin/deployments'),
+        Call('topics', 'page 1', f'/admin/topics?limit={PAGE}'),
+        Call('topics', 'search', f'/admin/topics?q=dept3.event7&limit={PAGE}'),
         Call('topic', 'details (deep queue\'s topic)', f'/admin/topics/{q(seeded.deep_topic)}'),
         Call('topic', 'details (busy topic)', f'/admin/topics/{q(seeded.busy_topic)}'),
-        Call('subscriptions', 'list', '/admin/subscriptions'),
+        Call('queues', 'page 1', f'/admin/queues?limit={PAGE}'),
+        Call('queues', 'search', f'/admin/queues?q=consumer7&limit={PAGE}'),
+        Call('subscriptions', 'page 1', f'/admin/subscriptions?limit={PAGE}'),
         Call('queue', 'deep queue details', f'/admin/queues/{deep}'),
         Call('queue', 'deep queue page 1', f'/admin/queues/{deep}/messages?limit={PAGE}'),
         Call('queue', f'deep queue page {deep_page}',
              f'/admin/queues/{deep}/messages?limit={PAGE}&offset={deep_offset}'),
         Call('queue', 'one message', f'/admin/queues/{deep}/messages/{q(msg)}'),
         Call('dead letters', 'one subscription\'s', f'/admin/queues/{dead}/dead-letters?limit={PAGE}'),
+        Call('dead letters', 'filter: topic pattern and error text', f'/admin/dead-letters?{dead_filter}&limit={PAGE}'),
+        Call('dead letters', 'count of that filter', f'/admin/dead-letters/count?{dead_filter}'),
         Call('dead letters', 'one dead letter', f'/admin/queues/{dead}/dead-letters/{q(seeded.dead_msg_id)}'),
-        Call('scheduler', 'jobs', '/admin/jobs'),
-        Call('scheduler', 'a job\'s runs', '/admin/jobs/job.sync1/runs'),
-        Call('spark', 'jobs', '/admin/spark/jobs'),
+        Call('scheduler', 'jobs page 1', '/admin/jobs?limit=25'),
+        Call('scheduler', 'jobs search', '/admin/jobs?search=sync1&limit=25'),
+        Call('scheduler', 'a job', '/admin/jobs/job.sync1'),
+        Call('scheduler', 'a job\'s runs', '/admin/jobs/job.sync1/runs?limit=20'),
+        Call('spark', 'pipelines', '/admin/spark/pipelines'),
+        Call('spark', 'jobs page 1', '/admin/spark/jobs?limit=25'),
         Call('security', 'definitions', '/admin/security'),
         Call('audit', 'page 1', f'/admin/audit?limit={PAGE}'),
+        # Whole lists the dashboard does not ask for (the CLI and scripts do): shown apart, not in the target.
+        Call('(whole lists)', 'every topic', '/admin/topics', dashboard=False),
+        Call('(whole lists)', 'every queue', '/admin/queues', dashboard=False),
+        Call('(whole lists)', 'every subscription', '/admin/subscriptions', dashboard=False),
     ]
+
+
+def pages(seeded: Seeded) -> list[Call]:
+    """Every dashboard page (the server-rendered shell; its data comes from the API calls)."""
+    from runtime.http.dashboard.routes import PAGES
+    values = {'name': quote(seeded.deep_topic, safe=''), 'sub_id': str(seeded.deep_sub), 'job_id': 'none'}
+    out = []
+    for path, _ in PAGES:
+        filled = re.sub(r'\{(\w+)(?::\w+)?\}', lambda m: values.get(m.group(1), 'x'), path)
+        out.append(Call('page ' + path, 'HTML', filled))
+    return out
+
+
+def _mirrored(call: Call) -> Call:
+    """The same call through the dashboard's API mirror (/admin/X is /dashboard/api/X)."""
+    return Call(call.page, call.label, '/dashboard/api' + call.path[len('/admin'):], dashboard=call.dashboard)
+
+
+def sign_in(session: requests.Session, server: LiveServer) -> None:
+    """Sign in to the dashboard with the admin's credentials, as the form does; the session keeps the cookie."""
+    user, password = server.admin
+    resp = session.post(server.url + '/dashboard/sign-in', data={'username': user, 'password': password,
+                                                                 'next': '/dashboard/'},
+                        allow_redirects=False, timeout=30)
+    if resp.status_code != 303 or 'conduit_session' not in session.cookies:
+        raise RuntimeError(f'signing in to the dashboard failed: {resp.status_code} {resp.text[:300]}')
 
 
 def measure(server: LiveServer, todo: list[Call], n: int, get: Callable[[str], requests.Response]) -> None:
@@ -435,7 +483,7 @@ def _folder(keep: bool) -> Iterator[str]:
         yield tmp
 
 
-def run_backend(backend: str, sizes: Sizes, n: int, keep: bool) -> dict[str, Any]:
+def run_backend(backend: str, sizes: Sizes, n: int, keep: bool, dashboard: bool) -> dict[str, Any]:
     """Seed, start a server, measure every call; the backend's rows."""
     with _folder(keep) as tmp, _database(backend, Path(tmp), keep) as url:
         if backend == 'sqlite':
@@ -450,8 +498,12 @@ def run_backend(backend: str, sizes: Sizes, n: int, keep: bool) -> dict[str, Any
         server.start(timeout=120)
         try:
             session = requests.Session()
-            session.auth = server.admin
-            todo = calls(seeded)
+            if dashboard:
+                sign_in(session, server)
+                todo = pages(seeded) + [_mirrored(c) for c in calls(seeded)]
+            else:
+                session.auth = server.admin
+                todo = calls(seeded)
             print(f'{backend}: measuring {len(todo)} calls, {n} requests each', flush=True)
             measure(server, todo, n, lambda path: _get(session, server.url + path))
         finally:
@@ -461,10 +513,12 @@ def run_backend(backend: str, sizes: Sizes, n: int, keep: bool) -> dict[str, Any
         values = c.server_ms or c.wall_ms
         p50, p95 = _p(values)
         wall50, _ = _p(c.wall_ms)
-        rows.append({'page': c.page, 'label': c.label, 'path': c.path, 'status': c.status, 'bytes': c.size,
+        rows.append({'page': c.page, 'label': c.label, 'path': c.path, 'dashboard': c.dashboard,
+                     'status': c.status, 'bytes': c.size,
                      'source': 'server' if c.server_ms else 'wall', 'p50_ms': p50, 'p95_ms': p95,
                      'wall_p50_ms': wall50, 'n': len(values)})
-    return {'backend': backend, 'seed_secs': seed_secs, 'counts': seeded.counts, 'rows': rows}
+    return {'backend': backend, 'seed_secs': seed_secs, 'counts': seeded.counts, 'rows': rows,
+            'mode': 'dashboard' if dashboard else 'admin API'}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -477,6 +531,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--messages', type=int, default=1_000_000, help='queued messages')
     parser.add_argument('--deep', type=int, default=200_000, help='messages in the deepest queue')
     parser.add_argument('--keep', action='store_true', help='keep the databases (for EXPLAIN ANALYZE)')
+    parser.add_argument('--admin-api', action='store_true',
+                        help='measure the admin API (Basic Auth) instead of the dashboard and its API mirror')
     parser.add_argument('--no-write', action='store_true')
     args = parser.parse_args(argv)
     if args.quick:
@@ -485,7 +541,8 @@ def main(argv: list[str] | None = None) -> None:
     sizes = Sizes(topics=args.topics, subs=args.topics, messages=args.messages, deep=args.deep,
                   dead=max(100, args.messages // 50), in_topic=max(100, args.messages // 200),
                   jobs=100, runs_per_job=200 if not args.quick else 20, audit=max(1000, args.messages // 20))
-    results = [run_backend(b, sizes, args.requests, args.keep) for b in args.backends.split(',') if b]
+    dashboard = not args.admin_api and importlib.util.find_spec('runtime.http.dashboard') is not None
+    results = [run_backend(b, sizes, args.requests, args.keep, dashboard) for b in args.backends.split(',') if b]
     if not args.no_write:
         write(results, args, sizes)
 
@@ -511,25 +568,32 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace, sizes: Sizes)
                 cells.append(f'HTTP {row["status"]}' if row else '—')
                 continue
             mark = '' if row['source'] == 'server' else ' (wall)'
-            over = row['p95_ms'] > TARGET_MS
+            over = row['p95_ms'] > TARGET_MS and row.get('dashboard', True)
             if over:
                 slow.append(f'{page} / {label} ({b})')
             cells.append(f'{"**" if over else ""}{row["p50_ms"]:,.1f} / {row["p95_ms"]:,.1f}{"**" if over else ""}'
                          f'{mark}')
         size = max((r['bytes'] for r in per.values()), default=0)
         lines.append(f'| {page} | {label} | ' + ' | '.join(cells) + f' | {size / 1024:,.0f} KiB |')
-    worst = {b: max((row['p95_ms'] for (_, _), per in by_key.items() if (row := per.get(b)) and row['status'] == 200),
+    worst = {b: max((row['p95_ms'] for (_, _), per in by_key.items()
+                     if (row := per.get(b)) and row['status'] == 200 and row.get('dashboard', True)),
                     default=float('nan')) for b in backends}
+    missing = sorted({f'`{row["path"].split("?")[0]}`' for per in by_key.values() for row in per.values()
+                      if row['status'] != 200})
     for b in backends:
         summary.append({'figure': f'dashboard, slowest page or API call (p95 server time), {b}, '
                                   f'{sizes.topics:,} topics / {sizes.messages:,} queued',
                         'target': f'≤ {TARGET_MS:.0f} ms', 'measured': f'{worst[b]:,.0f} ms',
                         'met': worst[b] <= TARGET_MS})
-    cmd = common.command_line('dashboard.py', ['--quick'] if args.quick else
+    cmd = common.command_line('dashboard.py', (['--quick'] if args.quick else
                               [f'--backends {args.backends}', f'--requests {args.requests}',
                                f'--topics {args.topics}', f'--messages {args.messages}', f'--deep {args.deep}'])
+                              + (['--admin-api'] if args.admin_api else []))
+    how = ('Pages and API calls through the dashboard (signed in with the form; the API calls through its mirror, '
+           '`/dashboard/api/X` for `/admin/X`)' if results and results[0]['mode'] == 'dashboard' else
+           'The admin API with Basic Auth (the dashboard mirrors it at `/dashboard/api/X`)')
     seeds = '; '.join(f"{r['backend']} seeded in {r['seed_secs']:.0f} s" for r in results)
-    lines += ['', f'{args.requests} sequential requests per URL after one warm-up, one gunicorn gevent worker, '
+    lines += ['', f'{how}: {args.requests} sequential requests per URL after one warm-up, one gunicorn gevent worker, '
               'logging at WARNING. Server time is the `Server-Timing: app;dur=` header; "(wall)" marks figures '
               'taken on the client where the answer had no such header. Seeded: one deep queue of '
               f'{sizes.deep:,}, the rest over two thirds of the other queues (long tail), every 50th message '
@@ -538,7 +602,9 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace, sizes: Sizes)
               f'entries, an hour of statistics; then ANALYZE (VACUUM ANALYZE on PostgreSQL). {seeds}. Page 1000 is '
               f'offset {PAGE * 999:,} at {PAGE} rows a page. The machine is shared with other work while this runs: '
               'figures are noisy upwards.', '',
-              'Over the target: ' + (', '.join(slow) if slow else 'none') + '. See the notes below for why.', '',
+              'Over the target: ' + (', '.join(slow) if slow else 'none') + '. See the notes below for why.'
+              + (f' Not answered 200 on this branch (a route of another part of the dashboard not merged yet, '
+                 f'or not there): {", ".join(missing)}.' if missing else ''), '',
               f'Command: `{cmd}`']
     common.write_result(NAME, '\n'.join(lines), {'results': results, 'summary': summary})
 
