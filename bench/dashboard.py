@@ -541,7 +541,7 @@ def main(argv: list[str] | None = None) -> None:
     sizes = Sizes(topics=args.topics, subs=args.topics, messages=args.messages, deep=args.deep,
                   dead=max(100, args.messages // 50), in_topic=max(100, args.messages // 200),
                   jobs=100, runs_per_job=200 if not args.quick else 20, audit=max(1000, args.messages // 20))
-    dashboard = not args.admin_api and importlib.util.find_spec('runtime.http.dashboard') is not None
+    dashboard = not args.admin_api and importlib.util.find_spec('runtime.http.dashboard.routes') is not None
     results = [run_backend(b, sizes, args.requests, args.keep, dashboard) for b in args.backends.split(',') if b]
     if not args.no_write:
         write(results, args, sizes)
