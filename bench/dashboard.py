@@ -600,8 +600,8 @@ def write(results: list[dict[str, Any]], args: argparse.Namespace, sizes: Sizes)
               f'retrying, {sizes.dead:,} dead letters over 100 subscriptions, {sizes.in_topic:,} messages waiting in '
               f'topics without subscribers, {sizes.jobs} jobs × {sizes.runs_per_job} runs, {sizes.audit:,} audit '
               f'entries, an hour of statistics; then ANALYZE (VACUUM ANALYZE on PostgreSQL). {seeds}. Page 1000 is '
-              f'offset {PAGE * 999:,} at {PAGE} rows a page. Measured on a machine other than the one above, and '
-              'shared with other work while this ran (figures noisy upwards):', '',
+              f'offset {PAGE * 999:,} at {PAGE} rows a page. The machine of this run (shared with other work while it '
+              'ran: the figures are noisy upwards):', '',
               common.machine_markdown().rstrip(), '',
               'Over the target: ' + (', '.join(slow) if slow else 'none') + '. See the notes below for why.'
               + (f' Not answered 200 on this branch (a route of another part of the dashboard not merged yet, '
