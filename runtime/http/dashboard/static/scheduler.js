@@ -4,7 +4,7 @@
   'use strict';
   const root = document.getElementById('scheduler');
   if (!root) return;
-  const canWrite = root.dataset.canWrite === 'true';
+  const canWrite = Dash.canWrite;
   const PAGE = 25;
   const RUNS = 20;
   const INTERVALS = ['weeks', 'days', 'hours', 'minutes', 'seconds'];
@@ -57,8 +57,8 @@
       {label: 'Runs', render: (job) => String(job.run_count)},
     ], {empty: state.search ? 'No job matches "' + state.search + '".' :
                               'No jobs yet.' + (canWrite ? ' Create one with the form below.' : '')});
-    Dash.pager($('jobs-pager'), {offset: state.offset, limit: PAGE, total: answer.total,
-                                 onPage: (offset) => { state.offset = offset; loadJobs(); }});
+    Dash.pager($('jobs-pager'), {offset: state.offset, limit: PAGE, total: answer.total, count: answer.jobs.length},
+               (offset) => { state.offset = offset; loadJobs(); });
   }
 
   // One job
@@ -142,7 +142,7 @@
   }
 
   async function remove(name) {
-    if (!await Dash.confirm('Delete job ' + name + ' and its run history?')) return;
+    if (!await Dash.confirm('Delete job ' + name + ' and its run history?', {ok: 'Delete'})) return;
     try {
       await Dash.api('DELETE', jobPath(name));
       Dash.notify('Deleted job ' + name + '.', 'ok');

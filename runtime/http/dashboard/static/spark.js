@@ -4,7 +4,7 @@
   'use strict';
   const root = document.getElementById('spark');
   if (!root) return;
-  const canWrite = root.dataset.canWrite === 'true';
+  const canWrite = Dash.canWrite;
   const PAGE = 25;
   const LOG_LINES = 200;
   const ENDED = ['succeeded', 'failed', 'killed'];
@@ -104,8 +104,9 @@
       {label: 'Took', render: took},
       {label: 'Output', render: (job) => text('code', job.output_location || '—')},
     ], {empty: filtered ? 'No job matches these filters.' : 'No Spark job has been submitted yet.'});
-    Dash.pager($('spark-pager'), {offset: state.offset, limit: PAGE, next: answer.next_offset,
-                                  onPage: (offset) => { state.offset = offset; loadJobs(); }});
+    Dash.pager($('spark-pager'), {offset: state.offset, limit: PAGE, count: answer.jobs.length,
+                                  hasMore: answer.next_offset != null},
+               (offset) => { state.offset = offset; loadJobs(); });
   }
 
   async function select(jobId) {
@@ -147,7 +148,7 @@
   }
 
   async function kill(jobId) {
-    if (!await Dash.confirm('Kill Spark job ' + jobId + '?')) return;
+    if (!await Dash.confirm('Kill Spark job ' + jobId + '?', {ok: 'Kill'})) return;
     try {
       await Dash.api('POST', jobPath(jobId) + '/kill');
       Dash.notify('Asked job ' + jobId + ' to stop.', 'ok');
