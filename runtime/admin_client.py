@@ -78,7 +78,9 @@ class AdminClient:
         """One request; the decoded JSON answer, or AdminCallFailed with the server's details."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self._url + path, data=data, method=method,
-                                     headers={'Authorization': self._auth, 'Content-Type': 'application/json'})
+                                     headers={'Authorization': self._auth, 'Content-Type': 'application/json',
+                                              # The audit log records the change's source as 'cli'.
+                                              'X-Conduit-Client': 'cli'})
         try:
             with urllib.request.urlopen(req, timeout=self._timeout, context=self._ssl) as resp:
                 return json.loads(resp.read() or b'{}')

@@ -1,9 +1,10 @@
 """The audit log: every change made through the admin API (and by object files), kept in a table.
 
-An entry says who (the admin user and the client's address, or ``object files`` for an
-application of files), what (method, path, kind and name of the object, the action) and when, and
-holds the object as it was before and after the change. Secrets never reach it: any key that looks
-like a password, hash, sub_key, secret, token or private key is masked at any depth, and JSON text columns
+An entry says who (the admin or dashboard user and the client's address, or ``object files`` for an
+application of files), from where (``source``: api, cli, dashboard or files), what (method, path,
+kind and name of the object, the action) and when, and holds the object as it was before and
+after the change. Secrets never reach it: any key that looks like a password, hash, sub_key,
+secret, token or private key is masked at any depth, and JSON text columns
 (subscription options) are read and masked too. The table is written by one place only in the HTTP
 layer (``runtime.http.admin.audit``, through ``AuditLog``) and read through ``GET /admin/audit`` and
 ``conduit audit``.
@@ -90,10 +91,11 @@ def _dump(value: dict[str, Any] | None) -> str | None:
 
 def record(conn: Connection, *, at: float, actor: str, client: str, method: str, path: str, kind: str,
            name: str, action: str, status: int, before: dict[str, Any] | None = None,
-           after: dict[str, Any] | None = None) -> None:
+           after: dict[str, Any] | None = None, source: str = 'api') -> None:
     """Insert one entry (before and after are masked again here: the last line of defence)."""
     conn.execute(insert(AuditEntry).values(
-        at=at, actor=actor[:200], client=client[:100], method=method[:16], path=path[:1000], kind=kind[:32],
+        at=at, actor=actor[:200], client=client[:100], source=source[:16], method=method[:16],
+        path=path[:1000], kind=kind[:32],
         name=name[:400], action=action[:16], status=status,
         before=_dump(mask(before) if before is not None else None),
         after=_dump(mask(after) if after is not None else None)))
@@ -105,13 +107,14 @@ def record_file_changes(conn: Connection, actor: str, changes: Iterable[FileChan
         if change.action == 'skip':
             continue
         record(conn, at=at, actor=actor, client='', method='FILE', path=change.file, kind=change.kind,
-               name=change.name, action=change.action, status=200,
+               name=change.name, action=change.action, status=200, source='files',
                after={'detail': change.detail} if change.detail else None)
 
 
 def entry_view(row: Any) -> dict[str, Any]:
     """One entry as the admin API answers it."""
-    return {'id': row.id, 'at': iso(row.at), 'actor': row.actor, 'client': row.client, 'method': row.method,
+    return {'id': row.id, 'at': iso(row.at), 'actor': row.actor, 'source': row.source, 'client': row.client,
+            'method': row.method,
             'path': row.path, 'kind': row.kind, 'name': row.name, 'action': row.action, 'status': row.status,
             'before': json.loads(row.before) if row.before else None,
             'after': json.loads(row.after) if row.after else None}
@@ -119,9 +122,11 @@ def entry_view(row: Any) -> dict[str, Any]:
 
 def query(conn: Connection, *, limit: int, offset: int = 0, kind: str | None = None, name: str | None = None,
           actor: str | None = None, action: str | None = None, since: float | None = None,
-          until: float | None = None) -> tuple[int, list[dict[str, Any]]]:
+          until: float | None = None, source: str | None = None) -> tuple[int, list[dict[str, Any]]]:
     """(how many entries match, one page of them newest first)."""
     where = []
+    if source:
+        where.append(AuditEntry.source == source)
     if kind:
         where.append(AuditEntry.kind == kind)
     if name:

@@ -161,6 +161,21 @@ class AdminSection:
 
 
 @dataclass
+class DashboardSection:
+    """[dashboard]: the web dashboard at /dashboard/ (runtime.http.dashboard) and its sessions."""
+
+    enabled: bool = True
+    #: The read-only user; an empty password is generated once into viewer_password_file.
+    viewer_username: str = 'viewer'
+    viewer_password: str = ''
+    viewer_password_file: str = 'var/viewer.password'
+    #: A session ends this long after sign-in, whatever its activity.
+    session_ttl_secs: float = 28800.0
+    #: A session unused for this long ends.
+    idle_timeout_secs: float = 3600.0
+
+
+@dataclass
 class SyncSection:
     """How often a worker checks the database for changes made by other workers."""
 
@@ -311,6 +326,7 @@ class Settings:
     objects: ObjectsSection = field(default_factory=ObjectsSection)
     http: HttpSection = field(default_factory=HttpSection)
     admin: AdminSection = field(default_factory=AdminSection)
+    dashboard: DashboardSection = field(default_factory=DashboardSection)
     sync: SyncSection = field(default_factory=SyncSection)
     pubsub: PubSubSection = field(default_factory=PubSubSection)
     websocket: WebSocketSection = field(default_factory=WebSocketSection)
@@ -481,12 +497,28 @@ def load_settings(path: Path | str | None = None, env: dict[str, str] | None = N
         raise ConfigError('[file_transfer] claim_timeout_secs', f'must be at least 1, not {ft.claim_timeout_secs!r}')
     if not ft.history_days > 0:
         raise ConfigError('[file_transfer] history_days', f'must be more than 0, not {ft.history_days!r}')
+    _check_dashboard(settings)
     for service, values in settings.services.items():
         for key, value in values.items():
             var = service_env_var(service, key)
             if var in env:
                 values[key] = _convert_service_value(env[var], value, var)
     return settings
+
+
+def _check_dashboard(settings: Settings) -> None:
+    """The [dashboard] values that cannot work: a ConfigError naming the key."""
+    dash = settings.dashboard
+    for key in ('session_ttl_secs', 'idle_timeout_secs'):
+        if not getattr(dash, key) >= 60:
+            raise ConfigError(f'[dashboard] {key}', f'must be at least 60, not {getattr(dash, key)!r}')
+    name = dash.viewer_username
+    if not name or ':' in name or not name.isprintable() or len(name) > 200:
+        raise ConfigError('[dashboard] viewer_username', 'must be 1 to 200 printable characters without ":"')
+    if name == settings.admin.username:
+        raise ConfigError('[dashboard] viewer_username', f'must differ from [admin] username ({name!r})')
+    if '\x00' in dash.viewer_password:
+        raise ConfigError('[dashboard] viewer_password', 'must not contain a NUL character')
 
 
 def _convert_service_value(raw: str, current: Any, where: str) -> Any:

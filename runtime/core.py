@@ -26,6 +26,7 @@ from runtime.audit import AuditLog
 from runtime.channel_admin import ChannelAdmin
 from runtime.channels import Channel, ChannelRouter, parse_methods
 from runtime.config import Settings
+from runtime.dashboard_sessions import SessionStore
 from runtime.db.engine import database_answers, make_engine, make_psycopg_cooperative
 from runtime.db.migrate import upgrade
 from runtime.db.models import BasicAuthDef, RestChannel
@@ -313,7 +314,9 @@ class Runtime:
         parts = AppParts(settings=self.settings, database_answers=partial(database_answers, self.engine),
                          store=self.store, invoker=self.invoker,
                          security=self.security, router=lambda: self.router, metrics=self.metrics, admin=admin,
-                         pubsub_rest=rest, ws_hub=self.ws_hub)
+                         pubsub_rest=rest, ws_hub=self.ws_hub,
+                         sessions=SessionStore(self.engine, self.settings.dashboard.session_ttl_secs,
+                                               self.settings.dashboard.idle_timeout_secs))
         return make_app(parts, **kwargs)
 
     # Pub/sub

@@ -178,6 +178,12 @@ class Forbidden(ConduitError):
     http_status = 403
 
 
+class SessionRequired(ConduitError):
+    """The dashboard needs a signed-in session: none was sent, or it ended (no Basic Auth challenge)."""
+
+    http_status = 401
+
+
 class PayloadTooLarge(ConduitError):
     """The request body is larger than the configured limit."""
 

@@ -18,7 +18,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger
 
-from runtime.admin_credentials import admin_password
+from runtime.admin_credentials import admin_password, viewer_password
 from runtime.config import Settings
 from runtime.core import Runtime, prepare_database
 from runtime.single_instance import claim, release_in_worker
@@ -109,4 +109,6 @@ def run(settings: Settings, demo: bool = False) -> None:
     claim(settings.path(settings.server.pidfile), settings.server.bind)
     prepare_database(settings, demo)
     admin_password(settings, create=True)
+    if settings.dashboard.enabled:
+        viewer_password(settings, create=True)
     ConduitApplication(settings, demo).run()

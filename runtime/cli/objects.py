@@ -136,22 +136,25 @@ def _detaching(callback: Callable[..., Any], kind: str, argument: str) -> Callab
 @click.option('--name', help='Only this object.')
 @click.option('--actor', help='Only this admin user.')
 @click.option('--action', help='Only this action (create, update, delete, detach, ...).')
+@click.option('--source', type=click.Choice(['api', 'cli', 'dashboard', 'files']),
+              help='Only changes made through this: the admin API, the CLI, the dashboard or object files.')
 @click.option('--limit', type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option('--offset', type=click.IntRange(0), default=0)
 @click.option('--json', 'as_json', is_flag=True, help="Print the server's JSON answer (with before and after).")
 @click.pass_context
 def audit(ctx: click.Context, kind: str | None, name: str | None, actor: str | None, action: str | None,
-          limit: int, offset: int, as_json: bool) -> None:
+          source: str | None, limit: int, offset: int, as_json: bool) -> None:
     """The audit log of admin changes, newest first."""
     query = {k: v for k, v in (('kind', kind), ('name', name), ('actor', actor), ('action', action),
-                                ('limit', limit), ('offset', offset)) if v is not None}
+                                ('source', source), ('limit', limit), ('offset', offset)) if v is not None}
     answer = call(ctx, 'GET', '/admin/audit?' + urlencode(query))
     if as_json:
         click.echo(json.dumps(answer, indent=2))
         return
-    table = Table('time', 'actor', 'action', 'kind', 'name', 'changed')
+    table = Table('time', 'actor', 'source', 'action', 'kind', 'name', 'changed')
     for e in answer['entries']:
-        table.add_row(_short(e['at']), e['actor'], e['action'], e['kind'], e['name'], _changed(e))
+        table.add_row(_short(e['at']), e['actor'], e.get('source', ''), e['action'], e['kind'], e['name'],
+                      _changed(e))
     print_table(table)
     shown = len(answer['entries'])
     click.echo(f"{shown} of {answer['total']} entries" + (f' (from {offset + 1})' if offset else ''))

@@ -50,6 +50,10 @@ def start(ctx: click.Context, workers: int | None, bind: str | None, demo: bool)
                f'database {_without_password(settings.database.url)})')
     click.echo(f'Drop service modules into {settings.path(settings.hot_deploy.dir)}; admin password in '
                f'{settings.path(settings.admin.password_file)}')
+    if settings.dashboard.enabled:
+        click.echo(f'Dashboard: {url}/dashboard/ (sign in as {settings.admin.username}, or as '
+                   f'{settings.dashboard.viewer_username} to only look: password in '
+                   f'{settings.path(settings.dashboard.viewer_password_file)})')
     if demo:
         # The commands of the README's quick start, so that its printed answers apply.
         conduit = _program()

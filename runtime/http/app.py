@@ -12,13 +12,19 @@ from typing import TYPE_CHECKING, Any
 
 import falcon
 
-from runtime.admin_credentials import admin_password
+from runtime.admin_credentials import admin_password, viewer_password
 from runtime.errors import BadRequest
 from runtime.http import auth, errors, pubsub_rest
 from runtime.http.admin.audit import AdminWrites
 from runtime.http.admin.routes import add_routes as add_admin_routes
 from runtime.http.body import InputLimits
 from runtime.http.channel_sink import ChannelSink
+from runtime.http.dashboard.gate import SessionGate
+from runtime.http.dashboard.headers import DashboardHeaders
+from runtime.http.dashboard.parts import DashboardParts
+from runtime.http.dashboard.routes import add_routes as add_dashboard_routes
+from runtime.http.dashboard.sign_in import REALM as DASHBOARD_REALM
+from runtime.http.dashboard.sign_in import VIEWER_DEFINITION
 from runtime.http.openapi import BOOL, INT, STR, OpenApiResource, obj, operation
 from runtime.http.signin_log import FailedSignInLog
 from runtime.http.websocket.resource import WebSocketResource
@@ -32,6 +38,7 @@ if TYPE_CHECKING:
 
     from runtime.channels import ChannelRouter
     from runtime.config import Settings
+    from runtime.dashboard_sessions import SessionStore
     from runtime.http.admin.parts import AdminParts
     from runtime.http.pubsub_rest import RestParts
     from runtime.invoke import Invoker
@@ -66,6 +73,8 @@ class AppParts:
     pubsub_rest: RestParts
     #: WebSocket subscriptions and their attachment to this worker's connections.
     ws_hub: WebSocketHub
+    #: The dashboard's sessions (None: no dashboard).
+    sessions: SessionStore | None = None
 
 
 class _CidMiddleware:
@@ -115,9 +124,12 @@ def make_app(parts: AppParts, **kwargs: Any) -> falcon.App:
     http = parts.settings.http
     throttle = auth.SignInThrottle(http.auth_max_failures, http.auth_failure_window_secs)
     failures_log = FailedSignInLog(parts.settings.logging.auth_failures_per_minute)
-    route_auth = auth.RouteAuth(_admin_credentials(parts.settings), parts.security, throttle, failures_log)
+    admin_hash = hash_password(admin_password(parts.settings, create=True))
+    gate = SessionGate(parts.sessions) if parts.sessions is not None and parts.settings.dashboard.enabled else None
+    route_auth = auth.RouteAuth(_admin_credentials(parts.settings, admin_hash), parts.security, throttle, failures_log,
+                                dashboard=gate)
     # Metrics first: its process_response times every request, those the others refuse too.
-    app = falcon.App(middleware=[parts.metrics.http_middleware(), _CidMiddleware(), _NulGuard(),
+    app = falcon.App(middleware=[parts.metrics.http_middleware(), DashboardHeaders(), _CidMiddleware(), _NulGuard(),
                                  InputLimits.from_settings(http), route_auth, AdminWrites(parts.admin)], **kwargs)
     app.req_options.strip_url_path_trailing_slash = False
     errors.install(app)
@@ -127,6 +139,11 @@ def make_app(parts: AppParts, **kwargs: Any) -> falcon.App:
     app.add_route('/openapi.json', OpenApiResource(app, parts.router,
                                                    auth.PUBLIC if http.openapi_public else auth.ADMIN))
     add_admin_routes(app, parts.admin)
+    if gate is not None and parts.sessions is not None:
+        add_dashboard_routes(app, DashboardParts(
+            settings=parts.settings, admin=parts.admin, sessions=parts.sessions, gate=gate,
+            credentials=_dashboard_credentials(parts.settings, admin_hash), throttle=throttle,
+            failures_log=failures_log, metrics=parts.metrics))
     for path, resource in pubsub_rest.routes(parts.pubsub_rest).items():
         app.add_route(path, resource)
     websocket = WebSocketParts(settings=parts.settings.websocket, rest=parts.pubsub_rest, hub=parts.ws_hub,
@@ -137,9 +154,18 @@ def make_app(parts: AppParts, **kwargs: Any) -> falcon.App:
     return app
 
 
-def _admin_credentials(settings: Settings) -> SecurityRegistry:
+def _admin_credentials(settings: Settings, password_hash: str) -> SecurityRegistry:
     """The admin credentials as a one-definition registry: hashed, cached and compared like any other."""
     registry = SecurityRegistry()
-    password_hash = hash_password(admin_password(settings, create=True))
     registry.replace_all([BasicAuth(ADMIN_DEFINITION, settings.admin.username, password_hash, auth.ADMIN_REALM)])
+    return registry
+
+
+def _dashboard_credentials(settings: Settings, admin_hash: str) -> SecurityRegistry:
+    """Who may sign in to the dashboard: the admin, and the read-only viewer (never valid for /admin)."""
+    registry = SecurityRegistry()
+    viewer_hash = hash_password(viewer_password(settings, create=True))
+    registry.replace_all([
+        BasicAuth(ADMIN_DEFINITION, settings.admin.username, admin_hash, DASHBOARD_REALM),
+        BasicAuth(VIEWER_DEFINITION, settings.dashboard.viewer_username, viewer_hash, DASHBOARD_REALM)])
     return registry

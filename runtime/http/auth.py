@@ -6,7 +6,9 @@ Every resource class declares ``auth``, one of:
 - ``CALLER``: the resource authenticates the caller against the security definitions itself
   (pub/sub REST, where the definition is the subscriber's identity); methods falcon answers on
   the resource's behalf (OPTIONS) are authenticated here;
-- ``PUBLIC``: no credentials (``/health``; ``/metrics`` and ``/openapi.json`` only when configured so).
+- ``PUBLIC``: no credentials (``/health``; ``/metrics`` and ``/openapi.json`` only when configured so);
+- ``DASHBOARD``: a signed-in dashboard session, checked by the gate ``RouteAuth`` is given (the
+  dashboard's ``SessionGate``: its cookie, CSRF token, origin and role); without a gate, refused.
 
 The check runs in ``process_resource``, i.e. after routing, so every spelling of a path that
 reaches an admin resource (``//admin/status``, ``/%2Fadmin/...``, an absolute-form request line)
@@ -25,11 +27,11 @@ headers are not trusted, so behind a proxy all clients share the proxy's budget.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import falcon
 
-from runtime.errors import ConduitError, ObjectNotFound, TooManyRequests
+from runtime.errors import ConduitError, ObjectNotFound, SessionRequired, TooManyRequests
 from runtime.http.signin_log import FailedSignInLog
 from runtime.security import SecurityRegistry
 
@@ -37,7 +39,8 @@ from runtime.security import SecurityRegistry
 ADMIN = 'admin'
 CALLER = 'caller'
 PUBLIC = 'public'
-POLICIES = (ADMIN, CALLER, PUBLIC)
+DASHBOARD = 'dashboard'
+POLICIES = (ADMIN, CALLER, PUBLIC, DASHBOARD)
 
 #: Realm of the admin API's Basic Auth challenge.
 ADMIN_REALM = 'Conduit admin'
@@ -93,12 +96,20 @@ class SignInThrottle:
             self._failures.clear()
 
 
+class Gate(Protocol):
+    """What checks a DASHBOARD resource's request (runtime.http.dashboard.gate.SessionGate)."""
+
+    def check(self, req: falcon.Request, resp: falcon.Response, resource: Any) -> None:
+        """Return when the request may reach the resource; raise a ConduitError otherwise."""
+
+
 class RouteAuth:
     """Middleware: the routed resource's ``auth`` policy, and the sign-in throttle of every request."""
 
     def __init__(self, admin: SecurityRegistry, callers: SecurityRegistry, throttle: SignInThrottle,
-                 failures_log: FailedSignInLog | None = None) -> None:
+                 failures_log: FailedSignInLog | None = None, dashboard: Gate | None = None) -> None:
         self._admin = admin
+        self._dashboard = dashboard
         self._callers = callers
         self._throttle = throttle
         self._failures_log = failures_log
@@ -118,6 +129,12 @@ class RouteAuth:
         elif policy == CALLER and not callable(getattr(resource, f'on_{req.method.lower()}', None)):
             # falcon answers OPTIONS itself for such a resource, which would skip the responder's check.
             self._callers.authenticate(req.get_header('Authorization'), realm=CALLER_REALM)
+        elif policy == DASHBOARD:
+            if self._dashboard is None:
+                raise SessionRequired('the dashboard is not enabled on this server')
+            self._dashboard.check(req, resp, resource)
+        elif policy not in POLICIES:  # unknown: as strict as ADMIN
+            self._admin.authenticate(req.get_header('Authorization'), realm=ADMIN_REALM)
 
     def process_response(self, req: falcon.Request, resp: falcon.Response, resource: Any,
                          req_succeeded: bool) -> None:

@@ -9,7 +9,9 @@ admin resource, after the admin credentials were checked:
   api, no owner; the file no longer manages it), and the detach is audited on its own;
 - after a successful answer, it records one audit entry (``runtime.audit``): the admin user and
   client address, method, path, kind and name of the object, the action, and the object before and
-  after, secrets masked.
+  after, secrets masked. Its ``source`` says where the change came from: ``dashboard`` for the
+  dashboard's API mirror (the actor is then the signed-in dashboard user), ``cli`` for a request
+  with the header ``X-Conduit-Client: cli`` (the ``conduit`` CLI sends it), ``api`` for the rest.
 
 Resources declare what they write (``managed``) and, for an action that is not a create, update or
 delete, its name (``audit_action``: pause, run, redrive, ...), in one table in
@@ -87,8 +89,33 @@ class _Pending:
     name: str
 
 
+#: The header by which the CLI says a request is its own (the audit log's source 'cli').
+CLIENT_HEADER = 'X-Conduit-Client'
+
+#: Where a change can come from, as the audit log's ``source`` says.
+SOURCES = ('api', 'cli', 'dashboard', 'files')
+
+
+def _source(req: falcon.Request) -> str:
+    """'dashboard', 'cli' or 'api': where the request's change comes from."""
+    if getattr(req.context, 'dashboard_user', None) is not None:
+        return 'dashboard'
+    return 'cli' if (req.get_header(CLIENT_HEADER) or '').strip().lower() == 'cli' else 'api'
+
+
+def _kind_of_path(path: str) -> str:
+    """The resource family of an admin path, or of its dashboard mirror (/dashboard/api/topics/... -> topics)."""
+    parts = path.strip('/').split('/')
+    if parts[:2] == ['dashboard', 'api']:
+        parts = parts[1:]
+    return parts[1][:32] if len(parts) > 1 else ''
+
+
 def _actor(req: falcon.Request) -> str:
-    """The admin user name of the request (already authenticated by RouteAuth)."""
+    """The user name of the request: the dashboard user, else the admin user (authenticated by RouteAuth)."""
+    user = getattr(req.context, 'dashboard_user', None)
+    if user is not None:
+        return str(user.actor)[:200] or '?'
     header = req.get_header('Authorization') or ''
     scheme, _, value = header.partition(' ')
     if scheme.lower() != 'basic':
@@ -142,7 +169,7 @@ class AdminWrites:
                 if key is not None:
                     after = audit.snapshot(managed.load(self._log, key))
             action = getattr(resource, 'audit_action', '') or _action(pending.before, after)
-            kind = managed.kind if managed is not None else req.path.strip('/').split('/')[1][:32]
+            kind = managed.kind if managed is not None else _kind_of_path(req.path)
             self._log.record(**_entry(req, kind, name, action or req.method.lower(), status, pending.before, after))
         except Exception:
             # The change is made: a failing audit write must not turn its answer into an error.
@@ -159,7 +186,8 @@ def _action(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
 def _entry(req: falcon.Request, kind: str, name: str, action: str, status: int,
            before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
     """The fields of a request's audit entry."""
-    return {'at': time.time(), 'actor': _actor(req), 'client': req.remote_addr or '', 'method': req.method,
+    return {'at': time.time(), 'actor': _actor(req), 'source': _source(req), 'client': req.remote_addr or '',
+            'method': req.method,
             'path': req.path, 'kind': kind, 'name': name, 'action': action, 'status': status, 'before': before,
             'after': after}
 
@@ -194,7 +222,7 @@ class AuditResource(AdminResource):
         offset = req.get_param_as_int('offset', min_value=0, max_value=MAX_DB_INT) or 0
         since = req.get_param_as_float('since', min_value=0, max_value=1e11)
         until = req.get_param_as_float('until', min_value=0, max_value=1e11)
-        filters = {k: _text_param(req, k) for k in ('kind', 'name', 'actor', 'action')}
+        filters = {k: _text_param(req, k) for k in ('kind', 'name', 'actor', 'action', 'source')}
         total, entries = self._log.query(limit=limit, offset=offset, since=since, until=until, **filters)
         resp.media = {'is_ok': True, 'total': total, 'limit': limit, 'offset': offset, 'entries': entries}
 
@@ -234,8 +262,9 @@ class DetachResource(AdminResource):
         resp.media = {'is_ok': True, 'detached': True, 'kind': kind, 'name': name, 'file': owner}
 
 
-_ENTRY = obj({'id': INT, 'at': TIME, 'actor': STR, 'client': STR, 'method': STR, 'path': STR, 'kind': STR,
-              'name': STR, 'action': STR, 'status': INT, 'before': ANY, 'after': ANY},
+_ENTRY = obj({'id': INT, 'at': TIME, 'actor': STR, 'source': {'enum': list(SOURCES)}, 'client': STR,
+              'method': STR, 'path': STR, 'kind': STR, 'name': STR, 'action': STR, 'status': INT, 'before': ANY,
+              'after': ANY},
              required=['id', 'at', 'actor', 'method', 'path', 'action'])
 _TEXT = string(400)
 AuditResource.openapi = {'get': operation(
@@ -245,6 +274,7 @@ AuditResource.openapi = {'get': operation(
             query('kind', _TEXT, 'Only this kind of object (channel, security, topic, subscription, job, ...)'),
             query('name', _TEXT, 'Only this object'), query('actor', _TEXT, 'Only this admin user'),
             query('action', _TEXT, 'Only this action (create, update, delete, detach, ...)'),
+            query('source', _TEXT, 'Only changes from this source (api, cli, dashboard, files)'),
             query('since', {'type': 'number', 'minimum': 0}, 'From this UNIX time'),
             query('until', {'type': 'number', 'minimum': 0}, 'Before this UNIX time')],
     response={'total': INT, 'limit': INT, 'offset': INT, 'entries': arr(_ENTRY)})}
