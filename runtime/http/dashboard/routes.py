@@ -19,7 +19,7 @@ from runtime.errors import ObjectNotFound
 from runtime.http.admin.base import ADMIN_PREFIX
 from runtime.http.admin.routes import ROUTES as ADMIN_ROUTES
 from runtime.http.auth import DASHBOARD, PUBLIC
-from runtime.http.dashboard import overview
+from runtime.http.dashboard import overview, scheduler, spark
 from runtime.http.dashboard.gate import PREFIX
 from runtime.http.dashboard.page import DashboardPage, PageNotFound
 from runtime.http.dashboard.sign_in import SignInPage, SignOut
@@ -34,6 +34,8 @@ API_PREFIX = PREFIX + '/api'
 #: Every page: (path, page class).
 PAGES: tuple[tuple[str, type[DashboardPage]], ...] = (
     (PREFIX + '/', overview.OverviewPage),
+    (PREFIX + '/scheduler', scheduler.SchedulerPage),
+    (PREFIX + '/spark', spark.SparkPage),
 )
 
 

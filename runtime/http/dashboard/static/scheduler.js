@@ -164,11 +164,14 @@
     }
   }
 
+  // Not the hidden attribute: the dashboard's style gives buttons a display of their own.
+  const showCancel = (shown) => { $('job-form-cancel').style.display = shown ? '' : 'none'; };
+
   function startEdit(job) {
     state.editing = job.name;
     $('job-form-title').textContent = 'Edit job ' + job.name;
     $('job-form-submit').textContent = 'Save changes';
-    $('job-form-cancel').hidden = false;
+    showCancel(true);
     const f = form.elements;
     f.name.value = job.name;
     f.service.value = job.service;
@@ -190,7 +193,7 @@
     form.reset();
     $('job-form-title').textContent = 'New job';
     $('job-form-submit').textContent = 'Create job';
-    $('job-form-cancel').hidden = true;
+    showCancel(false);
     showFields();
   }
 
@@ -254,6 +257,7 @@
     form.elements.job_type.addEventListener('change', showFields);
     form.addEventListener('submit', submit);
     $('job-form-cancel').addEventListener('click', resetForm);
+    showCancel(false);
     showFields();
   }
   $('job-close').addEventListener('click', closeJob);
