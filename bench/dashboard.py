@@ -38,6 +38,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+# bench/ itself off the path: paramiko (imported with the dashboard's routes) tries `import invoke`, which
+# would find bench/invoke.py and monkey-patch this process.
+sys.path[:] = [p for p in sys.path if Path(p or '.').resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import requests  # noqa: E402
@@ -440,7 +443,7 @@ def measure(server: LiveServer, todo: list[Call], n: int, get: Callable[[str], r
             if ms is not None:
                 call.server_ms.append(ms)
         p50, p95 = _p(call.server_ms or call.wall_ms)
-        print(f'  {call.page:14} {call.label:34} p50 {p50:8.1f} ms  p95 {p95:8.1f} ms  '
+        print(f'  {call.page:24} {call.label:36} p50 {p50:8.1f} ms  p95 {p95:8.1f} ms  '
               f'({"server" if call.server_ms else "wall"}; {call.size:,} B)', flush=True)
 
 
