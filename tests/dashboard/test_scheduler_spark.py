@@ -21,6 +21,7 @@ from sqlalchemy import create_engine, insert
 
 from runtime.db.engine import normalize_url
 from runtime.db.models import SparkJob
+from tests.dashboard.conftest import PHONE
 from tests.live_server import REPO, LiveServer
 
 SHORT = 15_000  # ms a browser expectation waits
@@ -162,3 +163,16 @@ def test_the_spark_page_lists_pipelines_and_shows_a_job(dash_server_factory: Cal
     page.get_by_label('Filter by status').select_option('failed')
     page.get_by_role('button', name='Filter').click()
     expect(page.locator('#spark-jobs')).to_contain_text('No job matches these filters', timeout=SHORT)
+
+
+def test_both_pages_fit_a_phone(dash_server: LiveServer, dash_page: Callable[..., Page]) -> None:
+    r = dash_server.request('POST', '/admin/jobs', auth=dash_server.admin,
+                            json={'name': 'a.rather.long.job.name.for.a.small.screen', 'service': 'conduit.ping',
+                                  'job_type': 'cron_style', 'cron_definition': '*/5 * * * *'})
+    assert r.status_code == 201, r.text
+    page = dash_page(dash_server, 'admin', viewport=PHONE)
+    for path, ready in (('/dashboard/scheduler', '#jobs-table table'), ('/dashboard/spark', '#spark-jobs p')):
+        page.goto(dash_server.url + path)
+        expect(page.locator(ready)).to_be_visible(timeout=SHORT)
+        # Wide tables scroll inside their own box; the page itself never scrolls sideways.
+        assert page.evaluate('document.documentElement.scrollWidth <= window.innerWidth'), path

@@ -27,6 +27,13 @@
     return b;
   }
 
+  // Paths have long unbroken words (a_b_c/d_e): they may break anywhere rather than widen a phone's page.
+  function path(value) {
+    const el = text('code', value);
+    el.style.overflowWrap = 'anywhere';
+    return el;
+  }
+
   const badge = (status) => text('span', status, 'badge badge-' + status);
 
   function took(job) {
@@ -45,11 +52,13 @@
       Dash.notify('Could not load the pipelines: ' + e.message, 'error');
       return;
     }
-    $('spark-master').textContent = answer.master;
-    $('spark-directory').textContent = answer.directory;
+    $('spark-master').replaceChildren(path(answer.master));
+    $('spark-directory').replaceChildren(path(answer.directory));
     const list = $('pipelines');
     list.replaceChildren(...answer.pipelines.map((name) => text('li', name)));
-    if (!answer.pipelines.length) list.replaceChildren(text('li', 'No pipelines in ' + answer.directory + '.'));
+    if (!answer.pipelines.length) {
+      list.replaceChildren(Dash.el('li', null, 'No pipelines in ', path(answer.directory), '.'));
+    }
     const select = $('submit-pipeline');
     if (select) {
       select.replaceChildren(...answer.pipelines.map((name) => {
@@ -102,7 +111,7 @@
       {label: 'Status', render: (job) => badge(job.status)},
       {label: 'Submitted', render: (job) => Dash.fmt.time(job.submitted_at)},
       {label: 'Took', render: took},
-      {label: 'Output', render: (job) => text('code', job.output_location || '—')},
+      {label: 'Output', render: (job) => path(job.output_location || '—')},
     ], {empty: filtered ? 'No job matches these filters.' : 'No Spark job has been submitted yet.'});
     Dash.pager($('spark-pager'), {offset: state.offset, limit: PAGE, count: answer.jobs.length,
                                   hasMore: answer.next_offset != null},
@@ -133,7 +142,10 @@
                   ['Submitted', Dash.fmt.time(job.submitted_at)], ['Took', took(job)],
                   ['Exit code', job.exit_code], ['Output', job.output_location || '—'], ['Log file', job.log_path],
                   ['Error', job.error || '—']];
-    for (const [term, value] of rows) facts.append(text('dt', term), text('dd', value == null ? '—' : value));
+    for (const [term, value] of rows) {
+      const shown = value == null || value === '' ? '—' : value;
+      facts.append(text('dt', term), Dash.el('dd', null, term === 'Output' || term === 'Log file' ? path(shown) : shown));
+    }
     $('spark-job-result').textContent = job.result == null ? '—' : JSON.stringify(job.result, null, 2);
     const log = job.log_tail || [];
     $('spark-job-log').textContent = log.length ? log.join('\n') : '(the log is empty)';
