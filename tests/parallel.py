@@ -49,6 +49,7 @@ LONG_FIRST = (
     'tests/http/test_admin_file_channels.py',
     'tests/server/test_file_transfer_live.py',
     'tests/runtime/test_file_subscriber.py',
+    'tests/dashboard/test_scheduler_spark.py',
 )
 
 #: pytest's exit status when a file has no test to run (e.g. everything deselected by -k).
