@@ -46,6 +46,7 @@ BENCHMARKS: list[tuple[str, str, int]] = [
      900),
     ('websockets_fanout_postgresql', 'websockets.py --parts fanout --backends postgresql', 900),
     ('file_transfer', 'file_transfer.py', 3600),
+    ('dashboard', 'dashboard.py', 1800),
 ]
 
 #: Notes that stand on their own, after the benchmark sections.

@@ -59,6 +59,7 @@ LONG_FIRST = (
     'tests/dashboard/test_services.py',
     'tests/dashboard/test_overview.py',
     'tests/dashboard/test_pubsub_pages.py',
+    'tests/dashboard/test_scheduler_spark.py',
 )
 
 #: pytest's exit status when a file has no test to run (e.g. everything deselected by -k).

@@ -237,6 +237,14 @@ class Scheduler:
             last = statements.last_runs(conn)
             return [statements.job_dict(r, last.get(r.id)) for r in statements.list_jobs(conn)]
 
+    def jobs_page(self, search: str | None, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
+        """A page of the jobs whose name or service contains search, with their last runs; and how many match."""
+        with self.engine.connect() as conn:
+            rows = statements.list_jobs(conn, search, limit, offset)
+            last = statements.last_runs(conn, [r.id for r in rows])
+            total = statements.count_jobs(conn, search)
+        return [statements.job_dict(r, last.get(r.id)) for r in rows], total
+
     def get(self, name: str) -> dict[str, Any]:
         """One job with its state and last run."""
         with self.engine.connect() as conn:

@@ -87,15 +87,37 @@ def get_job(conn: Connection, name: str, for_update: bool = False) -> Row[Any]:
     return row
 
 
-def list_jobs(conn: Connection) -> list[Row[Any]]:
-    """Every job, by name."""
-    return list(conn.execute(select(Job).order_by(Job.name)).all())
+def _matching(query: Any, search: str | None) -> Any:
+    """Jobs whose name or service contains search, case-insensitively (LIKE wildcards taken literally)."""
+    if not search:
+        return query
+    pattern = '%' + search.lower().replace('\\', '\\\\').replace('%', '\\%').replace('_', '\\_') + '%'
+    return query.where(func.lower(Job.name).like(pattern, escape='\\')
+                       | func.lower(Job.service).like(pattern, escape='\\'))
 
 
-def last_runs(conn: Connection) -> dict[int, Row[Any]]:
-    """The latest run of each job that has one."""
-    latest = select(func.max(JobRun.id)).group_by(JobRun.job_id).scalar_subquery()
-    return {r.job_id: r for r in conn.execute(select(JobRun).where(JobRun.id.in_(latest))).all()}
+def list_jobs(conn: Connection, search: str | None = None, limit: int | None = None,
+              offset: int = 0) -> list[Row[Any]]:
+    """Jobs by name: every one, or a page of those matching search."""
+    query = _matching(select(Job), search).order_by(Job.name)
+    if limit is not None:
+        query = query.limit(limit).offset(offset)
+    return list(conn.execute(query).all())
+
+
+def count_jobs(conn: Connection, search: str | None = None) -> int:
+    """How many jobs match search (all without one)."""
+    return conn.execute(_matching(select(func.count()).select_from(Job), search)).scalar_one()
+
+
+def last_runs(conn: Connection, job_ids: list[int] | None = None) -> dict[int, Row[Any]]:
+    """The latest run of each job that has one (of the jobs given, or of all)."""
+    latest = select(func.max(JobRun.id)).group_by(JobRun.job_id)
+    if job_ids is not None:
+        if not job_ids:
+            return {}
+        latest = latest.where(JobRun.job_id.in_(job_ids))
+    return {r.job_id: r for r in conn.execute(select(JobRun).where(JobRun.id.in_(latest.scalar_subquery()))).all()}
 
 
 def save_job(conn: Connection, job: JobDefinition, origin: str, now: float, create: bool | None = None,

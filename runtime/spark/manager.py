@@ -356,11 +356,12 @@ class SparkManager:
             job['log_tail'] = self.log(job_id, lines, job['log_path'])
         return job
 
-    def jobs(self, status: str | None = None, pipeline: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-        """Jobs, newest first."""
+    def jobs(self, status: str | None = None, pipeline: str | None = None, limit: int = 50,
+             offset: int = 0) -> list[dict[str, Any]]:
+        """Jobs, newest first (offset skips that many)."""
         if status is not None and status not in STATUSES:
             raise InvalidSparkJob(pipeline or '*', 'status', f'must be one of {", ".join(STATUSES)}, not {status!r}')
-        rows = run_transaction(self.engine, lambda conn: statements.list_jobs(conn, status, pipeline, limit),
+        rows = run_transaction(self.engine, lambda conn: statements.list_jobs(conn, status, pipeline, limit, offset),
                                write=False)
         return [statements.job_dict(r) for r in rows]
 

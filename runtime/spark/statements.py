@@ -55,9 +55,9 @@ def get_job(conn: Connection, job_id: str) -> Row[Any]:
 
 
 def list_jobs(conn: Connection, status: str | None = None, pipeline: str | None = None,
-              limit: int = 50) -> list[Row[Any]]:
-    """Jobs, newest first, optionally of one status or pipeline."""
-    query = select(SparkJob).order_by(SparkJob.id.desc()).limit(limit)
+              limit: int = 50, offset: int = 0) -> list[Row[Any]]:
+    """Jobs, newest first, optionally of one status or pipeline; offset skips that many."""
+    query = select(SparkJob).order_by(SparkJob.id.desc()).limit(limit).offset(offset)
     if status:
         query = query.where(SparkJob.status == status)
     if pipeline:

@@ -29,6 +29,7 @@ SMALL = {
     'sign_in_flood.py': ['--clients', '4', '--seconds', '2'],
     'websockets.py': ['--quick'],
     'file_transfer.py': ['--quick'],
+    'dashboard.py': ['--quick', '--requests', '2'],
 }
 
 

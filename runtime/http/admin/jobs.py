@@ -17,13 +17,17 @@ from typing import Any
 
 import falcon
 
-from runtime.errors import BadRequest
+from runtime.errors import BadRequest, InvalidInput
 from runtime.http.admin.base import AdminParts, AdminResource
+from runtime.http.admin.input import PAGE_PARAMS, has_bad_chars, page
 from runtime.http.body import read_json
 from runtime.http.openapi import ANY, BOOL, INT, STR, arr, integer, obj, operation, query, string
 
 #: Longest a run-now request waits for the run to end.
 MAX_WAIT_SECS = 300.0
+
+#: Longest search text of the job list.
+MAX_SEARCH = 200
 
 
 def _object_body(req: falcon.Request) -> dict[str, Any]:
@@ -41,10 +45,19 @@ class _JobResource(AdminResource):
 
 
 class JobsResource(_JobResource):
-    """GET /admin/jobs: every job; POST: create one."""
+    """GET /admin/jobs: every job, or a page of them (limit, offset, search); POST: create one."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.media = {'is_ok': True, 'jobs': self._scheduler.jobs()}
+        search = req.get_param('search') or ''
+        if len(search) > MAX_SEARCH or has_bad_chars(search):
+            raise InvalidInput('search', f'must be at most {MAX_SEARCH} printable characters')
+        if req.get_param('limit') is None and req.get_param('offset') is None and not search:
+            resp.media = {'is_ok': True, 'jobs': self._scheduler.jobs()}
+            return
+        limit, offset = page(req)
+        jobs, total = self._scheduler.jobs_page(search.strip() or None, limit, offset)
+        resp.media = {'is_ok': True, 'jobs': jobs, 'total': total, 'limit': limit, 'offset': offset,
+                      'next_offset': offset + limit if offset + limit < total else None}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         job = self._scheduler.create(_object_body(req))
@@ -119,8 +132,12 @@ _JOB = obj({'name': STR, 'service': STR, 'job_type': STR, 'schedule': STR,
 _RUN = obj({'id': INT, 'kind': STR, 'outcome': STR, 'error': STR}, required=['id', 'outcome'], additional=True)
 _J = ['admin: scheduler']
 JobsResource.openapi = {
-    'get': operation('List scheduler jobs with their next and last run', tags=_J, errors=(),
-                     response={'jobs': arr(_JOB)}),
+    'get': operation('List scheduler jobs with their next and last run', tags=_J, errors=(400,),
+                     description='Every job by name; with limit, offset or search, a page of the jobs whose name '
+                                 'or service contains search (case-insensitive), and how many match (total).',
+                     params=[*PAGE_PARAMS, query('search', string(MAX_SEARCH), 'Text the name or service contains')],
+                     response={'jobs': arr(_JOB), 'total': INT, 'limit': INT, 'offset': INT,
+                               'next_offset': {'type': ['integer', 'null']}}),
     'post': operation('Create a scheduler job', tags=_J, status=201, errors=(400, 409),
                       body=obj(_JOB_FIELDS, required=['name', 'service', 'job_type']),
                       example={'name': 'nightly', 'service': 'conduit.ping', 'job_type': 'cron_style',

@@ -16,8 +16,9 @@ import falcon
 
 from runtime.errors import BadRequest
 from runtime.http.admin.base import AdminParts, AdminResource
+from runtime.http.admin.input import MAX_DB_INT
 from runtime.http.body import read_json
-from runtime.http.openapi import STR, arr, integer, obj, operation, query, string
+from runtime.http.openapi import INT, STR, arr, integer, obj, operation, query, string
 
 #: Most log lines one request returns.
 MAX_LOG_LINES = 100_000
@@ -41,8 +42,10 @@ class SparkJobsResource(_SparkResource):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         limit = req.get_param_as_int('limit', min_value=1, max_value=10000) or 50
-        jobs = self._spark.jobs(req.get_param('status'), req.get_param('pipeline'), limit)
-        resp.media = {'is_ok': True, 'jobs': jobs}
+        offset = req.get_param_as_int('offset', min_value=0, max_value=MAX_DB_INT) or 0
+        jobs = self._spark.jobs(req.get_param('status'), req.get_param('pipeline'), limit, offset)
+        resp.media = {'is_ok': True, 'jobs': jobs, 'limit': limit, 'offset': offset,
+                      'next_offset': offset + limit if len(jobs) == limit else None}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = read_json(req)
@@ -112,7 +115,9 @@ _S = ['admin: spark']
 SparkJobsResource.openapi = {
     'get': operation('Spark jobs, newest first', tags=_S, errors=(400,),
                      params=[query('status', string(16)), query('pipeline', string(200)),
-                             query('limit', integer(1, 10000))], response={'jobs': arr(_SPARK_JOB)}),
+                             query('limit', integer(1, 10000)), query('offset', integer(0, MAX_DB_INT))],
+                     response={'jobs': arr(_SPARK_JOB), 'limit': INT, 'offset': INT,
+                               'next_offset': {'type': ['integer', 'null']}}),
     'post': operation('Submit a pipeline job (answers at once with its id)', tags=_S, status=201,
                       errors=(400, 404, 503),
                       body=obj({'pipeline': string(200, 1), 'args': arr(STR), 'master': string(400),

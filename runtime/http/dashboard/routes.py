@@ -19,7 +19,17 @@ from runtime.errors import ObjectNotFound
 from runtime.http.admin.base import ADMIN_PREFIX
 from runtime.http.admin.routes import ROUTES as ADMIN_ROUTES
 from runtime.http.auth import DASHBOARD, PUBLIC
-from runtime.http.dashboard import audit, channels, deployments, overview, pubsub_pages, security, services
+from runtime.http.dashboard import (
+    audit,
+    channels,
+    deployments,
+    overview,
+    pubsub_pages,
+    scheduler,
+    security,
+    services,
+    spark,
+)
 from runtime.http.dashboard.gate import PREFIX
 from runtime.http.dashboard.page import DashboardPage, PageNotFound
 from runtime.http.dashboard.sign_in import SignInPage, SignOut
@@ -45,6 +55,8 @@ PAGES: tuple[tuple[str, type[DashboardPage]], ...] = (
     (PREFIX + '/audit', audit.AuditPage),
     (PREFIX + '/security', security.SecurityPage),
     (PREFIX + '/channels', channels.ChannelsPage),
+    (PREFIX + '/scheduler', scheduler.SchedulerPage),
+    (PREFIX + '/spark', spark.SparkPage),
 )
 
 
