@@ -338,6 +338,8 @@ class Call:
     path: str
     #: False for calls no dashboard page makes (shown apart, not held to the target).
     dashboard: bool = True
+    #: A JSON body: the call is a POST (a read the page makes by POST, e.g. a count for a filter).
+    body: dict[str, Any] | None = None
     server_ms: list[float] = field(default_factory=list)
     wall_ms: list[float] = field(default_factory=list)
     status: int = 0
@@ -362,23 +364,24 @@ def calls(seeded: Seeded) -> list[Call]:
     deep_offset = min(PAGE * 999, max(0, seeded.counts.get('deep', 0) - PAGE))
     deep_page = deep_offset // PAGE + 1
     dead_filter = 'topic=region0.**&error=connection+refused'
+    dead_body = {'topic': 'region0.**', 'error': 'connection refused'}
     return [
         Call('overview', 'status', '/admin/status'),
         Call('overview', 'totals', '/admin/stats/totals'),
         Call('overview', 'workers', '/admin/workers'),
         Call('overview', 'rates, last hour', '/admin/stats/rates'),
         Call('overview', 'deepest queues', '/admin/queues/deepest?limit=10'),
-        Call('services', 'list', '/admin/services'),
-        Call('services', 'usage of every service', '/admin/stats/services'),
+        Call('services', 'page 1 with usage', f'/admin/stats/services?limit={PAGE}'),
+        Call('service', 'source', '/admin/services/conduit.ping/source'),
         Call('service', 'usage', '/admin/services/conduit.ping/usage'),
-        Call('deployments', 'history', '/admin/deployments'),
+        Call('deployments', 'history', f'/admin/deployments?limit={PAGE}&offset=0'),
         Call('topics', 'page 1', f'/admin/topics?limit={PAGE}'),
         Call('topics', 'search', f'/admin/topics?q=dept3.event7&limit={PAGE}'),
-        Call('topic', 'details (deep queue\'s topic)', f'/admin/topics/{q(seeded.deep_topic)}'),
-        Call('topic', 'details (busy topic)', f'/admin/topics/{q(seeded.busy_topic)}'),
+        Call('topic', 'details (deep queue\'s topic)', f'/admin/topics/{q(seeded.deep_topic)}?last=10'),
+        Call('topic', 'details (busy topic)', f'/admin/topics/{q(seeded.busy_topic)}?last=10'),
+        Call('topic', 'messages waiting in it', f'/admin/topic-messages?topic={q(seeded.busy_topic)}&limit={PAGE}'),
         Call('queues', 'page 1', f'/admin/queues?limit={PAGE}'),
         Call('queues', 'search', f'/admin/queues?q=consumer7&limit={PAGE}'),
-        Call('subscriptions', 'page 1', f'/admin/subscriptions?limit={PAGE}'),
         Call('queue', 'deep queue details', f'/admin/queues/{deep}'),
         Call('queue', 'deep queue page 1', f'/admin/queues/{deep}/messages?limit={PAGE}'),
         Call('queue', f'deep queue page {deep_page}',
@@ -386,7 +389,7 @@ def calls(seeded: Seeded) -> list[Call]:
         Call('queue', 'one message', f'/admin/queues/{deep}/messages/{q(msg)}'),
         Call('dead letters', 'one subscription\'s', f'/admin/queues/{dead}/dead-letters?limit={PAGE}'),
         Call('dead letters', 'filter: topic pattern and error text', f'/admin/dead-letters?{dead_filter}&limit={PAGE}'),
-        Call('dead letters', 'count of that filter', f'/admin/dead-letters/count?{dead_filter}'),
+        Call('dead letters', 'count of that filter', '/admin/dead-letters/count', body=dead_body),
         Call('dead letters', 'one dead letter', f'/admin/queues/{dead}/dead-letters/{q(seeded.dead_msg_id)}'),
         Call('scheduler', 'jobs page 1', '/admin/jobs?limit=25'),
         Call('scheduler', 'jobs search', '/admin/jobs?search=sync1&limit=25'),
@@ -394,7 +397,9 @@ def calls(seeded: Seeded) -> list[Call]:
         Call('scheduler', 'a job\'s runs', '/admin/jobs/job.sync1/runs?limit=20'),
         Call('spark', 'pipelines', '/admin/spark/pipelines'),
         Call('spark', 'jobs page 1', '/admin/spark/jobs?limit=25'),
-        Call('security', 'definitions', '/admin/security'),
+        Call('security', 'definitions page 1', f'/admin/security?limit={PAGE}&offset=0'),
+        Call('security', 'pattern tester', f'/admin/pubsub/topic-matches?pattern=region0.**&limit={PAGE}'),
+        Call('channels', 'page 1', f'/admin/channels?limit={PAGE}&offset=0'),
         Call('audit', 'page 1', f'/admin/audit?limit={PAGE}'),
         # Whole lists the dashboard does not ask for (the CLI and scripts do): shown apart, not in the target.
         Call('(whole lists)', 'every topic', '/admin/topics', dashboard=False),
@@ -416,7 +421,8 @@ def pages(seeded: Seeded) -> list[Call]:
 
 def _mirrored(call: Call) -> Call:
     """The same call through the dashboard's API mirror (/admin/X is /dashboard/api/X)."""
-    return Call(call.page, call.label, '/dashboard/api' + call.path[len('/admin'):], dashboard=call.dashboard)
+    return Call(call.page, call.label, '/dashboard/api' + call.path[len('/admin'):], dashboard=call.dashboard,
+                body=call.body)
 
 
 def sign_in(session: requests.Session, server: LiveServer) -> None:
@@ -427,19 +433,27 @@ def sign_in(session: requests.Session, server: LiveServer) -> None:
                         allow_redirects=False, timeout=30)
     if resp.status_code != 303 or 'conduit_session' not in session.cookies:
         raise RuntimeError(f'signing in to the dashboard failed: {resp.status_code} {resp.text[:300]}')
+    # A POST through the mirror needs the session's CSRF token, which every page carries.
+    page = session.get(server.url + '/dashboard/', timeout=30)
+    found = re.search(r'data-csrf="([^"]+)"', page.text)
+    if found is None:
+        raise RuntimeError('the dashboard page carries no CSRF token')
+    session.headers['X-CSRF-Token'] = found.group(1)
+    session.headers['Origin'] = server.url
 
 
-def measure(server: LiveServer, todo: list[Call], n: int, get: Callable[[str], requests.Response]) -> None:
+def measure(server: LiveServer, todo: list[Call], n: int,
+            get: Callable[[Call], requests.Response]) -> None:
     """n timed requests per call, after one warm-up; fills each call's figures."""
     for call in todo:
-        resp = get(call.path)
+        resp = get(call)
         call.status, call.size = resp.status_code, len(resp.content)
         if resp.status_code != 200:
             print(f'  {call.page} / {call.label}: {resp.status_code} {resp.text[:200]}', flush=True)
             continue
         for _ in range(n):
             started = time.perf_counter()
-            resp = get(call.path)
+            resp = get(call)
             call.wall_ms.append((time.perf_counter() - started) * 1000)
             ms = server_ms(resp)
             if ms is not None:
@@ -471,12 +485,13 @@ def _database(backend: str, tmp: Path, keep: bool) -> Iterator[str]:
     yield url
 
 
-def _get(session: requests.Session, url: str) -> requests.Response:
-    """GET, once more on a new connection if the server closed the kept-alive one as the request went out."""
+def _get(session: requests.Session, url: str, body: dict[str, Any] | None = None) -> requests.Response:
+    """GET (POST with a body), once more on a new connection if the server closed the kept-alive one."""
+    method = 'POST' if body is not None else 'GET'
     try:
-        return session.get(url, timeout=120)
+        return session.request(method, url, json=body, timeout=120)
     except requests.ConnectionError:
-        return session.get(url, timeout=120)
+        return session.request(method, url, json=body, timeout=120)
 
 
 @contextlib.contextmanager
@@ -512,7 +527,7 @@ def run_backend(backend: str, sizes: Sizes, n: int, keep: bool, dashboard: bool)
                 session.auth = server.admin
                 todo = calls(seeded)
             print(f'{backend}: measuring {len(todo)} calls, {n} requests each', flush=True)
-            measure(server, todo, n, lambda path: _get(session, server.url + path))
+            measure(server, todo, n, lambda call: _get(session, server.url + call.path, call.body))
         finally:
             server.stop()
     rows = []
