@@ -12,6 +12,7 @@
  * Dash.notify(text, kind)           shows a banner ('info', 'ok', 'error') in the aria-live region.
  * Dash.fmt.time / age / size / number / json   formatting.
  * Dash.el(tag, attrs, ...children)  builds an element (text children are never parsed as HTML).
+ * Dash.text(tag, value, cls), Dash.button(label, onClick, cls)   an element holding text; a type=button button.
  * Dash.data(id)                     the JSON of a <script type="application/json" id=...> block.
  * Dash.canWrite, Dash.csrf          from the page's <body> (a viewer: canWrite false).
  */
@@ -38,6 +39,21 @@
       });
     }
     for (var i = 2; i < arguments.length; i++) append(node, arguments[i]);
+    return node;
+  };
+
+  // An element holding value as text (never as HTML), with an optional class.
+  Dash.text = function (tag, value, cls) {
+    var node = document.createElement(tag);
+    node.textContent = value === null || value === undefined ? '' : String(value);
+    if (cls) node.className = cls;
+    return node;
+  };
+
+  Dash.button = function (label, onClick, cls) {
+    var node = Dash.text('button', label, cls);
+    node.type = 'button';
+    node.addEventListener('click', onClick);
     return node;
   };
 

@@ -13,19 +13,8 @@
   const $ = (id) => document.getElementById(id);
   const jobPath = (id) => '/spark/jobs/' + encodeURIComponent(id);
 
-  function text(tag, value, cls) {
-    const el = document.createElement(tag);
-    el.textContent = value == null ? '' : String(value);
-    if (cls) el.className = cls;
-    return el;
-  }
-
-  function button(label, onClick, cls) {
-    const b = text('button', label, cls);
-    b.type = 'button';
-    b.addEventListener('click', onClick);
-    return b;
-  }
+  const text = Dash.text;
+  const button = Dash.button;
 
   // Paths have long unbroken words (a_b_c/d_e): they may break anywhere rather than widen a phone's page.
   function path(value) {
