@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -29,6 +30,9 @@ ROLES = ('admin', 'viewer')
 
 #: Longest cookie token accepted (a token is 43 characters; anything much longer is not one).
 MAX_TOKEN_CHARS = 128
+
+#: What a token made by ``create`` looks like (secrets.token_urlsafe(32)): anything else is never looked up.
+TOKEN_SHAPE = re.compile(r'[A-Za-z0-9_-]{43}')
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +87,7 @@ class SessionStore:
 
     def lookup(self, token: str | None) -> Session | None:
         """The live session of a cookie token, or None (unknown, expired or idle too long)."""
-        if not token or len(token) > MAX_TOKEN_CHARS or not token.isascii():
+        if not token or len(token) > MAX_TOKEN_CHARS or not TOKEN_SHAPE.fullmatch(token):
             return None
         key = token_hash(token)
         row = run_transaction(self._engine, lambda c: c.execute(

@@ -346,3 +346,32 @@ def test_no_secret_in_pages_or_audit_entries(server_factory: Callable[..., LiveS
     for secret in (ADMIN_PASSWORD, VIEWER_PASSWORD, 'first-secret-pw', 'second-secret-pw', token):
         assert not any(secret in body for body in bodies), secret
         assert secret not in server.log()
+
+
+def test_a_non_ascii_next_of_a_signed_in_user_goes_to_the_overview(dash: LiveServer) -> None:
+    # It once went into the Location header as it was, which gunicorn refused with a 500.
+    session, _ = sign_in(dash)
+    r = session.get(dash.url + '/dashboard/sign-in?next=/dashboard/%E4%B8%AD', allow_redirects=False, timeout=10)
+    assert r.status_code == 303 and r.headers['Location'] == '/dashboard/'
+
+
+def test_many_session_cookies_cost_two_lookups_at_most(dash: LiveServer) -> None:
+    # Each value was looked up in the database: 80 cookies in one anonymous request, 80 queries.
+    session, _ = sign_in(dash)
+    live = session.cookies['conduit_session']
+    junk = '; '.join(f'conduit_session={"A" * 42}{i % 10}' for i in range(80))
+    for path in ('/dashboard/api/status', '/dashboard/sign-in'):
+        r = requests.get(dash.url + path, headers={'Cookie': junk}, allow_redirects=False, timeout=10)
+        assert r.status_code in (200, 401), r.status_code
+        assert float(re.search(r'app;dur=([0-9.]+)', r.headers['Server-Timing']).group(1)) >= 0
+    # The live session still works when it comes first, as a browser sends it.
+    r = requests.get(dash.url + '/dashboard/api/status', headers={'Cookie': f'conduit_session={live}; {junk}'},
+                     timeout=10)
+    assert r.status_code == 200
+
+
+def test_audit_times_refuse_nan(dash: LiveServer) -> None:
+    session, _ = sign_in(dash)
+    for value in ('nan', 'NaN', 'inf'):
+        r = session.get(dash.url + f'/dashboard/api/audit?since={value}', timeout=10)
+        assert r.status_code == 400 and 'since' in r.json()['details'], (value, r.text)

@@ -49,3 +49,33 @@ def test_matching_names_counts_and_pages() -> None:
     assert matching_names('a.*', names, 10) == (3, ['a.b', 'a.c', 'A.X'])
     assert matching_names('a.**', names, 2, 1) == (4, ['a.c', 'a.b.c'])
     assert matching_names('zzz', names, 10) == (0, [])
+
+
+def test_non_ascii_targets_go_to_the_overview() -> None:
+    # Put into a Location header as they are, they made gunicorn answer 500.
+    assert safe_next('/dashboard/\u4e2d') == '/dashboard/'
+    assert safe_next('/dashboard/topics/%E4%B8%AD') == '/dashboard/topics/%E4%B8%AD'
+
+
+class _CountingStore:
+    def __init__(self) -> None:
+        self.lookups = 0
+
+    def lookup(self, token: str | None) -> None:
+        self.lookups += 1
+        return None
+
+
+def test_a_request_with_many_session_cookies_costs_two_lookups_at_most() -> None:
+    from runtime.http.dashboard.gate import SessionGate
+    store = _CountingStore()
+    cookies = '; '.join(f'conduit_session={i:043d}' for i in range(300))
+    req = falcon.testing.create_req(headers={'Cookie': cookies})
+    assert SessionGate(store).session_of(req) is None  # type: ignore[arg-type]
+    assert store.lookups == 2
+
+
+def test_only_tokens_of_the_shape_made_are_looked_up() -> None:
+    from runtime.dashboard_sessions import TOKEN_SHAPE
+    assert TOKEN_SHAPE.fullmatch('A' * 43) and TOKEN_SHAPE.fullmatch('a-b_' * 10 + 'xyz')
+    assert not any(TOKEN_SHAPE.fullmatch(t) for t in ('A' * 42, 'A' * 44, 'A' * 42 + '!', '\u00e9' * 43, ''))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -206,6 +207,14 @@ def _text_param(req: falcon.Request, key: str) -> str | None:
     return value
 
 
+def _finite(req: falcon.Request, key: str) -> float | None:
+    """A time parameter in UNIX seconds; NaN passes falcon's range check (every comparison is false)."""
+    value = req.get_param_as_float(key, min_value=0, max_value=1e11)
+    if value is not None and not math.isfinite(value):
+        raise InvalidInput(key, 'must be UNIX seconds, a number from 0 to 1e11')
+    return value
+
+
 class AuditResource(AdminResource):
     """GET /admin/audit: the audit log, newest first, paged and filtered."""
 
@@ -217,8 +226,8 @@ class AuditResource(AdminResource):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         limit = req.get_param_as_int('limit', min_value=1, max_value=audit.MAX_PAGE) or DEFAULT_PAGE
         offset = req.get_param_as_int('offset', min_value=0, max_value=MAX_DB_INT) or 0
-        since = req.get_param_as_float('since', min_value=0, max_value=1e11)
-        until = req.get_param_as_float('until', min_value=0, max_value=1e11)
+        since = _finite(req, 'since')
+        until = _finite(req, 'until')
         filters = {k: _text_param(req, k) for k in ('kind', 'name', 'actor', 'action', 'source')}
         total, entries = self._log.query(limit=limit, offset=offset, since=since, until=until, **filters)
         resp.media = {'is_ok': True, 'total': total, 'limit': limit, 'offset': offset, 'entries': entries}

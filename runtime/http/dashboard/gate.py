@@ -99,10 +99,16 @@ def same_origin(req: falcon.Request) -> bool:
     return True
 
 
+#: Session cookie values looked up at most per request.
+MAX_COOKIES_TRIED = 2
+
+
 def safe_next(target: str | None) -> str:
     """A place to go after signing in: a path inside the dashboard, else the overview."""
     home = PREFIX + '/'
-    if not target or len(target) > MAX_NEXT_CHARS or not target.isprintable() or '\\' in target:
+    # ASCII only: the target goes into a Location header as it is (a browser sends non-ASCII percent-encoded).
+    if (not target or len(target) > MAX_NEXT_CHARS or not target.isascii() or not target.isprintable()
+            or '\\' in target):
         return home
     parts = urlsplit(target)
     if parts.scheme or parts.netloc or not parts.path.startswith(home) or parts.path.startswith(SIGN_IN_PATH):
@@ -128,7 +134,10 @@ class SessionGate:
 
     def session_of(self, req: falcon.Request) -> tuple[str, Session] | None:
         """(the cookie's token, its live session), or None."""
-        for token in req.get_cookie_values(COOKIE) or ():
+        # At most two values are looked up: each lookup is a query, and an anonymous request with hundreds of
+        # session cookies must not cost hundreds of queries. Two, because a browser may send a stale cookie
+        # of another path beside the live one.
+        for token in (req.get_cookie_values(COOKIE) or [])[:MAX_COOKIES_TRIED]:
             session = self._sessions.lookup(token)
             if session is not None:
                 return token, session

@@ -60,7 +60,7 @@ class SignInPage:
         resp.status = status
         resp.content_type = HTML
         resp.text = render('sign_in.html', title='Sign in', message=message, username=username,
-                           next=next_target, viewer_username=self._parts.settings.dashboard.viewer_username)
+                           next=next_target)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         target = safe_next(req.get_param('next'))
