@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -22,6 +23,7 @@ header_timeout_secs = 1
 body_grace_secs = 1.0
 body_min_rate_bytes = 1000
 send_timeout_secs = 1.0
+max_body_size = 33554432
 max_connections = 40
 auth_max_failures = 0
 '''
@@ -34,6 +36,14 @@ def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     server = start_target(base, f'sqlite:///{base / "conduit.db"}', LIMITS)
     yield server
     stop_and_check_log(server)
+
+
+def _send_buffer_max() -> int:
+    """The most a TCP sender's buffer may grow to here (tcp_wmem's maximum; 4 MB when it cannot be read)."""
+    try:
+        return max(int(Path('/proc/sys/net/ipv4/tcp_wmem').read_text().split()[2]), 4 * 1024 * 1024)
+    except (OSError, ValueError, IndexError):
+        return 4 * 1024 * 1024
 
 
 def _connect(server: LiveServer) -> socket.socket:
@@ -125,7 +135,10 @@ def test_past_max_connections_new_ones_get_503_at_once(tight: LiveServer) -> Non
 
 
 def test_a_client_that_never_reads_loses_the_connection(tight: LiveServer) -> None:
-    big = '[' + ','.join(['"' + 'x' * 1000 + '"'] * 4000) + ']'  # a 4 MB echo answer
+    # An echo answer the kernel cannot hold for the server whole (twice its largest send buffer), or
+    # sendall would finish into the buffer and nothing would time out (a 4 MB answer did, with tcp_wmem's
+    # maximum at 4 MB).
+    big = '[' + ','.join(['"' + 'x' * 1000 + '"'] * (_send_buffer_max() * 2 // 1003 + 1)) + ']'
     with _connect(tight) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.sendall(b'POST /api/sec/open HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
