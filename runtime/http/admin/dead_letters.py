@@ -25,7 +25,7 @@ import falcon
 from runtime.errors import InvalidInput
 from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import MAX_DB_INT, Body, has_bad_chars
-from runtime.http.admin.queues import DEAD
+from runtime.http.admin.message_views import DEAD
 from runtime.http.openapi import BOOL, INT, arr, integer, obj, operation, query, string
 from runtime.pubsub.dead_letter_search import COUNT_CAP, MAX_ERROR_TEXT, MAX_PAGE, DeadLetterFilter
 from runtime.pubsub.topics import validate_pattern

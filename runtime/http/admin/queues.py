@@ -19,68 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 import falcon
 
-from runtime.errors import BadRequest, InvalidInput, MessageTooLarge, ObjectNotFound
-from runtime.http.admin.base import AdminParts, AdminResource
-from runtime.http.admin.input import MAX_DB_INT, PAGE_PARAMS, Body, check_data, check_numbers, has_bad_chars, page
+from runtime.errors import BadRequest, InvalidInput, ObjectNotFound
+from runtime.http.admin.input import MAX_DB_INT, PAGE_PARAMS, Body, has_bad_chars, page
+from runtime.http.admin.message_views import DEAD, MESSAGE_EDIT, QUEUED, MessageResource
 from runtime.http.admin.subscription_views import SUBSCRIPTION, sub_details, sub_views
-from runtime.http.openapi import ANY, BOOL, INT, NULLABLE_STR, STR, TIME, arr, integer, obj, operation, query, string
-from runtime.pubsub.message import BASE64_SUFFIX, admin_view, encode_data
+from runtime.http.openapi import BOOL, INT, STR, arr, integer, obj, operation, query, string
+from runtime.pubsub.message import admin_view
 from runtime.pubsub.queue_admin import MAX_PAGE
 
 if TYPE_CHECKING:
     from runtime.pubsub.registry import SubInfo
 
 _T = ['admin: pub/sub']
-
-MESSAGE_COMMON = {'msg_id': STR, 'topic_name': STR, 'mime_type': STR, 'priority': INT, 'size': INT, 'has_gd': BOOL,
-                  'publisher': STR, 'pub_time_iso': TIME, 'expiration_time_iso': TIME, 'correl_id': NULLABLE_STR,
-                  'in_reply_to': NULLABLE_STR, 'ext_client_id': NULLABLE_STR, 'delivery_count': INT,
-                  'last_error': STR,
-                  'last_traceback': {**NULLABLE_STR, 'description': "Traceback of the last failed attempt "
-                                                                    "(a message's own view only)"}}
-QUEUED = obj({**MESSAGE_COMMON, 'data': ANY, 'data_preview': STR, 'recv_time_iso': TIME,
-              'next_attempt_time_iso': TIME, 'leased': BOOL}, required=['msg_id'], additional=True)
-DEAD = obj({**MESSAGE_COMMON, 'data': ANY, 'data_preview': STR, 'reason': STR, 'dead_time_iso': TIME},
-           required=['msg_id'], additional=True)
-MESSAGE_EDIT = obj({'data': {'description': 'New data (any JSON value but null)'},
-                    'mime_type': string(100), 'priority': integer(0, 9),
-                    'expiration': {'type': 'number', 'exclusiveMinimum': 0,
-                                   'description': 'Seconds from now until it expires (capped by the topic)'}})
-
-
-class _QueueResource(AdminResource):
-    """A resource of queues: finds subscriptions, works on their queues, knows the message size limit."""
-
-    def __init__(self, parts: AdminParts) -> None:
-        self._topics = parts.topic_admin
-        self._queues = parts.queue_admin
-        self._settings = parts.settings
-
-    def _edit(self, req: falcon.Request, row: Any) -> dict[str, Any]:
-        """Validate an edit of a stored message's data, priority or expiration; the columns to change."""
-        body = Body(req, {'data', 'mime_type', 'priority', 'expiration'})
-        changes: dict[str, Any] = {}
-        if 'data' in body:
-            data = check_data(body.data['data'])
-            check_numbers(data, 'data')
-            current = row.mime_type[:-len(BASE64_SUFFIX)] if row.mime_type.endswith(BASE64_SUFFIX) else row.mime_type
-            text, mime = encode_data(data, body.text('mime_type', default=current, max_len=100) or None)
-            size = len(text.encode('utf-8'))
-            limit = self._settings.pubsub.max_message_size
-            if size > limit:
-                raise MessageTooLarge(size, limit)
-            changes.update(data=text, mime_type=mime, size=size)
-        elif 'mime_type' in body:
-            raise InvalidInput('mime_type', 'can only be changed together with data')
-        priority = body.whole('priority', 0, 9)
-        if priority is not None:
-            changes['priority'] = priority
-        expiration = body.seconds('expiration')
-        if expiration is not None:
-            changes['expiration_time'] = self._queues.expiration_time(row.topic_name, expiration)
-        if not changes:
-            raise BadRequest('nothing to change: give data, priority or expiration')
-        return changes
 
 
 _CURSOR = re.compile(r'(-?[0-9]{1,2})\.([0-9]{1,19})\.([0-9]{1,19})')
@@ -101,7 +51,7 @@ def _cursor(value: str | None) -> tuple[int, int, int] | None:
 # Queues
 
 
-class QueuesResource(_QueueResource):
+class QueuesResource(MessageResource):
     """GET /admin/queues: every queue's depth, oldest message and dead letters."""
 
     openapi = {'get': operation(
@@ -129,7 +79,7 @@ class QueuesResource(_QueueResource):
         resp.media = {'is_ok': True, 'queues': sub_views(self._queues, page_subs, stats, rows), 'total': len(subs)}
 
 
-class QueueResource(_QueueResource):
+class QueueResource(MessageResource):
     """GET /admin/queues/{id}: one queue's depth, oldest message and dead letters."""
 
     openapi = {'get': operation("A subscription's queue: depth, oldest message, dead letters", tags=_T,
@@ -139,7 +89,7 @@ class QueueResource(_QueueResource):
         resp.media = {'is_ok': True, 'queue': sub_details(self._queues, self._topics.subscription(sub_id))}
 
 
-class QueueMessagesResource(_QueueResource):
+class QueueMessagesResource(MessageResource):
     """GET /admin/queues/{id}/messages: browse in delivery order; DELETE: purge the queue."""
 
     openapi = {
@@ -170,7 +120,7 @@ class QueueMessagesResource(_QueueResource):
         resp.media = {'is_ok': True, 'deleted': deleted}
 
 
-class QueueMessageResource(_QueueResource):
+class QueueMessageResource(MessageResource):
     """GET /admin/queues/{id}/messages/{msg_id}; PATCH: edit in place; DELETE: remove from this queue."""
 
     openapi = {
@@ -213,7 +163,7 @@ class QueueMessageResource(_QueueResource):
 # Dead letters
 
 
-class DeadLettersResource(_QueueResource):
+class DeadLettersResource(MessageResource):
     """GET /admin/queues/{id}/dead-letters: browse; DELETE: remove them all."""
 
     openapi = {
@@ -238,7 +188,7 @@ class DeadLettersResource(_QueueResource):
         resp.media = {'is_ok': True, 'deleted': deleted}
 
 
-class DeadLetterResource(_QueueResource):
+class DeadLetterResource(MessageResource):
     """GET /admin/queues/{id}/dead-letters/{msg_id}; PATCH: edit it; DELETE."""
 
     openapi = {
@@ -275,7 +225,7 @@ class DeadLetterResource(_QueueResource):
         resp.media = {'is_ok': True, 'deleted': msg_id}
 
 
-class RedriveResource(_QueueResource):
+class RedriveResource(MessageResource):
     """POST /admin/queues/{id}/redrive {msg_ids} or {all: true}: dead letters back into the queue."""
 
     openapi = {'post': operation(
@@ -303,7 +253,7 @@ class RedriveResource(_QueueResource):
         resp.media = {'is_ok': True, 'redriven': done, 'count': len(done), 'missing': missing}
 
 
-class QueueMessageDeadLetterResource(_QueueResource):
+class QueueMessageDeadLetterResource(MessageResource):
     """POST /admin/queues/{id}/messages/{msg_id}/dead-letter: move a queued message to the dead-letter queue."""
 
     openapi = {'post': operation(

@@ -18,7 +18,7 @@ import falcon
 
 from runtime.errors import InvalidInput, ObjectNotFound
 from runtime.http.admin.input import has_bad_chars
-from runtime.http.admin.queues import MESSAGE_COMMON, MESSAGE_EDIT, _QueueResource
+from runtime.http.admin.message_views import MESSAGE_COMMON, MESSAGE_EDIT, MessageResource
 from runtime.http.openapi import ANY, BOOL, INT, STR, arr, integer, obj, operation, query, string
 from runtime.pubsub.message import admin_view
 from runtime.pubsub.queue_admin import MAX_PAGE
@@ -37,7 +37,7 @@ def _msg_id(msg_id: str) -> str:
     return msg_id
 
 
-class TopicMessagesResource(_QueueResource):
+class TopicMessagesResource(MessageResource):
     """GET /admin/topic-messages?topic=: a page of the messages waiting in a topic, oldest first."""
 
     openapi = {'get': operation(
@@ -63,7 +63,7 @@ class TopicMessagesResource(_QueueResource):
                       'limit': limit, 'next_after': messages[-1]['id'] if len(messages) == limit else None}
 
 
-class TopicMessageResource(_QueueResource):
+class TopicMessageResource(MessageResource):
     """GET /admin/topic-messages/{msg_id}; PATCH: edit it in place; DELETE: remove it from its topic."""
 
     openapi = {
