@@ -414,7 +414,9 @@ def pages(seeded: Seeded) -> list[Call]:
     values = {'name': quote(seeded.deep_topic, safe=''), 'sub_id': str(seeded.deep_sub), 'job_id': 'none'}
     out = []
     for path, _ in PAGES:
-        filled = re.sub(r'\{(\w+)(?::\w+)?\}', lambda m: values.get(m.group(1), 'x'), path)
+        # {name} is a topic's name on the topic page, a service's on the service page.
+        named = {**values, 'name': 'conduit.ping'} if path.startswith('/dashboard/services/') else values
+        filled = re.sub(r'\{(\w+)(?::\w+)?\}', lambda m, named=named: named.get(m.group(1), 'x'), path)
         out.append(Call('page ' + path, 'HTML', filled))
     return out
 

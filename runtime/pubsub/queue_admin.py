@@ -321,6 +321,13 @@ class TopicDetails(NamedTuple):
     subscription_rows: dict[int, Any]
 
 
+def topic_ids_matching(conn: Connection, pattern: str) -> tuple[int, ...]:
+    """The ids of the stored topics a name or pattern matches, in id order."""
+    if '*' not in pattern:
+        return tuple(conn.execute(select(Topic.id).where(Topic.name_key == normalize(pattern))).scalars())
+    return tuple(sorted(r.id for r in conn.execute(select(Topic.id, Topic.name)) if matches(pattern, r.name)))
+
+
 class QueueAdmin:
     """Runtime details of topics and queues, and what an operator does to queued messages and dead letters.
 
@@ -463,9 +470,9 @@ class QueueAdmin:
         """
         topic_ids: tuple[int, ...] | None = None
         if topic and normalize(topic) != '**':
-            self._reload()  # a topic another worker just made must be matched too
-            topics = self._registry().topics.values()
-            topic_ids = tuple(sorted(t.id for t in topics if matches(topic, t.name)))
+            # Matched against the stored topics, so that one another worker just made counts too. Reloading
+            # this worker's registry for it cost 200 ms at 10,000 topics and subscriptions (and reset its caches).
+            topic_ids = self._read(lambda c: topic_ids_matching(c, topic))
             if len(topic_ids) > MAX_FILTER_TOPICS:
                 raise InvalidInput('topic', f'matches {len(topic_ids)} topics, more than {MAX_FILTER_TOPICS}: '
                                             'narrow the pattern')
