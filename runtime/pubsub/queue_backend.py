@@ -157,9 +157,8 @@ def _cycle(conn: Connection, moves: Moves, sub_id: int, settlement: Settlement |
         check(conn)
     if settlement is not None:
         apply_settlement(conn, settlement, moves)
-    batch = statements.fetch_batch(conn, sub_id, limit, due_before)
+    batch = statements.take_batch(conn, sub_id, limit, due_before)
     if batch:
-        statements.count_attempt(conn, [d.entry_id for d in batch])
         return batch, None
     # Taking the head regardless of due times, an empty batch means an empty queue.
     return batch, (statements.next_due(conn, sub_id) if due_before is not None else None)
