@@ -42,10 +42,20 @@ _HEAD_COLUMNS = f'{", ".join(_HEAD)} {_FROM}'
 _ORDER = 'ORDER BY q.priority, q.message_id LIMIT {p}'
 # The head and the count of its attempts in one PostgreSQL statement (one round trip): every part of a
 # statement sees the same snapshot, so the rows answered are as they were before the count.
-_TAKE = (f'WITH h AS (SELECT {", ".join(f"{c} AS c{i}" for i, c in enumerate(_HEAD))}, q.priority AS o {_FROM} '
-         'WHERE q.sub_id = %s AND q.ack_id IS NULL {due}' + _ORDER.format(p='%s') + '), '
-         f'c AS (UPDATE {QUEUE} SET delivery_count = delivery_count + 1 WHERE id IN (SELECT c0 FROM h)) '
-         f'SELECT {", ".join(f"c{i}" for i in range(len(_HEAD)))} FROM h ORDER BY o, c6')
+_TAKE_CTES = (f'h AS (SELECT {", ".join(f"{c} AS c{i}" for i, c in enumerate(_HEAD))}, q.priority AS o {_FROM} '
+              'WHERE q.sub_id = %s AND q.ack_id IS NULL {due}{skip}' + _ORDER.format(p='%s') + '), '
+              f'c AS (UPDATE {QUEUE} SET delivery_count = delivery_count + 1 WHERE id IN (SELECT c0 FROM h))')
+_TAKE = (f'WITH {_TAKE_CTES} SELECT {", ".join(f"c{i}" for i in range(len(_HEAD)))} FROM h ORDER BY o, c6'
+         .replace('{skip}', ''))
+# The same, with the last batch's acks and the lease's fence in the statement: the acked entries deleted
+# (and, as the head is read in the snapshot from before the delete, left out of it), the lease's version
+# (None when the owner does not hold it) in the first column of every row, and one row of NULLs after it
+# when the head is empty.
+_FENCED_TAKE = ('WITH f AS (SELECT version FROM conduit_lease WHERE name = %s AND owner = %s FOR KEY SHARE), '
+                f'a AS (DELETE FROM {QUEUE} WHERE id = ANY(%s::bigint[])), '
+                + _TAKE_CTES.replace('{skip}', 'AND q.id <> ALL(%s::bigint[]) ')
+                + f' SELECT (SELECT version FROM f), {", ".join(f"h.c{i}" for i in range(len(_HEAD)))} '
+                'FROM (SELECT 1) AS one LEFT JOIN h ON true ORDER BY h.o, h.c6')
 _SQL = {
     'sqlite': {
         'last_message_id': "SELECT seq FROM sqlite_sequence WHERE name = 'conduit_message'",
@@ -69,6 +79,8 @@ _SQL = {
                     + _ORDER.format(p='%s'),
         'take': _TAKE.format(due=''),
         'take_due': _TAKE.format(due='AND q.next_attempt_at <= %s '),
+        'fenced_take': _FENCED_TAKE.format(due=''),
+        'fenced_take_due': _FENCED_TAKE.format(due='AND q.next_attempt_at <= %s '),
         'count': f'UPDATE {QUEUE} SET delivery_count = delivery_count + 1 WHERE id = ANY(%s)',
         'uncount': f'UPDATE {QUEUE} SET delivery_count = delivery_count - 1 WHERE id = ANY(%s)',
         'ack': f'DELETE FROM {QUEUE} WHERE id = ANY(%s)',
@@ -165,6 +177,18 @@ def take(conn: Connection, sub_id: int, limit: int, due_before: float | None) ->
     if due_before is None:
         return list(conn.exec_driver_sql(sql['take'], (sub_id, limit)).fetchall())
     return list(conn.exec_driver_sql(sql['take_due'], (sub_id, due_before, limit)).fetchall())
+
+
+def fenced_take(conn: Connection, lease: str, owner: str, acked: list[int], sub_id: int, limit: int,
+                due_before: float | None) -> tuple[int | None, list[tuple[Any, ...]]]:
+    """Ack, then take() on PostgreSQL, with the lease's version read in the same statement: (version, rows)."""
+    sql = _SQL['postgresql']
+    if due_before is None:
+        result = conn.exec_driver_sql(sql['fenced_take'], (lease, owner, acked, sub_id, acked, limit)).fetchall()
+    else:
+        result = conn.exec_driver_sql(sql['fenced_take_due'],
+                                      (lease, owner, acked, sub_id, due_before, acked, limit)).fetchall()
+    return result[0][0], [tuple(row[1:]) for row in result if row[1] is not None]
 
 
 def _by_ids(conn: Connection, pg_name: str, sqlite_template: str, ids: list[int]) -> None:
