@@ -34,11 +34,28 @@ _PG_TYPES = {'id': 'bigint', 'msg_id': 'text', 'topic_id': 'integer', 'topic_nam
 
 # The head of a queue with its messages, as Delivery takes them: high priority first (stored negated),
 # then publication order.
-_HEAD_COLUMNS = (f'q.id, q.sub_id, q.delivery_count, q.next_attempt_at, q.last_error, q.recv_time, m.id, m.msg_id, '
-                 f'm.topic_name, m.data, m.mime_type, m.priority, m.pub_time, m.expiration_time, m.publisher, '
-                 f'm.correl_id, m.in_reply_to, m.ext_client_id, m.has_gd, m.size, m.topic_id, m.ext_pub_time '
-                 f'FROM {QUEUE} q JOIN {MESSAGE} m ON m.id = q.message_id')
+_HEAD = ('q.id', 'q.sub_id', 'q.delivery_count', 'q.next_attempt_at', 'q.last_error', 'q.recv_time', 'm.id', 'm.msg_id',
+         'm.topic_name', 'm.data', 'm.mime_type', 'm.priority', 'm.pub_time', 'm.expiration_time', 'm.publisher',
+         'm.correl_id', 'm.in_reply_to', 'm.ext_client_id', 'm.has_gd', 'm.size', 'm.topic_id', 'm.ext_pub_time')
+_FROM = f'FROM {QUEUE} q JOIN {MESSAGE} m ON m.id = q.message_id'
+_HEAD_COLUMNS = f'{", ".join(_HEAD)} {_FROM}'
 _ORDER = 'ORDER BY q.priority, q.message_id LIMIT {p}'
+# The head and the count of its attempts in one PostgreSQL statement (one round trip): every part of a
+# statement sees the same snapshot, so the rows answered are as they were before the count.
+_TAKE_CTES = (f'h AS (SELECT {", ".join(f"{c} AS c{i}" for i, c in enumerate(_HEAD))}, q.priority AS o {_FROM} '
+              'WHERE q.sub_id = %s AND q.ack_id IS NULL {due}{skip}' + _ORDER.format(p='%s') + '), '
+              f'c AS (UPDATE {QUEUE} SET delivery_count = delivery_count + 1 WHERE id IN (SELECT c0 FROM h))')
+_TAKE = (f'WITH {_TAKE_CTES} SELECT {", ".join(f"c{i}" for i in range(len(_HEAD)))} FROM h ORDER BY o, c6'
+         .replace('{skip}', ''))
+# The same, with the last batch's acks and the lease's fence in the statement: the acked entries deleted
+# (and, as the head is read in the snapshot from before the delete, left out of it), the lease's version
+# (None when the owner does not hold it) in the first column of every row, and one row of NULLs after it
+# when the head is empty.
+_FENCED_TAKE = ('WITH f AS (SELECT version FROM conduit_lease WHERE name = %s AND owner = %s FOR KEY SHARE), '
+                f'a AS (DELETE FROM {QUEUE} WHERE id = ANY(%s::bigint[])), '
+                + _TAKE_CTES.replace('{skip}', 'AND q.id <> ALL(%s::bigint[]) ')
+                + f' SELECT (SELECT version FROM f), {", ".join(f"h.c{i}" for i in range(len(_HEAD)))} '
+                'FROM (SELECT 1) AS one LEFT JOIN h ON true ORDER BY h.o, h.c6')
 _SQL = {
     'sqlite': {
         'last_message_id': "SELECT seq FROM sqlite_sequence WHERE name = 'conduit_message'",
@@ -60,11 +77,50 @@ _SQL = {
         'head': f'SELECT {_HEAD_COLUMNS} WHERE q.sub_id = %s AND q.ack_id IS NULL ' + _ORDER.format(p='%s'),
         'head_due': f'SELECT {_HEAD_COLUMNS} WHERE q.sub_id = %s AND q.ack_id IS NULL AND q.next_attempt_at <= %s '
                     + _ORDER.format(p='%s'),
+        'take': _TAKE.format(due=''),
+        'take_due': _TAKE.format(due='AND q.next_attempt_at <= %s '),
+        'fenced_take': _FENCED_TAKE.format(due=''),
+        'fenced_take_due': _FENCED_TAKE.format(due='AND q.next_attempt_at <= %s '),
         'count': f'UPDATE {QUEUE} SET delivery_count = delivery_count + 1 WHERE id = ANY(%s)',
         'uncount': f'UPDATE {QUEUE} SET delivery_count = delivery_count - 1 WHERE id = ANY(%s)',
         'ack': f'DELETE FROM {QUEUE} WHERE id = ANY(%s)',
     },
 }
+
+
+# A whole publication batch on PostgreSQL in one statement, so one round trip: ids drawn from the message
+# sequence and numbered in increasing order (an id also orders a message within its priority), the
+# messages inserted with them, the queue entries inserted pointing at them by that number, and the
+# NOTIFY sent (at commit) from the same statement. The foreign key from an entry to its message is
+# checked at the end of the statement, when the message rows exist.
+_PG_PUBLISH_HEAD = (
+    f"WITH ids AS (SELECT row_number() OVER (ORDER BY id) AS n, id FROM (SELECT nextval(pg_get_serial_sequence("
+    f"'{MESSAGE}', 'id')) AS id FROM generate_series(1, %s)) AS s), "
+    f"msg AS (INSERT INTO {MESSAGE} ({', '.join(MESSAGE_COLUMNS)}) SELECT ids.id, "
+    + ', '.join(f'u.{c}' for c in MESSAGE_COLUMNS[1:])
+    + ' FROM unnest(' + ', '.join(f'%s::{_PG_TYPES[c]}[]' for c in MESSAGE_COLUMNS[1:])
+    + f") WITH ORDINALITY AS u({', '.join(MESSAGE_COLUMNS[1:])}, n) JOIN ids ON ids.n = u.n), "
+    f"ent AS (INSERT INTO {QUEUE} ({', '.join(ENTRY_COLUMNS)}) SELECT e.sub_id, ids.id, e.priority, 0.0, "
+    f"e.recv_time, 0, '' FROM unnest(%s::integer[], %s::bigint[], %s::integer[], %s::float8[]) "
+    f"AS e(sub_id, n, priority, recv_time) JOIN ids ON ids.n = e.n) ")
+_PG_PUBLISH = _PG_PUBLISH_HEAD + 'SELECT 1'
+_PG_PUBLISH_NOTIFY = _PG_PUBLISH_HEAD + 'SELECT pg_notify(%s, %s)'
+
+
+def publish_postgresql(conn: Connection, messages: list[tuple[Any, ...]],
+                       entries: list[tuple[int, int, int, float]], notify: tuple[str, str] | None) -> None:
+    """Insert messages and their queue entries, and NOTIFY, in one PostgreSQL statement.
+
+    messages: tuples in the order of MESSAGE_COLUMNS without the id (the statement draws the ids);
+    entries: (sub_id, the 1-based position of its message in messages, priority, recv_time).
+    """
+    params: list[Any] = [len(messages)]
+    params += [list(column) for column in zip(*messages, strict=True)]
+    params += [list(column) for column in zip(*entries, strict=True)] if entries else [[], [], [], []]
+    if notify is None:
+        conn.exec_driver_sql(_PG_PUBLISH, tuple(params))
+    else:
+        conn.exec_driver_sql(_PG_PUBLISH_NOTIFY, (*params, *notify))
 
 
 def _sqlite(conn: Connection) -> bool:
@@ -108,6 +164,31 @@ def head(conn: Connection, sub_id: int, limit: int, due_before: float | None) ->
     if due_before is None:
         return list(conn.exec_driver_sql(sql['head'], (sub_id, limit)).fetchall())
     return list(conn.exec_driver_sql(sql['head_due'], (sub_id, due_before, limit)).fetchall())
+
+
+def take(conn: Connection, sub_id: int, limit: int, due_before: float | None) -> list[tuple[Any, ...]]:
+    """head() and count_attempt() of its entries: the rows as they were before the count."""
+    if _sqlite(conn):
+        rows = head(conn, sub_id, limit, due_before)
+        if rows:
+            count_attempt(conn, [row[0] for row in rows])
+        return rows
+    sql = _SQL['postgresql']
+    if due_before is None:
+        return list(conn.exec_driver_sql(sql['take'], (sub_id, limit)).fetchall())
+    return list(conn.exec_driver_sql(sql['take_due'], (sub_id, due_before, limit)).fetchall())
+
+
+def fenced_take(conn: Connection, lease: str, owner: str, acked: list[int], sub_id: int, limit: int,
+                due_before: float | None) -> tuple[int | None, list[tuple[Any, ...]]]:
+    """Ack, then take() on PostgreSQL, with the lease's version read in the same statement: (version, rows)."""
+    sql = _SQL['postgresql']
+    if due_before is None:
+        result = conn.exec_driver_sql(sql['fenced_take'], (lease, owner, acked, sub_id, acked, limit)).fetchall()
+    else:
+        result = conn.exec_driver_sql(sql['fenced_take_due'],
+                                      (lease, owner, acked, sub_id, due_before, acked, limit)).fetchall()
+    return result[0][0], [tuple(row[1:]) for row in result if row[1] is not None]
 
 
 def _by_ids(conn: Connection, pg_name: str, sqlite_template: str, ids: list[int]) -> None:

@@ -152,7 +152,7 @@ def delete_subscription(conn: Connection, sub_id: int) -> None:
 
 
 def insert_publications(conn: Connection, pubs: list[Publication]) -> None:
-    """Store messages and their queue entries (one round trip per table).
+    """Store messages and their queue entries (on PostgreSQL one statement, on SQLite one per table).
 
     Must run in a write transaction (on SQLite: ``BEGIN IMMEDIATE``, as ``run_transaction`` does for
     writes): the message ids are taken first (see ``queue_sql.next_message_ids``) and the rows
@@ -160,6 +160,9 @@ def insert_publications(conn: Connection, pubs: list[Publication]) -> None:
     keep parameter order), and on PostgreSQL a multi-row VALUES whose text differs with every batch
     size, which psycopg must parse anew each time; both made inserting the publisher's main cost.
     """
+    if conn.dialect.name == 'postgresql':
+        _publish_postgresql(conn, pubs)
+        return
     ids = queue_sql.next_message_ids(conn, len(pubs))
     queue_sql.insert_messages(conn, [
         (message_id, p.msg_id, p.topic_id, p.topic_name, p.data, p.mime_type, p.priority, p.pub_time,
@@ -173,6 +176,23 @@ def insert_publications(conn: Connection, pubs: list[Publication]) -> None:
         notify_subscribers(conn, {e[0] for e in entries})
 
 
+def _publish_postgresql(conn: Connection, pubs: list[Publication]) -> None:
+    """insert_publications in one statement, and so one round trip (see queue_sql.publish_postgresql)."""
+    entries = [(sub_id, n, -p.priority, p.pub_time) for n, p in enumerate(pubs, 1) for sub_id in p.sub_ids]
+    queue_sql.publish_postgresql(conn, [
+        (p.msg_id, p.topic_id, p.topic_name, p.data, p.mime_type, p.priority, p.pub_time, p.expiration_time,
+         p.publisher, p.correl_id, p.in_reply_to, p.ext_client_id, p.has_gd, p.size, p.in_topic, p.ext_pub_time)
+        for p in pubs], entries, _notify_payload({e[0] for e in entries}))
+
+
+def _notify_payload(sub_ids: set[int]) -> tuple[str, str] | None:
+    """The channel and payload that tell other workers which queues got entries, or None for none."""
+    if not sub_ids:
+        return None
+    payload = ','.join(map(str, sorted(sub_ids)))
+    return NOTIFY_CHANNEL, payload if len(payload) <= MAX_NOTIFY_PAYLOAD else '*'
+
+
 #: PostgreSQL channel on which commits announce the subscriptions that got new queue entries.
 NOTIFY_CHANNEL = 'conduit_queue'
 
@@ -184,12 +204,9 @@ MAX_NOTIFY_PAYLOAD = 7000
 
 def notify_subscribers(conn: Connection, sub_ids: set[int]) -> None:
     """On PostgreSQL, tell other workers (at commit) which queues got entries; a no-op on SQLite."""
-    if not sub_ids or conn.dialect.name != 'postgresql':
-        return
-    payload = ','.join(map(str, sorted(sub_ids)))
-    if len(payload) > MAX_NOTIFY_PAYLOAD:
-        payload = '*'
-    conn.exec_driver_sql('SELECT pg_notify(%s, %s)', (NOTIFY_CHANNEL, payload))
+    notify = _notify_payload(sub_ids)
+    if notify is not None and conn.dialect.name == 'postgresql':
+        conn.exec_driver_sql('SELECT pg_notify(%s, %s)', notify)
 
 
 def topic_depth(conn: Connection, topic_id: int, has_gd: bool) -> int:
@@ -212,6 +229,14 @@ def fetch_batch(conn: Connection, sub_id: int, limit: int, due_before: float | N
     without it, the head whether due or not (strict order: the caller waits for it).
     """
     batch = [Delivery(*row) for row in queue_sql.head(conn, sub_id, limit, due_before)]
+    for d in batch:
+        d.has_gd = bool(d.has_gd)  # SQLite answers 0 or 1
+    return batch
+
+
+def take_batch(conn: Connection, sub_id: int, limit: int, due_before: float | None = None) -> list[Delivery]:
+    """fetch_batch, with the attempt of every entry taken counted (on PostgreSQL in the same statement)."""
+    batch = [Delivery(*row) for row in queue_sql.take(conn, sub_id, limit, due_before)]
     for d in batch:
         d.has_gd = bool(d.has_gd)  # SQLite answers 0 or 1
     return batch

@@ -5,8 +5,9 @@ from __future__ import annotations
 import gevent
 from sqlalchemy import select
 
-from runtime.db.models import Message
+from runtime.db.models import Message, QueueEntry
 from runtime.pubsub.group_commit import GroupCommitter
+from runtime.pubsub.registry import KIND_PULL
 from runtime.testing import make_settings
 
 
@@ -30,3 +31,26 @@ def test_concurrent_publishers_share_commits(runtime_factory, tmp_path, db_url, 
         assert set(conn.execute(select(Message.msg_id)).scalars()) == msg_ids, 'every acknowledged id is stored'
     assert sum(batches) == 200
     assert len(batches) < 50, f'{len(batches)} transactions for 200 concurrent publications: {batches}'
+
+
+def test_a_shared_commit_gives_every_message_its_own_queue_entries(runtime_factory, tmp_path, db_url):
+    # Many publications written together (on PostgreSQL one statement for messages, entries and NOTIFY):
+    # each queue entry points at its own message, and ids follow the order of the batch.
+    (tmp_path / 'rt').mkdir()
+    rt = runtime_factory(settings=make_settings(tmp_path / 'rt', db_url))
+    rt.catalog.create_topic('gc.fan')
+    rt.catalog.create_topic('gc.solo')
+    first = rt.catalog.subscribe('gc.fan', KIND_PULL, security='')
+    second = rt.catalog.subscribe('gc.*', KIND_PULL, security='')
+
+    def publish(n: int) -> str:
+        return rt.broker.publish('gc.fan' if n % 2 else 'gc.solo', {'n': n}, priority=1 + n % 9)
+    jobs = gevent.joinall([gevent.spawn(publish, n) for n in range(120)], raise_error=True)
+    with rt.engine.connect() as conn:
+        messages = {r.id: r for r in conn.execute(select(Message.id, Message.topic_name, Message.priority))}
+        entries = conn.execute(select(QueueEntry.sub_id, QueueEntry.message_id, QueueEntry.priority)).all()
+    assert len(messages) == len({g.value for g in jobs}) == 120
+    assert sorted(e.message_id for e in entries if e.sub_id == second.id) == sorted(messages)
+    assert sorted(e.message_id for e in entries if e.sub_id == first.id) == \
+        sorted(i for i, m in messages.items() if m.topic_name == 'gc.fan')
+    assert all(e.priority == -messages[e.message_id].priority for e in entries), 'an entry took another message'
