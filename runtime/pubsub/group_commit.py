@@ -128,7 +128,7 @@ class GroupCommitter:
         self._engine = engine
         #: The writer's connection between commits (PostgreSQL only: SQLite's transactions run in threads).
         self._held: Connection | None = None
-        self._hold_secs = 0.0 if is_sqlite(engine) else hold_secs
+        self._hold_secs = hold_secs if hold_secs > 0 and not is_sqlite(engine) else 0.0
         self._ack_linger = ack_linger
         #: Work of idle delivery loops whose queues the publications feed, to run in the same commit.
         self._claim = claim

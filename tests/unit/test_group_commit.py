@@ -57,6 +57,11 @@ def spawner() -> Iterator[Spawner]:
     made.stop()
 
 
+
+def _committer(*args: Any, **kwargs: Any) -> GroupCommitter:
+    """A committer whose every transaction goes through run_transaction (the fake): no held connection."""
+    return GroupCommitter(*args, hold_secs=0.0, **kwargs)
+
 def _pub(n: int) -> Publication:
     return Publication(msg_id=f'zpsm{n}', topic_id=1, topic_name='t', data='{}', mime_type='application/json',
                        priority=5, pub_time=0.0, expiration_time=1e12, publisher='', correl_id=None,
@@ -65,7 +70,7 @@ def _pub(n: int) -> Publication:
 
 def test_concurrent_submitters_share_transactions(writer: FakeWriter, spawner: Spawner) -> None:
     committed: list[list[str]] = []
-    committer = GroupCommitter(None, 1000, spawner.spawn, lambda pubs: committed.append([p.msg_id for p in pubs]))  # type: ignore[arg-type]
+    committer = _committer(None, 1000, spawner.spawn, lambda pubs: committed.append([p.msg_id for p in pubs]))  # type: ignore[arg-type]
     jobs = [gevent.spawn(committer.submit, _pub(n)) for n in range(100)]
     gevent.joinall(jobs, raise_error=True)
     assert sorted(m for t in writer.transactions for m in t) == sorted(f'zpsm{n}' for n in range(100))
@@ -74,14 +79,14 @@ def test_concurrent_submitters_share_transactions(writer: FakeWriter, spawner: S
 
 
 def test_max_batch_bounds_a_transaction(writer: FakeWriter, spawner: Spawner) -> None:
-    committer = GroupCommitter(None, 7, spawner.spawn, lambda pubs: None)  # type: ignore[arg-type]
+    committer = _committer(None, 7, spawner.spawn, lambda pubs: None)  # type: ignore[arg-type]
     gevent.joinall([gevent.spawn(committer.submit, _pub(n)) for n in range(30)], raise_error=True)
     assert max(len(t) for t in writer.transactions) <= 7
     assert sum(len(t) for t in writer.transactions) == 30
 
 
 def test_work_shares_the_transaction_after_the_publications(writer: FakeWriter, spawner: Spawner) -> None:
-    committer = GroupCommitter(None, 100, spawner.spawn, lambda pubs: None)  # type: ignore[arg-type]
+    committer = _committer(None, 100, spawner.spawn, lambda pubs: None)  # type: ignore[arg-type]
 
     def work(conn: list[Any]) -> int:
         conn.append('work')
@@ -102,7 +107,7 @@ def test_claims_of_idle_loops_ride_in_the_publications_commit(writer: FakeWriter
         asked.append([p.msg_id for p in pubs])
         return [(lambda conn: conn.append('cycle') or 'batch', claimed)]
 
-    committer = GroupCommitter(None, 100, spawner.spawn, lambda pubs: None, claim)  # type: ignore[arg-type]
+    committer = _committer(None, 100, spawner.spawn, lambda pubs: None, claim)  # type: ignore[arg-type]
     committer.submit(_pub(1))
     assert asked == [['zpsm1']]
     assert writer.transactions == [['zpsm1', 'cycle']]
@@ -111,7 +116,7 @@ def test_claims_of_idle_loops_ride_in_the_publications_commit(writer: FakeWriter
 
 def test_a_storage_error_fails_every_waiter_of_its_batch(writer: FakeWriter, spawner: Spawner) -> None:
     committed: list[Any] = []
-    committer = GroupCommitter(None, 100, spawner.spawn, committed.append)  # type: ignore[arg-type]
+    committer = _committer(None, 100, spawner.spawn, committed.append)  # type: ignore[arg-type]
     writer.fail = OperationalError('INSERT', {}, ConnectionRefusedError('database down'))
     jobs = [gevent.spawn(committer.submit, _pub(n)) for n in range(5)]
     jobs.append(gevent.spawn(committer.run, lambda conn: 'never'))
@@ -126,7 +131,7 @@ def test_a_storage_error_fails_every_waiter_of_its_batch(writer: FakeWriter, spa
 
 
 def test_any_other_error_reaches_every_waiter_as_itself(writer: FakeWriter, spawner: Spawner) -> None:
-    committer = GroupCommitter(None, 100, spawner.spawn, lambda pubs: None)  # type: ignore[arg-type]
+    committer = _committer(None, 100, spawner.spawn, lambda pubs: None)  # type: ignore[arg-type]
     writer.fail = RuntimeError('disk full')
     jobs = [gevent.spawn(committer.submit, _pub(n)) for n in range(3)]
     gevent.joinall(jobs)
@@ -134,7 +139,7 @@ def test_any_other_error_reaches_every_waiter_as_itself(writer: FakeWriter, spaw
 
 
 def test_a_failing_work_item_fails_only_its_own_waiter(writer: FakeWriter, spawner: Spawner) -> None:
-    committer = GroupCommitter(None, 100, spawner.spawn, lambda pubs: None)  # type: ignore[arg-type]
+    committer = _committer(None, 100, spawner.spawn, lambda pubs: None)  # type: ignore[arg-type]
 
     def bad(conn: list[Any]) -> None:
         conn.append('bad')
@@ -153,7 +158,7 @@ def test_a_failing_listener_is_logged_not_raised(writer: FakeWriter, spawner: Sp
     def listener(pubs: list[Publication]) -> None:
         raise RuntimeError('wake-up failed')
 
-    committer = GroupCommitter(None, 100, spawner.spawn, listener)  # type: ignore[arg-type]
+    committer = _committer(None, 100, spawner.spawn, listener)  # type: ignore[arg-type]
     committer.submit(_pub(1))
     committer.submit(_pub(2))
     assert writer.transactions == [['zpsm1'], ['zpsm2']]
