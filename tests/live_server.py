@@ -149,6 +149,13 @@ interval_secs = 0.2
         kwargs.setdefault('timeout', 10)
         return requests.request(method, self.url + path, **kwargs)
 
+    def admin_json(self, method: str, path: str, expected: int | None = None, **kwargs: Any) -> Any:
+        """An admin API call's JSON answer, its status asserted (expected, or any 2xx when None)."""
+        r = self.request(method, path, auth=self.admin, **kwargs)
+        ok = r.status_code == expected if expected is not None else r.status_code < 300
+        assert ok, f'{method} {path}: {r.status_code} {r.text}'
+        return r.json()
+
     def invoke(self, name: str, payload: Any = None) -> Any:
         """Invoke a service through the admin API; returns its response payload."""
         r = self.request('POST', f'/admin/services/{name}/invoke', json=payload, auth=self.admin)

@@ -4,10 +4,7 @@ a viewer sees no form.
 
 from __future__ import annotations
 
-from typing import Any
-
 from tests.dashboard.polling import wait_until
-from tests.live_server import LiveServer
 
 MODULE = b'''
 from runtime import Service
@@ -20,11 +17,6 @@ class Uploaded(Service):
         self.response.payload = {'hello': 'from the dashboard'}
 '''
 
-
-def _admin(server: LiveServer, method: str, path: str, **kwargs: Any) -> Any:
-    r = server.request(method, path, auth=server.admin, **kwargs)
-    assert r.status_code < 300, r.text
-    return r.json()
 
 
 def test_upload_a_module_and_undeploy_it(dash_server, dash_page, browser_errors) -> None:
@@ -64,7 +56,7 @@ def test_upload_a_module_and_undeploy_it(dash_server, dash_page, browser_errors)
 
 
 def test_viewer_sees_the_history_and_no_form(dash_server, dash_page) -> None:
-    _admin(dash_server, 'POST', '/admin/deploy', json={'file_name': 'seen_mod.py', 'source': MODULE.decode()})
+    dash_server.admin_json('POST', '/admin/deploy', json={'file_name': 'seen_mod.py', 'source': MODULE.decode()})
     viewer = dash_page(dash_server, 'viewer')
     viewer.goto('/dashboard/deployments')
     viewer.wait_for_selector('#deployments-table tbody tr >> text=seen_mod')

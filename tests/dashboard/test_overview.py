@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from tests.dashboard.conftest import PHONE
 from tests.dashboard.polling import wait_until
 from tests.live_server import LiveServer
@@ -29,22 +27,17 @@ class Sink(Service):
 '''
 
 
-def _admin(server: LiveServer, method: str, path: str, **kwargs: Any) -> Any:
-    r = server.request(method, path, auth=server.admin, **kwargs)
-    assert r.status_code < 300, r.text
-    return r.json()
-
 
 def _publish(server: LiveServer, topic: str, n: int) -> None:
     for i in range(n):
-        _admin(server, 'POST', '/admin/publish', json={'topic': topic, 'data': {'i': i}})
+        server.admin_json('POST', '/admin/publish', json={'topic': topic, 'data': {'i': i}})
 
 
 def test_overview_shows_workers_totals_rates_and_deepest_queues(dash_server_factory, dash_page) -> None:
     server = dash_server_factory(extra_config=FAST)
-    _admin(server, 'POST', '/admin/deploy', json={'file_name': 'overview_mod.py', 'source': MODULE})
-    _admin(server, 'POST', '/admin/topics', json={'name': 'overview.backlog'})
-    sub = _admin(server, 'POST', '/admin/subscriptions', json={'topic': 'overview.backlog', 'kind': 'service',
+    server.admin_json('POST', '/admin/deploy', json={'file_name': 'overview_mod.py', 'source': MODULE})
+    server.admin_json('POST', '/admin/topics', json={'name': 'overview.backlog'})
+    sub = server.admin_json('POST', '/admin/subscriptions', json={'topic': 'overview.backlog', 'kind': 'service',
                                                                'service': 'overview.sink', 'is_active': False})
     sub_id = sub['subscription']['id']
     _publish(server, 'overview.backlog', 3)

@@ -83,9 +83,8 @@ class Worker(Service):
 
 
 def _admin(server: LiveServer, method: str, path: str, expected: int = 200, **kwargs: Any) -> Any:
-    r = server.request(method, path, auth=server.admin, **kwargs)
-    assert r.status_code == expected, f'{method} {path}: {r.status_code} {r.text}'
-    return r.json()
+    """An admin call whose status must be exactly expected (200 unless said)."""
+    return server.admin_json(method, path, expected, **kwargs)
 
 
 def _records(out: Path) -> list[dict[str, Any]]:

@@ -4,8 +4,6 @@ and output, what uses it, and the invoke form (admins only).
 
 from __future__ import annotations
 
-from typing import Any
-
 from tests.dashboard.polling import wait_until
 from tests.live_server import LiveServer
 
@@ -38,18 +36,13 @@ class Other(Service):
 '''
 
 
-def _admin(server: LiveServer, method: str, path: str, **kwargs: Any) -> Any:
-    r = server.request(method, path, auth=server.admin, **kwargs)
-    assert r.status_code < 300, r.text
-    return r.json()
-
 
 def _deploy(server: LiveServer) -> None:
-    _admin(server, 'POST', '/admin/deploy', json={'file_name': 'pages_mod.py', 'source': MODULE})
-    _admin(server, 'POST', '/admin/channels', json={'name': 'greet-ch', 'service': 'pages.greet',
+    server.admin_json('POST', '/admin/deploy', json={'file_name': 'pages_mod.py', 'source': MODULE})
+    server.admin_json('POST', '/admin/channels', json={'name': 'greet-ch', 'service': 'pages.greet',
                                                     'url_path': '/greet'})
-    _admin(server, 'POST', '/admin/topics', json={'name': 'greetings'})
-    _admin(server, 'POST', '/admin/subscriptions', json={'topic': 'greetings', 'kind': 'service',
+    server.admin_json('POST', '/admin/topics', json={'name': 'greetings'})
+    server.admin_json('POST', '/admin/subscriptions', json={'topic': 'greetings', 'kind': 'service',
                                                          'service': 'pages.greet'})
     server.invoke('pages.greet', {'who': 'warm-up'})
 
