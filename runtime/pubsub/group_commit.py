@@ -33,6 +33,11 @@ On PostgreSQL the writer keeps its connection between commits while work keeps c
 the server first (a round trip), which for one sequential publisher was one round trip in eight.
 A commit that fails gives its connection back (the next one is checked out, and so pinged, anew),
 so a database outage is still answered with StorageUnavailable and a restarted server recovered from.
+
+On PostgreSQL, a commit whose work is all single statements (``StatementWork``: a loop's fenced take,
+early acks) is sent with its publications as one query, BEGIN to COMMIT: one round trip per commit
+(``runtime.pubsub.one_trip``). If the server refuses a statement of it, nothing was stored, and the
+commit is written again the ordinary way, which isolates the item at fault as above.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import gevent
+import psycopg
 from gevent.event import AsyncResult
 from gevent.queue import Empty, Queue
 from sqlalchemy import Connection, Engine
@@ -52,7 +58,9 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from runtime.db.blocking import run_transaction
 from runtime.db.engine import is_sqlite
 from runtime.errors import StorageUnavailable
-from runtime.pubsub.statements import Publication, insert_publications
+from runtime.pubsub import one_trip
+from runtime.pubsub.one_trip import StatementWork
+from runtime.pubsub.statements import Publication, insert_publications, publication_statement
 
 _log = logging.getLogger(__name__)
 
@@ -257,6 +265,12 @@ class GroupCommitter:
         return works
 
     def _commit(self, pubs: list[_Item], works: list[_Item]) -> None:
+        if self._hold_secs > 0 and all(isinstance(work, StatementWork) for work, _ in works):
+            try:
+                self._commit_in_one_trip(pubs, works)
+                return
+            except one_trip.Refused as e:  # nothing was stored: the ordinary way below finds the item at fault
+                _log.info('a one-trip commit was refused (%s); writing it statement by statement', e)
         while True:
             try:
                 values = self._transaction(functools.partial(self._write_all, pubs=pubs, works=works))
@@ -281,11 +295,56 @@ class GroupCommitter:
                     result.set_exception(e)
                 return
             break
+        self._committed(pubs, works, values)
+
+    def _commit_in_one_trip(self, pubs: list[_Item], works: list[_Item]) -> None:
+        """Publications and single-statement works in one query, BEGIN to COMMIT (Refused: nothing stored)."""
+        statements = [publication_statement([p for p, _ in pubs])] if pubs else []  # type: ignore[misc]
+        statements += [(work.sql, work.params) for work, _ in works]  # type: ignore[union-attr]
+        if self._held is None:
+            self._held = self._engine.connect()
+        try:
+            raw = self._held.connection.dbapi_connection
+            rows = one_trip.run(raw, statements)  # type: ignore[arg-type]
+        except one_trip.Refused:
+            raise
+        except BaseException as e:
+            # Whether it committed is unknown: the connection is not used again, and nobody is told of a store.
+            held, self._held = self._held, None
+            try:
+                held.invalidate()
+                held.close()
+            except Exception:
+                _log.exception('dropping the group commit\'s connection failed')
+            if isinstance(e, psycopg.OperationalError):
+                _log.error('storing %d publication(s) failed: %s', len(pubs), e.__class__.__name__)
+                error: BaseException = StorageUnavailable(
+                    f'storage unavailable, nothing was stored: {e.__class__.__name__}')
+            elif isinstance(e, Exception):
+                _log.exception('storing %d publication(s) failed', len(pubs))
+                error = e
+            else:
+                raise
+            for _, result in pubs + works:
+                result.set_exception(error)
+            return
+        values: list[Any] = []
+        for (work, result), answer in zip(works, rows[1:] if pubs else rows, strict=True):
+            try:
+                values.append(work.finish(answer, None))  # type: ignore[union-attr]
+            except Exception as e:  # it stored nothing (see StatementWork): only its waiter hears of it
+                result.set_exception(e)
+                values.append(None)
+        self._committed(pubs, works, values)
+
+    def _committed(self, pubs: list[_Item], works: list[_Item], values: list[Any]) -> None:
+        """A commit is durable: wake its waiters (those not failed already) and the subscribers."""
         self.commits += 1
         for _, result in pubs:
             result.set(None)
         for (_, result), value in zip(works, values, strict=True):
-            result.set(value)
+            if not result.ready():
+                result.set(value)
         if pubs:
             try:
                 self._on_committed([p for p, _ in pubs])  # type: ignore[misc]

@@ -9,10 +9,13 @@ Acks of messages a loop has finished can also be written ahead of the rest of th
 ``FencedQueue`` is one loop's view of the backend: each of its transactions first checks that the
 loop's lease is still held at the version the loop took it with (``runtime.pubsub.leases.check_fence``),
 so that a loop that lost its lease retries and dead-letters nothing (``LeaseLost``). On PostgreSQL a
-cycle whose settlement holds only acks is one statement (``queue_sql.fenced_take``): the fence, the
-acks and the next batch with its attempts counted — one round trip where there were four. Early acks are
-not fenced: they ride in commits shared with other loops, which one loop's lost lease must not fail,
-and each is of a message whose handler has finished, so storing it is never wrong.
+cycle whose settlement holds only acks is one statement (``queue_sql.fenced_take_statement``): the
+fence, the acks and the next batch with its attempts counted — one round trip where there were four.
+That statement changes nothing unless the lease is held, so it is handed to the group committer as a
+``StatementWork``, which it may send with the rest of its commit in one round trip
+(``runtime.pubsub.one_trip``); early acks likewise. Early acks are not fenced: they ride in commits
+shared with other loops, which one loop's lost lease must not fail, and each is of a message whose
+handler has finished, so storing it is never wrong.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from runtime.errors import LeaseLost
 from runtime.pubsub import queue_sql, statements
 from runtime.pubsub.dead_letters import DeadLetterer, Moves
 from runtime.pubsub.leases import Fence, check_fence
+from runtime.pubsub.one_trip import StatementWork
 from runtime.pubsub.statements import Delivery, Settlement
 
 T = TypeVar('T')
@@ -82,11 +86,14 @@ class SqlQueueBackend:
         earliest entry is due (None for an empty queue). check, when given, runs first; fence, when
         given, is checked like ``check_fence`` (with no settlement, on PostgreSQL, in the take's statement).
         """
+        if check is None and fence is not None and _acks_only(settlement) and self._engine.dialect.name == 'postgresql':
+            # Nothing to dead-letter: the cycle is one statement, which the group committer may send in one trip.
+            return self._write(_fenced_take_work(fence, settlement.acked if settlement else [], sub_id, limit,
+                                                 due_before))
         return self._dead_letterer.run(self._write, lambda conn, moves: _cycle(conn, moves, sub_id, settlement,
                                                                               limit, due_before, check, fence))
 
-    @staticmethod
-    def cycle_work(sub_id: int, settlement: Settlement | None, limit: int, due_before: float | None,
+    def cycle_work(self, sub_id: int, settlement: Settlement | None, limit: int, due_before: float | None,
                    check: Check | None = None,
                    fence: Fence | None = None) -> Callable[[Connection], tuple[list[Delivery], float | None]]:
         """What ``cycle`` does, as work to run in a transaction of the caller's.
@@ -96,6 +103,8 @@ class SqlQueueBackend:
         """
         if settlement is not None and settlement.dead:
             raise ValueError('a cycle run in another transaction cannot dead-letter: settle first')
+        if check is None and fence is not None and _acks_only(settlement) and self._engine.dialect.name == 'postgresql':
+            return _fenced_take_work(fence, settlement.acked if settlement else [], sub_id, limit, due_before)
         return lambda conn: _cycle(conn, Moves(), sub_id, settlement, limit, due_before, check, fence)
 
     def settle(self, settlement: Settlement, check: Check | None = None) -> None:
@@ -120,11 +129,16 @@ class SqlQueueBackend:
             ids = take()
             if not ids:
                 return None
-            settlement = Settlement(ids, [], [], [])
-            return (lambda conn: apply_settlement(conn, settlement, Moves()),
-                    lambda error: written(ids, error))
+            return self._ack_work(ids), lambda error: written(ids, error)
         self.nudge(ready)
         return True
+
+    def _ack_work(self, ids: list[int]) -> Callable[[Connection], None]:
+        if self._engine.dialect.name == 'postgresql':
+            sql, params = queue_sql.ack_statement(ids)
+            return StatementWork(sql, params, lambda _rows, _conn: None)
+        settlement = Settlement(ids, [], [], [])
+        return lambda conn: apply_settlement(conn, settlement, Moves())
 
 
 class FencedQueue:
@@ -157,31 +171,44 @@ class FencedQueue:
         self._backend.settle(settlement, self._check)
 
 
+def _acks_only(settlement: Settlement | None) -> bool:
+    return settlement is None or not (settlement.retries or settlement.dead or settlement.uncount)
+
+
 def _cycle(conn: Connection, moves: Moves, sub_id: int, settlement: Settlement | None, limit: int,
            due_before: float | None, check: Check | None = None,
            fence: Fence | None = None) -> tuple[list[Delivery], float | None]:
     if check is not None:
         check(conn)
-    acks_only = settlement is None or not (settlement.retries or settlement.dead or settlement.uncount)
-    if fence is not None and acks_only and conn.dialect.name == 'postgresql':
+    if fence is not None and _acks_only(settlement) and conn.dialect.name == 'postgresql':
         # Fence, acks and take in one statement: a lost lease still refuses the whole transaction.
-        batch = _fenced_take(conn, fence, settlement.acked if settlement else [], sub_id, limit, due_before)
-    else:
-        if fence is not None:
-            check_fence(conn, fence)
-        if settlement is not None:
-            apply_settlement(conn, settlement, moves)
-        batch = statements.take_batch(conn, sub_id, limit, due_before)
-    if batch:
+        return _fenced_take_work(fence, settlement.acked if settlement else [], sub_id, limit, due_before)(conn)
+    if fence is not None:
+        check_fence(conn, fence)
+    if settlement is not None:
+        apply_settlement(conn, settlement, moves)
+    batch = statements.take_batch(conn, sub_id, limit, due_before)
+    return _with_due(conn, batch, sub_id, due_before)
+
+
+def _with_due(conn: Connection, batch: list[Delivery], sub_id: int,
+              due_before: float | None) -> tuple[list[Delivery], float | None]:
+    """The batch, and when it is empty when the queue's earliest entry is due (None for an empty queue)."""
+    if batch or due_before is None:
+        # Taking the head regardless of due times, an empty batch means an empty queue.
         return batch, None
-    # Taking the head regardless of due times, an empty batch means an empty queue.
-    return batch, (statements.next_due(conn, sub_id) if due_before is not None else None)
+    return batch, statements.next_due(conn, sub_id)
 
 
-def _fenced_take(conn: Connection, fence: Fence, acked: list[int], sub_id: int, limit: int,
-                 due_before: float | None) -> list[Delivery]:
+def _fenced_take_work(fence: Fence, acked: list[int], sub_id: int, limit: int,
+                      due_before: float | None) -> StatementWork[tuple[list[Delivery], float | None]]:
     """check_fence, the acks and statements.take_batch in one PostgreSQL statement: one round trip, not three."""
-    version, rows = queue_sql.fenced_take(conn, fence.name, fence.owner, acked, sub_id, limit, due_before)
-    if version != fence.version:
-        raise LeaseLost(fence.name, fence.version, version)
-    return [Delivery(*row) for row in rows]
+    sql, params = queue_sql.fenced_take_statement(fence.name, fence.owner, fence.version, acked, sub_id, limit,
+                                                  due_before)
+
+    def finish(rows: list[tuple[Any, ...]], _conn: Connection | None) -> tuple[list[Delivery], float | None]:
+        version, due, head = queue_sql.fenced_rows(rows)
+        if version != fence.version:  # the statement stored nothing; run alone, its transaction is refused too
+            raise LeaseLost(fence.name, fence.version, version)
+        return [Delivery(*row) for row in head], due
+    return StatementWork(sql, params, finish)

@@ -177,9 +177,15 @@ def insert_publications(conn: Connection, pubs: list[Publication]) -> None:
 
 
 def _publish_postgresql(conn: Connection, pubs: list[Publication]) -> None:
-    """insert_publications in one statement, and so one round trip (see queue_sql.publish_postgresql)."""
+    """insert_publications in one statement, and so one round trip (see queue_sql.publish_statement)."""
+    sql, params = publication_statement(pubs)
+    conn.exec_driver_sql(sql, params)
+
+
+def publication_statement(pubs: list[Publication]) -> tuple[str, tuple[Any, ...]]:
+    """insert_publications on PostgreSQL as one statement to run: (sql, params)."""
     entries = [(sub_id, n, -p.priority, p.pub_time) for n, p in enumerate(pubs, 1) for sub_id in p.sub_ids]
-    queue_sql.publish_postgresql(conn, [
+    return queue_sql.publish_statement([
         (p.msg_id, p.topic_id, p.topic_name, p.data, p.mime_type, p.priority, p.pub_time, p.expiration_time,
          p.publisher, p.correl_id, p.in_reply_to, p.ext_client_id, p.has_gd, p.size, p.in_topic, p.ext_pub_time)
         for p in pubs], entries, _notify_payload({e[0] for e in entries}))
