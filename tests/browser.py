@@ -32,6 +32,8 @@ from typing import Any
 import requests
 import websocket
 
+from tests import apt
+
 #: Where Debian's chromium package puts the browser.
 CHROMIUM = '/usr/bin/chromium'
 
@@ -48,18 +50,9 @@ class BrowserError(RuntimeError):
 
 def ensure_chromium(binary: str = CHROMIUM) -> str:
     """The browser's path, installing Debian's chromium package first when it is missing."""
-    if os.access(binary, os.X_OK):
-        return binary
-    apt = shutil.which('apt-get')
-    if apt is None:
-        raise BrowserError(f'{binary} is missing and there is no apt-get to install it (apt-get install chromium)')
-    env = {**os.environ, 'DEBIAN_FRONTEND': 'noninteractive'}
-    for args in ([apt, 'update', '-qq'], [apt, 'install', '-y', '-qq', 'chromium']):
-        proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900, check=False)
-        if proc.returncode != 0:
-            raise BrowserError(f'{" ".join(args)} failed ({proc.returncode}): {proc.stderr[-2000:]}')
-    if not os.access(binary, os.X_OK):
-        raise BrowserError(f'apt-get install chromium succeeded but {binary} is still missing')
+    failed = apt.install(['chromium'], lambda: os.access(binary, os.X_OK))
+    if failed:
+        raise BrowserError(f'{binary} is missing and could not be installed: {failed}')
     return binary
 
 

@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests import apt
+
 if TYPE_CHECKING:
     from runtime.files.sftp import SftpParams
 
@@ -66,29 +68,10 @@ def _skip_or_fail(reason: str) -> None:
 
 def ensure_sshd() -> None:
     """Install openssh-server when sshd is missing; fail (CI) or skip the test when that cannot be done."""
-    if os.path.exists(SSHD) and os.path.exists(SSH_KEYGEN):
-        return
-    if os.geteuid() != 0:
-        _skip_or_fail(f'{SSHD} is missing and only root may install openssh-server')
-    env = dict(os.environ, DEBIAN_FRONTEND='noninteractive')
-    install = ['apt-get', 'install', '-y', '--no-install-recommends', 'openssh-server']
-    reason = ''
-    for step in ([install], [['apt-get', 'update'], install]):
-        ok = True
-        for command in step:
-            try:
-                done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_SECS,
-                                      stdin=subprocess.DEVNULL)
-            except (OSError, subprocess.TimeoutExpired) as e:
-                _skip_or_fail(f'{" ".join(command)} could not run: {e}')
-            if done.returncode != 0:
-                ok = False
-                last = done.stderr.strip().splitlines()[-1:] or ['no output']
-                reason = f'{" ".join(command)} failed: {last[0]}'
-                break
-        if ok and os.path.exists(SSHD):
-            return
-    _skip_or_fail(reason if not ok else f'{SSHD} is still missing after installing openssh-server')
+    failed = apt.install(['openssh-server'], lambda: os.path.exists(SSHD) and os.path.exists(SSH_KEYGEN),
+                         recommends=False)
+    if failed:
+        _skip_or_fail(failed)
 
 
 def _free_port() -> int:

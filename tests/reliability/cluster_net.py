@@ -24,6 +24,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests import apt
+
 #: One file per net in use, named by its tag, holding the pid of the process that made it.
 MARKERS = Path('/run/conduit-test-net')
 
@@ -41,16 +43,9 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 def ensure_iproute2() -> None:
     """Install Debian's iproute2 if `ip` is missing (the tests run as root)."""
-    if shutil.which('ip'):
-        return
-    if os.geteuid() != 0 or not shutil.which('apt-get'):
-        raise NetUnavailable('`ip` (iproute2) is missing and cannot be installed here')
-    for step in (['install'], ['update'], ['install']):  # the package lists may be empty in a fresh container
-        subprocess.run(['apt-get', *step, '-y', '-qq', *(['iproute2'] if step == ['install'] else [])],
-                       capture_output=True, timeout=300, check=False)
-        if shutil.which('ip'):
-            return
-    raise NetUnavailable('`ip` (iproute2) is missing and `apt-get install iproute2` did not install it')
+    failed = apt.install(['iproute2'], lambda: shutil.which('ip') is not None)
+    if failed:
+        raise NetUnavailable(f'`ip` (iproute2) is missing and could not be installed: {failed}')
 
 
 def check_netns() -> None:
