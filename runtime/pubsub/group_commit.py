@@ -301,22 +301,17 @@ class GroupCommitter:
         """Publications and single-statement works in one query, BEGIN to COMMIT (Refused: nothing stored)."""
         statements = [publication_statement([p for p, _ in pubs])] if pubs else []  # type: ignore[misc]
         statements += [(work.sql, work.params) for work, _ in works]  # type: ignore[union-attr]
-        if self._held is None:
-            self._held = self._engine.connect()
         try:
+            if self._held is None:
+                self._held = self._engine.connect()
             raw = self._held.connection.dbapi_connection
             rows = one_trip.run(raw, statements)  # type: ignore[arg-type]
         except one_trip.Refused:
             raise
         except BaseException as e:
             # Whether it committed is unknown: the connection is not used again, and nobody is told of a store.
-            held, self._held = self._held, None
-            try:
-                held.invalidate()
-                held.close()
-            except Exception:
-                _log.exception('dropping the group commit\'s connection failed')
-            if isinstance(e, psycopg.OperationalError):
+            self._drop_held()
+            if isinstance(e, (psycopg.Error, DBAPIError)):
                 _log.error('storing %d publication(s) failed: %s', len(pubs), e.__class__.__name__)
                 error: BaseException = StorageUnavailable(
                     f'storage unavailable, nothing was stored: {e.__class__.__name__}')
@@ -336,6 +331,17 @@ class GroupCommitter:
                 result.set_exception(e)
                 values.append(None)
         self._committed(pubs, works, values)
+
+    def _drop_held(self) -> None:
+        """Close the held connection for good (not back to the pool): its state is not known."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        try:
+            held.invalidate()
+            held.close()
+        except Exception:
+            _log.exception('dropping the group commit\'s connection failed')
 
     def _committed(self, pubs: list[_Item], works: list[_Item], values: list[Any]) -> None:
         """A commit is durable: wake its waiters (those not failed already) and the subscribers."""

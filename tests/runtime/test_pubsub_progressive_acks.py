@@ -133,15 +133,18 @@ def test_without_blocking_the_messages_after_a_failure_are_acked_while_it_waits(
 def test_an_ack_whose_commit_failed_is_stored_with_the_next_settlement_not_delivered_again(
         rt: TestRuntime, recorder: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
     sub = _paused(rt, 'acks.retry')
-    apply = queue_backend.apply_settlement
+    ack_work = queue_backend.SqlQueueBackend._ack_work
     failed: list[list[int]] = []
 
-    def failing_once(conn: Any, settlement: Any, moves: Any) -> None:
-        if not failed and settlement.acked and not settlement.retries and not settlement.uncount:
-            failed.append(list(settlement.acked))
+    def failing_once(backend: Any, ids: list[int]) -> Any:
+        if failed:
+            return ack_work(backend, ids)
+        failed.append(list(ids))
+
+        def fail(conn: Any) -> None:
             raise RuntimeError('this ack cannot be written now')
-        apply(conn, settlement, moves)
-    monkeypatch.setattr(queue_backend, 'apply_settlement', failing_once)
+        return fail
+    monkeypatch.setattr(queue_backend.SqlQueueBackend, '_ack_work', failing_once)
     for data in ('first', 'hold', 'third'):
         rt.broker.publish('acks.retry', data)
     rt.catalog.set_active(sub.sub_key, True)
