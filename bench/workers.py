@@ -207,6 +207,8 @@ def measure(backend: str, workers: int, sinks: int, publishers: int, count: int,
                 result['rates'].append(count // workers * workers / elapsed)
                 result['worker_cpu_us'].append((_cpu(pids) - cpu0) / count * 1e6)
                 result['db_cpu_us'].append((_cpu(db_pids) - db0) / count * 1e6)
+                print(f"  round {r + 1}: {result['rates'][-1]:,.0f} msg/s, CPU per message: workers "
+                      f"{result['worker_cpu_us'][-1]:.0f} µs, database {result['db_cpu_us'][-1]:.0f} µs", flush=True)
             return result
         finally:
             for proc in procs:

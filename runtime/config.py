@@ -216,6 +216,10 @@ class PubSubSection:
     #: How often a worker looks for messages other processes queued.
     poll_interval_secs: float = 0.05
     sweep_interval_secs: float = 30.0
+    #: On PostgreSQL, how often a worker looks whether the queue table needs vacuuming (0: leave it to autovacuum).
+    queue_vacuum_secs: float = 1.0
+    #: Dead rows in the queue table past which it is vacuumed (each delivered message leaves one).
+    queue_vacuum_dead_rows: int = 1000
     #: Publications past a topic's max depth are appended here (one JSON line each).
     overflow_dir: str = 'var/overflow'
     #: Cap of one topic's overflow log, in bytes; past it a publication is refused with 503.
@@ -517,6 +521,12 @@ def load_settings(path: Path | str | None = None, env: dict[str, str] | None = N
     if not 0 <= settings.database.dead_client_secs <= 3600:
         raise ConfigError('[database] dead_client_secs', f'must be 0 (off) or up to 3600 seconds, '
                                                          f'not {settings.database.dead_client_secs!r}')
+    if not (settings.pubsub.queue_vacuum_secs == 0 or 0.1 <= settings.pubsub.queue_vacuum_secs <= 3600):
+        raise ConfigError('[pubsub] queue_vacuum_secs', f'must be 0 (off) or 0.1 to 3600 seconds, '
+                                                        f'not {settings.pubsub.queue_vacuum_secs!r}')
+    if not settings.pubsub.queue_vacuum_dead_rows >= 1:
+        raise ConfigError('[pubsub] queue_vacuum_dead_rows',
+                          f'must be at least 1, not {settings.pubsub.queue_vacuum_dead_rows!r}')
     ft = settings.file_transfer
     if not ft.claim_timeout_secs >= 1:
         raise ConfigError('[file_transfer] claim_timeout_secs', f'must be at least 1, not {ft.claim_timeout_secs!r}')

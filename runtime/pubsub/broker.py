@@ -54,6 +54,7 @@ from runtime.pubsub.limits import OverflowLog, QueueDepths, TopicDepths, within_
 from runtime.pubsub.message import MSG_ID_PREFIX, MsgId, Publication
 from runtime.pubsub.observers import Observers
 from runtime.pubsub.queue_backend import FencedQueue, SqlQueueBackend
+from runtime.pubsub.queue_vacuum import QueueVacuum
 from runtime.pubsub.registry import Registry, SubInfo, TopicInfo, aliased_service
 from runtime.pubsub.subscribers.base import Context, Subscriber
 from runtime.pubsub.sweeper import SWEEPER_LEASE, Sweeper
@@ -122,6 +123,8 @@ class Broker:
                                settings.sweep_interval_secs, lambda: self.leases.owns(SWEEPER_LEASE),
                                observers=self.observers, lease_ttl_secs=settings.lease_ttl_secs,
                                changed=self.reload)
+        #: On PostgreSQL, vacuums the queue table once enough of it is dead (see runtime.pubsub.queue_vacuum).
+        self.queue_vacuum = QueueVacuum(engine, settings.queue_vacuum_secs, settings.queue_vacuum_dead_rows)
         #: Topic and subscription administration.
         self.catalog = Catalog(engine, settings, lambda: self.registry, self.subscribers, self.reload,
                                self.wakeups.poll_once)
@@ -158,6 +161,8 @@ class Broker:
                 self._spawn(self.wakeups.listen, name='pubsub-listener')
             self._spawn(self.wakeups.poll_forever, name='pubsub-poller')
             self._spawn(self.sweeper.run, name='pubsub-sweeper')
+            if self.queue_vacuum.enabled:
+                self._spawn(self.queue_vacuum.run, name='pubsub-queue-vacuum')
 
     def stop(self) -> None:
         """Stop delivering and hand the leases back so another worker takes over at once."""

@@ -303,3 +303,12 @@ def test_dead_client_secs_out_of_range_is_an_error_naming_the_key(tmp_path: Path
     with pytest.raises(ConfigError) as e:
         load(tmp_path, f'[database]\ndead_client_secs = {value}\n')
     assert '[database] dead_client_secs' in str(e.value)
+
+
+@pytest.mark.parametrize('key, value', [('queue_vacuum_secs', '-1'), ('queue_vacuum_secs', '0.01'),
+                                        ('queue_vacuum_secs', 'nan'), ('queue_vacuum_secs', '1e9'),
+                                        ('queue_vacuum_dead_rows', '0'), ('queue_vacuum_dead_rows', '-5')])
+def test_queue_vacuum_settings_out_of_range_are_an_error_naming_the_key(tmp_path: Path, key: str, value: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load(tmp_path, f'[pubsub]\n{key} = {value}\n')
+    assert f'[pubsub] {key}' in str(e.value)
