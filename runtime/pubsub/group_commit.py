@@ -69,6 +69,9 @@ T = TypeVar('T')
 #: How long a commit that would hold nothing but acks waits for other writes to share it.
 ACK_LINGER_SECS = 0.01
 
+#: Most message data a one-trip commit carries: its text is quoted into the query, a copy or two of it.
+ONE_TRIP_MAX_BYTES = 16 * 1024 * 1024
+
 #: How long the writer keeps its PostgreSQL connection with nothing to write before giving it back.
 HOLD_SECS = 1.0
 
@@ -265,7 +268,8 @@ class GroupCommitter:
         return works
 
     def _commit(self, pubs: list[_Item], works: list[_Item]) -> None:
-        if self._hold_secs > 0 and all(isinstance(work, StatementWork) for work, _ in works):
+        if self._hold_secs > 0 and all(isinstance(work, StatementWork) for work, _ in works) and \
+                sum(p.size for p, _ in pubs) <= ONE_TRIP_MAX_BYTES:  # type: ignore[union-attr]
             try:
                 self._commit_in_one_trip(pubs, works)
                 return
@@ -299,7 +303,10 @@ class GroupCommitter:
 
     def _commit_in_one_trip(self, pubs: list[_Item], works: list[_Item]) -> None:
         """Publications and single-statement works in one query, BEGIN to COMMIT (Refused: nothing stored)."""
-        statements = [publication_statement([p for p, _ in pubs])] if pubs else []  # type: ignore[misc]
+        try:
+            statements = [publication_statement([p for p, _ in pubs])] if pubs else []  # type: ignore[misc]
+        except Exception as e:  # data the JSON codec refuses: the ordinary way fails the batch's publishers
+            raise one_trip.Refused(f'the publications could not be encoded: {type(e).__name__}') from e
         statements += [(work.sql, work.params) for work, _ in works]  # type: ignore[union-attr]
         try:
             if self._held is None:

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine
 
 from runtime.db.blocking import run_transaction
+from runtime.db.engine import is_sqlite
 from runtime.errors import LeaseLost
 from runtime.pubsub import queue_sql, statements
 from runtime.pubsub.dead_letters import DeadLetterer, Moves
@@ -86,10 +87,9 @@ class SqlQueueBackend:
         earliest entry is due (None for an empty queue). check, when given, runs first; fence, when
         given, is checked like ``check_fence`` (with no settlement, on PostgreSQL, in the take's statement).
         """
-        if check is None and fence is not None and _acks_only(settlement) and self._engine.dialect.name == 'postgresql':
-            # Nothing to dead-letter: the cycle is one statement, which the group committer may send in one trip.
-            return self._write(_fenced_take_work(fence, settlement.acked if settlement else [], sub_id, limit,
-                                                 due_before))
+        one = self._one_statement(sub_id, settlement, limit, due_before, check, fence)
+        if one is not None:  # nothing to dead-letter: the group committer may send it in one trip
+            return self._write(one)
         return self._dead_letterer.run(self._write, lambda conn, moves: _cycle(conn, moves, sub_id, settlement,
                                                                               limit, due_before, check, fence))
 
@@ -103,9 +103,17 @@ class SqlQueueBackend:
         """
         if settlement is not None and settlement.dead:
             raise ValueError('a cycle run in another transaction cannot dead-letter: settle first')
-        if check is None and fence is not None and _acks_only(settlement) and self._engine.dialect.name == 'postgresql':
-            return _fenced_take_work(fence, settlement.acked if settlement else [], sub_id, limit, due_before)
+        one = self._one_statement(sub_id, settlement, limit, due_before, check, fence)
+        if one is not None:
+            return one
         return lambda conn: _cycle(conn, Moves(), sub_id, settlement, limit, due_before, check, fence)
+
+    def _one_statement(self, sub_id: int, settlement: Settlement | None, limit: int, due_before: float | None,
+                       check: Check | None, fence: Fence | None) -> StatementWork[Any] | None:
+        """The cycle as one statement (PostgreSQL, fenced, acks only), or None when it takes more."""
+        if check is not None or fence is None or not _acks_only(settlement) or is_sqlite(self._engine):
+            return None
+        return _fenced_take_work(fence, settlement.acked if settlement else [], sub_id, limit, due_before)
 
     def settle(self, settlement: Settlement, check: Check | None = None) -> None:
         """Store a batch's outcomes on their own (check, when given, first)."""

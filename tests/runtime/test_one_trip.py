@@ -250,3 +250,36 @@ def test_a_drained_queue_in_one_trip_commits_waits_for_work_instead_of_looking_a
     before = committer.commits
     gevent.sleep(1.0)
     assert committer.commits - before <= 1, f'{committer.commits - before} commits in 1 s of an idle queue'
+
+
+def test_publications_a_trip_cannot_encode_are_written_the_ordinary_way(
+        rt: TestRuntime, recorder: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Building the trip happens in the writer greenlet: an error there must not end it.
+    from runtime.pubsub import group_commit
+
+    def refusing(pubs: list) -> tuple:
+        raise TypeError('str is not valid UTF-8: surrogates not allowed')
+    monkeypatch.setattr(group_commit, 'publication_statement', refusing)
+    rt.broker.publish('trip.sink', {'n': 1})
+    monkeypatch.undo()
+    rt.broker.publish('trip.sink', {'n': 2})
+    recorder.wait_for('got', 2, TIMEOUT)
+    assert sorted(p['n'] for p in recorder['got']) == [1, 2]
+
+
+def test_a_commit_of_much_data_is_written_the_ordinary_way(rt: TestRuntime, recorder: Recorder,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from runtime.pubsub import group_commit
+    trips = []
+    original = one_trip.run
+
+    def counting(raw: psycopg.Connection, statements: list) -> list:
+        trips.append(len(statements))
+        return original(raw, statements)
+    monkeypatch.setattr(one_trip, 'run', counting)
+    monkeypatch.setattr(group_commit, 'ONE_TRIP_MAX_BYTES', 1000)
+    rt.broker.publish('trip.sink', {'n': 1, 'text': 'x' * 2000})
+    recorder.wait_for('got', 1, TIMEOUT)
+    wait_until(lambda: _queued(rt.engine) == 0, TIMEOUT, message='the ack stored')
+    assert recorder['got'][0]['text'] == 'x' * 2000
+    assert all(n == 1 for n in trips), 'the publication went in a trip of its own'
