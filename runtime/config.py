@@ -228,6 +228,8 @@ class PubSubSection:
     max_pull_chars: int = 10_000_000
     #: Most publications one group commit writes.
     group_commit_max: int = 1000
+    #: PostgreSQL: send a commit of publications, takes and acks as one query (one round trip); off, one per statement.
+    one_trip_commits: bool = True
     #: Status codes of the REST pub/sub API: "zato" (Zato 4.1's: 401 for a missing permission or
     #: subscription, 200 for unsubscribing when not subscribed) or "http" (403, 404 and 404).
     rest_status_codes: str = 'zato'

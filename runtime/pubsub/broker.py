@@ -150,7 +150,7 @@ class Broker:
         self.reload()
         self.wakeups.start()
         self._committer = GroupCommitter(self.engine, self.settings.group_commit_max, self._spawn, self._committed,
-                                         self._claim_loops)
+                                         self._claim_loops, one_trip=self.settings.one_trip_commits)
         self._backend.writer = self._committer.run
         self._backend.nudge = self._committer.nudge
         self.observers.emit('on_start')

@@ -135,8 +135,11 @@ class GroupCommitter:
     def __init__(self, engine: Engine, max_batch: int, spawn: Callable[..., gevent.Greenlet],
                  on_committed: Callable[[list[Publication]], None],
                  claim: Callable[[list[Publication]], list[tuple[Callable[[Connection], Any], AsyncResult]]]
-                 | None = None, ack_linger: float = ACK_LINGER_SECS, hold_secs: float = HOLD_SECS) -> None:
+                 | None = None, ack_linger: float = ACK_LINGER_SECS, hold_secs: float = HOLD_SECS,
+                 one_trip: bool = True) -> None:
         self._engine = engine
+        #: Whether commits of single statements go in one round trip (PostgreSQL, holding its connection).
+        self._one_trip = one_trip
         #: The writer's connection between commits (PostgreSQL only: SQLite's transactions run in threads).
         self._held: Connection | None = None
         self._hold_secs = hold_secs if hold_secs > 0 and not is_sqlite(engine) else 0.0
@@ -268,7 +271,7 @@ class GroupCommitter:
         return works
 
     def _commit(self, pubs: list[_Item], works: list[_Item]) -> None:
-        if self._hold_secs > 0 and all(isinstance(work, StatementWork) for work, _ in works) and \
+        if self._one_trip and self._hold_secs > 0 and all(isinstance(work, StatementWork) for work, _ in works) and \
                 sum(p.size for p, _ in pubs) <= ONE_TRIP_MAX_BYTES:  # type: ignore[union-attr]
             try:
                 self._commit_in_one_trip(pubs, works)

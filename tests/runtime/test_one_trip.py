@@ -283,3 +283,19 @@ def test_a_commit_of_much_data_is_written_the_ordinary_way(rt: TestRuntime, reco
     wait_until(lambda: _queued(rt.engine) == 0, TIMEOUT, message='the ack stored')
     assert recorder['got'][0]['text'] == 'x' * 2000
     assert all(n == 1 for n in trips), 'the publication went in a trip of its own'
+
+
+def test_with_one_trip_commits_off_every_statement_goes_on_its_own(
+        db_url: str, tmp_path: Path, runtime_factory: Callable[..., TestRuntime], recorder: Recorder,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    trips = []
+    monkeypatch.setattr(one_trip, 'run', lambda raw, statements: trips.append(statements))
+    (tmp_path / 'off').mkdir()
+    settings = make_settings(tmp_path / 'off', db_url)
+    settings.pubsub.one_trip_commits = False
+    rt = runtime_factory(*recorder.bind_all([Sink]), settings=settings)
+    for n in range(5):
+        rt.broker.publish('trip.sink', {'n': n})
+    recorder.wait_for('got', 5, TIMEOUT)
+    wait_until(lambda: _queued(rt.engine) == 0, TIMEOUT, message='every ack stored')
+    assert trips == []

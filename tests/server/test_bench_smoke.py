@@ -30,6 +30,7 @@ SMALL = {
     'websockets.py': ['--quick'],
     'file_transfer.py': ['--quick'],
     'dashboard.py': ['--quick', '--requests', '2'],
+    'workers.py': ['--workers', '1,2', '--sinks', '4', '--publishers', '4', '--count', '200', '--rounds', '1'],
 }
 
 
