@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from gevent.lock import Semaphore
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
@@ -54,6 +55,8 @@ class Catalog:
         self._subscribers = subscribers
         self._changed = changed
         self._subscribed = subscribed
+        #: One implicit topic made at a time in this worker (see ensure_service_topic).
+        self._ensuring = Semaphore()
 
     # Topics
 
@@ -77,6 +80,17 @@ class Catalog:
     def ensure_service_topic(self, service: str) -> TopicInfo:
         """The implicit topic of a service and its subscription, made on first use."""
         name = service_topic_name(service)
+        registry = self._registry()
+        topic = registry.topic(name)
+        if topic is not None and registry.service_subscription(service) is not None:
+            return topic
+        # Publishers that find the service's topic missing at the same moment wait for the first, and then
+        # find what it made: two of them, each in a transaction of its own, made two subscriptions (seen
+        # with ten publishing greenlets on PostgreSQL), and every message was delivered twice.
+        with self._ensuring:
+            return self._ensure_service_topic(service, name)
+
+    def _ensure_service_topic(self, service: str, name: str) -> TopicInfo:
         registry = self._registry()
         topic = registry.topic(name)
         if topic is not None and registry.service_subscription(service) is not None:
