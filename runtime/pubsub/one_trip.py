@@ -22,6 +22,7 @@ serves both.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import weakref
 from collections.abc import Callable, Sequence
@@ -123,14 +124,20 @@ def _bind(cursor: psycopg.ClientCursor, prepared: set[str],
     """The PREPAREs a trip needs first, its EXECUTEs with their arguments quoted, and the names it prepares."""
     prepare, execute, names = [], [], set()
     for sql, params in statements:
-        name = 'conduit_trip_' + hashlib.sha1(sql.encode()).hexdigest()[:20]
+        name, numbered = _prepared_form(sql)
         if name not in prepared and name not in names:
-            pieces = sql.split('%s')
-            if any('%' in piece for piece in pieces):
-                raise ValueError('a statement of a trip may hold no % but its %s placeholders')
-            prepare.append(f'PREPARE {name} AS ' + ''.join(
-                piece + (f'${n}' if n < len(pieces) else '') for n, piece in enumerate(pieces, 1)))
+            prepare.append(f'PREPARE {name} AS {numbered}')
             names.add(name)
         execute.append(cursor.mogrify(f'EXECUTE {name}(' + ', '.join(['%s'] * len(params)) + ')', tuple(params))
                        if params else f'EXECUTE {name}')
     return prepare, execute, names
+
+
+@functools.lru_cache(maxsize=256)
+def _prepared_form(sql: str) -> tuple[str, str]:
+    """A statement's name and its text with $n placeholders, worked out once per text (the texts are few)."""
+    pieces = sql.split('%s')
+    if any('%' in piece for piece in pieces):
+        raise ValueError('a statement of a trip may hold no % but its %s placeholders')
+    numbered = ''.join(piece + (f'${n}' if n < len(pieces) else '') for n, piece in enumerate(pieces, 1))
+    return 'conduit_trip_' + hashlib.sha1(sql.encode()).hexdigest()[:20], numbered

@@ -117,6 +117,18 @@ def test_a_lost_link_is_raised_as_itself_and_the_connection_is_closed(raw: psyco
 # Through the group committer
 
 
+def _count_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of statements of every trip from now on (the trips still run)."""
+    trips: list[int] = []
+    original = one_trip.run
+
+    def counting(raw: psycopg.Connection, statements: list) -> list:
+        trips.append(len(statements))
+        return original(raw, statements)
+    monkeypatch.setattr(one_trip, 'run', counting)
+    return trips
+
+
 class Sink(Service):
     """Records what it is given."""
 
@@ -133,20 +145,12 @@ def rt(db_url: str, tmp_path: Path, runtime_factory: Callable[..., TestRuntime],
     return runtime_factory(*recorder.bind_all([Sink]), settings=make_settings(tmp_path / 'rt', db_url))
 
 
-def test_hostile_messages_are_stored_and_delivered_exactly(rt: TestRuntime, recorder: Recorder) -> None:
-    trips = []
-    original = one_trip.run
-
-    def counting(raw: psycopg.Connection, statements: list) -> list:
-        trips.append(len(statements))
-        return original(raw, statements)
-    one_trip.run = counting
-    try:
-        for n, text in enumerate(HOSTILE):
-            rt.broker.publish('trip.sink', {'n': n, 'text': text, text[:50]: text[:50]})
-        recorder.wait_for('got', len(HOSTILE), TIMEOUT)
-    finally:
-        one_trip.run = original
+def test_hostile_messages_are_stored_and_delivered_exactly(rt: TestRuntime, recorder: Recorder,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    trips = _count_trips(monkeypatch)
+    for n, text in enumerate(HOSTILE):
+        rt.broker.publish('trip.sink', {'n': n, 'text': text, text[:50]: text[:50]})
+    recorder.wait_for('got', len(HOSTILE), TIMEOUT)
     got = sorted(recorder['got'], key=lambda p: p['n'])
     assert [p['text'] for p in got] == HOSTILE
     assert all(p[p['text'][:50]] == p['text'][:50] for p in got)
@@ -270,13 +274,7 @@ def test_publications_a_trip_cannot_encode_are_written_the_ordinary_way(
 def test_a_commit_of_much_data_is_written_the_ordinary_way(rt: TestRuntime, recorder: Recorder,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     from runtime.pubsub import group_commit
-    trips = []
-    original = one_trip.run
-
-    def counting(raw: psycopg.Connection, statements: list) -> list:
-        trips.append(len(statements))
-        return original(raw, statements)
-    monkeypatch.setattr(one_trip, 'run', counting)
+    trips = _count_trips(monkeypatch)
     monkeypatch.setattr(group_commit, 'ONE_TRIP_MAX_BYTES', 1000)
     rt.broker.publish('trip.sink', {'n': 1, 'text': 'x' * 2000})
     recorder.wait_for('got', 1, TIMEOUT)
