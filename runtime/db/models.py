@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -120,10 +120,17 @@ class Topic(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
+#: Which subscriptions are a service's implicit one to its own topic (made by Catalog.ensure_service_topic).
+IMPLICIT_SUBSCRIPTION = "kind = 'service' AND origin = 'service'"
+
+
 class Subscription(Base):
     """A subscriber's subscription to a topic or a pattern, owning one queue."""
 
     __tablename__ = 'conduit_subscription'
+    # One implicit subscription per service (to its own topic), however many publishers make it at once.
+    __table_args__ = (Index('ix_conduit_subscription_implicit', 'service', unique=True,
+                            postgresql_where=text(IMPLICIT_SUBSCRIPTION), sqlite_where=text(IMPLICIT_SUBSCRIPTION)),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     sub_key: Mapped[str] = mapped_column(String(64), unique=True)

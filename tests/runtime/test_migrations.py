@@ -9,7 +9,9 @@ from sqlalchemy import insert, select
 
 from runtime.db.engine import make_engine
 from runtime.db.migrate import alembic_config, upgrade
-from runtime.db.models import Base, SyncState
+from runtime.db.models import Base, DeadLetter, Lease, QueueEntry, Subscription, SyncState
+from runtime.pubsub import statements
+from runtime.pubsub.registry import KIND_SERVICE, service_topic_name
 
 
 def test_migrations_match_models(db_url):
@@ -37,5 +39,36 @@ def test_upgrade_twice_is_harmless(db_url):
             assert first == ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
             assert conn.execute(select(SyncState.version).where(SyncState.key == 'kept')).scalar_one() == 7
+    finally:
+        engine.dispose()
+
+
+def test_duplicate_implicit_subscriptions_are_merged_before_the_unique_index(db_url):
+    """0013: a service's duplicate implicit subscriptions (an earlier race) become one; no waiting message is lost."""
+    engine = make_engine(db_url, pool_size=1)
+    try:
+        upgrade(engine, '0012')
+        with engine.begin() as conn:
+            name = service_topic_name('svc')
+            statements.create_topic(conn, name, {'has_gd': True}, is_service_topic=True, origin='service')
+            kept, dup = (statements.create_subscription(conn, statements.load_topics(conn), name, KIND_SERVICE,
+                                                        service='svc', origin='service')[0] for _ in range(2))
+            # The user's own subscription of the service to its topic is not an implicit one: it stays.
+            own = statements.create_subscription(conn, statements.load_topics(conn), name, KIND_SERVICE,
+                                                 service='svc', origin='api')[0]
+            for sub_id, message_id in ((kept, 1), (kept, 2), (dup, 2), (dup, 3), (own, 1)):
+                conn.execute(insert(QueueEntry).values(sub_id=sub_id, message_id=message_id, priority=-5,
+                                                       recv_time=1.0))
+            conn.execute(insert(DeadLetter).values(sub_id=dup, message_id=9, delivery_count=5, last_error='boom',
+                                                   reason='max_attempts', dead_at=1.0))
+            conn.execute(insert(Lease).values(name=f'pubsub:sub:{dup}', owner='w1', expires_at=1.0))
+        upgrade(engine)
+        with engine.connect() as conn:
+            subs = set(conn.execute(select(Subscription.id).where(Subscription.service == 'svc')).scalars())
+            assert subs == {kept, own}
+            entries = sorted(conn.execute(select(QueueEntry.sub_id, QueueEntry.message_id)).all())
+            assert entries == sorted([(kept, 1), (kept, 2), (kept, 3), (own, 1)])
+            assert conn.execute(select(DeadLetter.sub_id)).scalars().all() == [kept]
+            assert conn.execute(select(Lease.name)).scalars().all() == []
     finally:
         engine.dispose()

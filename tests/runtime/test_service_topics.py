@@ -6,9 +6,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import gevent
-from sqlalchemy import func, select
+import pytest
+from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy.exc import IntegrityError
 
+from runtime.db.blocking import run_transaction
 from runtime.db.models import Subscription
+from runtime.pubsub import statements
+from runtime.pubsub.registry import KIND_SERVICE, Registry, service_topic_name
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings
 
@@ -30,3 +35,64 @@ def test_concurrent_first_publications_to_a_service_make_one_subscription(
     with rt.engine.connect() as conn:
         counts = dict(conn.execute(select(Subscription.service, func.count()).group_by(Subscription.service)).all())
     assert counts == {sink.name: 1 for sink in sinks}
+
+
+def _implicit_subscriptions(engine: Engine, service: str) -> list[int]:
+    with engine.connect() as conn:
+        return list(conn.execute(select(Subscription.id).where(Subscription.service == service,
+                                                               Subscription.origin == 'service')).scalars())
+
+
+def test_a_second_implicit_subscription_of_a_service_is_refused_by_the_database(
+        db_url: str, tmp_path: Path, runtime_factory: Callable[..., TestRuntime]) -> None:
+    # Two workers (or servers) that both found the subscription missing could each insert one; the
+    # in-process lock cannot stop that, the unique index does.
+    (tmp_path / 'rt').mkdir()
+    sink = _sink(0)
+    rt = runtime_factory(sink, settings=make_settings(tmp_path / 'rt', db_url))
+    rt.broker.publish(sink.name, {'n': 1})
+    name = service_topic_name(sink.name)
+
+    def another(conn: Connection) -> None:
+        statements.create_subscription(conn, statements.load_topics(conn), name, KIND_SERVICE, service=sink.name,
+                                       origin='service')
+    with pytest.raises(IntegrityError):
+        run_transaction(rt.engine, another)
+    # A subscription made through the API for the same service and topic is the user's own, and allowed.
+    rt.broker.catalog.subscribe(name, KIND_SERVICE, service=sink.name)
+    assert len(_implicit_subscriptions(rt.engine, sink.name)) == 1
+
+
+def test_a_worker_that_loses_the_race_uses_the_winners_subscription(
+        db_url: str, tmp_path: Path, runtime_factory: Callable[..., TestRuntime],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / 'rt').mkdir()
+    sink = _sink(1)
+    rt = runtime_factory(sink, settings=make_settings(tmp_path / 'rt', db_url))
+    name = service_topic_name(sink.name)
+
+    def winner(conn: Connection) -> None:
+        # Another worker's transaction, committed without telling this one (no sync bump).
+        statements.create_topic(conn, name, {'has_gd': True}, is_service_topic=True, origin='service')
+        statements.create_subscription(conn, statements.load_topics(conn), name, KIND_SERVICE, service=sink.name,
+                                       origin='service')
+    run_transaction(rt.engine, winner)
+    [won] = _implicit_subscriptions(rt.engine, sink.name)
+    # This worker's transaction read the subscriptions just before the winner committed.
+    real_load = statements.load_registry
+    calls = 0
+
+    def stale(conn: Connection, settings: object) -> object:
+        nonlocal calls
+        calls += 1
+        registry = real_load(conn, settings)  # type: ignore[arg-type]
+        if calls > 1:
+            return registry
+        return Registry(list(registry.topics.values()),
+                        [s for s in registry.subs.values() if s.service != sink.name])
+    monkeypatch.setattr(statements, 'load_registry', stale)
+    rt.broker.catalog.ensure_service_topic(sink.name)
+    monkeypatch.undo()
+    assert _implicit_subscriptions(rt.engine, sink.name) == [won]
+    assert rt.broker.registry.service_subscription(sink.name).id == won  # type: ignore[union-attr]
+    rt.broker.publish(sink.name, {'n': 2})
