@@ -13,13 +13,15 @@ their duration, which is fine for the short statements the runtime issues. Long 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import sqlite3
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from runtime.datafiles import create_private_file, private_dir
 from runtime.errors import ConfigError
@@ -134,7 +136,22 @@ def _setup_sqlite(engine: Engine, synchronous: str, busy_timeout_ms: int) -> Non
     @event.listens_for(engine, 'begin')
     def _on_begin(conn: Connection) -> None:
         immediate = conn.get_execution_options().get('sqlite_immediate', False)
-        conn.exec_driver_sql('BEGIN IMMEDIATE' if immediate else 'BEGIN')
+        sqlite_execute(conn, 'BEGIN IMMEDIATE' if immediate else 'BEGIN')
+
+
+def sqlite_execute(conn: Connection, sql: str, params: Sequence[Any] = (), many: bool = False) -> sqlite3.Cursor:
+    """One statement on the transaction's own sqlite3 connection, failing with SQLAlchemy's exceptions.
+
+    For the statements every message runs: ``exec_driver_sql`` sets up SQLAlchemy's result on every
+    call, which for the 22 columns of a queue's head took 85 µs here against 7 µs for sqlite3 alone.
+    """
+    raw = conn.connection.driver_connection
+    try:
+        return raw.executemany(sql, params) if many else raw.execute(sql, params)  # type: ignore[union-attr]
+    except sqlite3.Error as e:
+        # As SQLAlchemy itself would raise it (IntegrityError, OperationalError, ...), parameters hidden.
+        raise DBAPIError.instance(sql, params, e, sqlite3.Error, hide_parameters=True, dialect=conn.dialect,
+                                  ismulti=many) from e
 
 
 @contextmanager

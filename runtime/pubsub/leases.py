@@ -55,6 +55,7 @@ from sqlalchemy import Connection, Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from runtime.db.blocking import run_transaction
+from runtime.db.engine import sqlite_execute
 from runtime.db.models import Lease
 from runtime.errors import LeaseLost
 
@@ -93,8 +94,12 @@ class Fence(NamedTuple):
 
 def check_fence(conn: Connection, fence: Fence) -> None:
     """LeaseLost unless fence's owner still holds the lease at fence's version (checked in conn's transaction)."""
-    sql = _CHECK_SQL['sqlite' if conn.dialect.name == 'sqlite' else 'postgresql']
-    version = conn.exec_driver_sql(sql, (fence.name, fence.owner)).scalar()
+    if conn.dialect.name == 'sqlite':
+        # Runs in every commit that takes from a queue: sqlite3's own cursor (see sqlite_execute).
+        row = sqlite_execute(conn, _CHECK_SQL['sqlite'], (fence.name, fence.owner)).fetchone()
+        version = None if row is None else row[0]
+    else:
+        version = conn.exec_driver_sql(_CHECK_SQL['postgresql'], (fence.name, fence.owner)).scalar()
     if version != fence.version:
         raise LeaseLost(fence.name, fence.version, version)
 
