@@ -17,6 +17,7 @@ from gevent import monkey
 monkey.patch_all()
 
 import argparse  # noqa: E402
+import resource  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -95,9 +96,15 @@ def _queue_empty(rt: TestRuntime) -> bool:
         return statements.queue_depth(conn, sub.id) == 0
 
 
-def one_round(rt: TestRuntime, count: int, publishers: int, timeout: float) -> float:
-    """msg/s of one round, end to end."""
+def _cpu_secs() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def one_round(rt: TestRuntime, count: int, publishers: int, timeout: float) -> tuple[float, float]:
+    """msg/s of one round, end to end, and the process's CPU per message (µs): publishers, worker and driver."""
     COUNTER.reset(count)
+    cpu = _cpu_secs()
     started = time.perf_counter()
     _publish_all(rt, count, publishers)
     if not COUNTER.done.wait(timeout):
@@ -105,13 +112,14 @@ def one_round(rt: TestRuntime, count: int, publishers: int, timeout: float) -> f
     while not _queue_empty(rt):
         gevent.sleep(0.001)
     elapsed = time.perf_counter() - started
+    cpu = _cpu_secs() - cpu
     if COUNTER.seen != count:
         raise RuntimeError(f'{COUNTER.seen} handler calls for {count} messages')
-    return count / elapsed
+    return count / elapsed, cpu / count * 1e6
 
 
-def measure(backend: str, publishers: int, count: int, rounds: int) -> list[float]:
-    """Rates of several rounds against one fresh database."""
+def measure(backend: str, publishers: int, count: int, rounds: int) -> list[tuple[float, float]]:
+    """(msg/s, CPU µs per message) of several rounds against one fresh database."""
     with tempfile.TemporaryDirectory(prefix='conduit-bench-') as tmp, common.database(backend, Path(tmp)) as url:
         rt = TestRuntime(make_settings(Path(tmp), url))
         rt.start(watch=False)
@@ -143,10 +151,12 @@ def main(argv: list[str] | None = None) -> None:
     for backend in args.backends.split(','):
         for publishers in (int(p) for p in args.publishers.split(',')):
             count = args.seq_count if publishers == 1 else args.count
-            rates = measure(backend, publishers, count, args.rounds)
+            measured = measure(backend, publishers, count, args.rounds)
+            rates, cpu = [rate for rate, _ in measured], [us for _, us in measured]
             rows.append({'system': 'conduit', 'broker': backend, 'publishers': publishers, 'count': count,
-                         'rates': rates})
-            print(f'{backend} publishers={publishers}: {common.fmt_stats(rates)} msg/s', flush=True)
+                         'rates': rates, 'cpu_us_per_message': cpu})
+            print(f'{backend} publishers={publishers}: {common.fmt_stats(rates)} msg/s, '
+                  f'CPU {common.fmt_stats(cpu)} µs per message', flush=True)
     if args.no_write:
         return
     write(rows, args)
@@ -166,17 +176,21 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     lines = ['## Conduit: durable service→service messaging, end to end '
              '(targets: 50 publishers ≥ 10,000 msg/s on SQLite, ≥ 8,000 on PostgreSQL; one sequential publisher '
              '≥ 2,500 on SQLite, ≥ 1,000 on PostgreSQL)', '',
-             '| backend | publishers | msg/s min / median / max | messages per round | target |',
-             '|---|---|---|---|---|']
+             '| backend | publishers | msg/s min / median / max | CPU µs per message | messages per round | target |',
+             '|---|---|---|---|---|---|']
     summary = []
     for row in rows:
         median = common.stats(row['rates'])[1]
         target, floor = _target(row['broker'], row['publishers'] == 1)
         lines.append(f"| {row['broker']} | {row['publishers']} | {common.fmt_stats(row['rates'])} | "
-                     f"{row['count']:,} | {target} |")
+                     f"{common.fmt_stats(row['cpu_us_per_message'])} | {row['count']:,} | {target} |")
         summary.append({'figure': f"durable service→service, {row['broker']}, {row['publishers']} publisher(s)",
                         'target': target, 'measured': f'{common.fmt(median)} msg/s (median)',
                         'met': median >= floor})
+        if row['broker'] == 'sqlite' and row['publishers'] > 1:
+            cpu = common.stats(row['cpu_us_per_message'])[1]
+            summary.append({'figure': f"process CPU per message, sqlite, {row['publishers']} publishers",
+                            'target': '≤ 50 µs', 'measured': f'{common.fmt(cpu)} µs (median)', 'met': cpu <= 50})
     cmd = common.command_line('throughput.py', [f'--backends {args.backends}', f'--publishers {args.publishers}',
                                                 f'--count {args.count}', f'--seq-count {args.seq_count}',
                                                 f'--rounds {args.rounds}'])
@@ -186,7 +200,9 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
               '`bench.sink` (GD, SQLite `synchronous=FULL`). A sequential publisher waits for the commit of '
               'each message before it publishes the next, so its rate is bounded by one durable commit (and '
               'one fsync) per message; concurrent publishers share commits (group commit), and the delivery '
-              'loop\'s acks ride in the same commits.', '', f'Command: `{cmd}`']
+              'loop\'s acks ride in the same commits. CPU per message is the whole process\'s (user and system, '
+              'from getrusage) over the round: publishers, worker and database driver; the database server\'s '
+              'own is not in it.', '', f'Command: `{cmd}`']
     common.write_result(NAME, '\n'.join(lines), {'rows': rows, 'summary': summary})
 
 
