@@ -54,3 +54,13 @@ def test_a_database_locked_by_another_writer_is_sqlalchemys_operational_error(en
         other.close()
     with transaction(engine, write=True) as conn:
         queue_sql.ack(conn, [1])
+
+
+def test_a_statement_outside_a_transaction_begins_one_as_sqlalchemy_would(engine: Engine) -> None:
+    # Without it, sqlite3 (in autocommit: the runtime emits BEGIN itself) would have stored the row at once.
+    with engine.connect() as conn:
+        queue_sql.insert_messages(conn, [_message(1, 'm-1')])
+        assert conn.in_transaction()
+        conn.rollback()
+    with transaction(engine) as conn:
+        assert queue_sql.next_message_ids(conn, 1) == range(1, 2)  # nothing was stored

@@ -21,6 +21,8 @@ down_revision = '0012'
 branch_labels = None
 depends_on = None
 
+# runtime.db.models.IMPLICIT_SUBSCRIPTION as it is at this revision: a migration keeps its own copy, since
+# the models change after it.
 IMPLICIT = "kind = 'service' AND origin = 'service'"
 
 
