@@ -1,10 +1,11 @@
 """Where the time of a publish→handler goes: every statement, commit and shared transaction, timed.
 
 Runs one round of ``bench/latency.py`` (same services, same open-loop schedule) with SQLAlchemy's
-cursor events and the dialect's commit wrapped in timers, and prints per kind of statement how
-many ran and their median time, the commits, the shared transactions of the group committer and a
-round trip of ``SELECT 1`` for scale. The timers add a few µs per statement; use the figures to
-compare parts with each other, and ``bench/latency.py`` for the latency itself. It writes nothing.
+cursor events, the statements SQLite runs on sqlite3's own cursor and the dialect's commit wrapped
+in timers, and prints per kind of statement how many ran and their median time, the commits, the
+shared transactions of the group committer and a round trip of ``SELECT 1`` for scale. The timers
+add a few µs per statement; use the figures to compare parts with each other, and
+``bench/latency.py`` for the latency itself. It writes nothing.
 
     .venv/bin/python bench/latency_profile.py [--backend postgresql] [--rate 100] [--seconds 5] [--warmup 1]
 """
@@ -26,6 +27,7 @@ from sqlalchemy import Engine, event  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common, latency  # noqa: E402
+from runtime.db import engine as db_engine  # noqa: E402
 from runtime.pubsub import group_commit  # noqa: E402
 from runtime.testing import TestRuntime, make_settings, wait_until  # noqa: E402
 
@@ -58,8 +60,19 @@ class Timings:
             self.commits.append((time.perf_counter() - t) * 1000)
         dialect.do_commit = timed_commit  # type: ignore[method-assign]
 
-        commit = group_commit.GroupCommitter._commit
         timings = self
+        # On SQLite the statements every message runs go to sqlite3's own cursor, past SQLAlchemy's events.
+        on_driver = db_engine._on_driver
+
+        def timed_on_driver(conn: Any, sql: str, *args: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return on_driver(conn, sql, *args)
+            finally:
+                timings.statements[_kind(sql)].append((time.perf_counter() - t) * 1000)
+        db_engine._on_driver = timed_on_driver  # type: ignore[assignment]
+
+        commit = group_commit.GroupCommitter._commit
 
         def timed_transaction(committer: group_commit.GroupCommitter, pubs: list, works: list) -> None:
             t = time.perf_counter()
@@ -73,7 +86,11 @@ class Timings:
     def _after(self, conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         started = self._started.pop(id(conn), None)
         if started is not None:
-            self.statements[' '.join(statement.split()[:4])[:70]].append((time.perf_counter() - started) * 1000)
+            self.statements[_kind(statement)].append((time.perf_counter() - started) * 1000)
+
+
+def _kind(statement: str) -> str:
+    return ' '.join(statement.split()[:4])[:70]
 
 
 def _median(values: list[float]) -> float:
