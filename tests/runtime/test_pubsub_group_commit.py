@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import gevent
-from sqlalchemy import select
+import pytest
+from sqlalchemy import event, select
 
 from runtime.db.models import Message, QueueEntry
 from runtime.pubsub.registry import KIND_PULL
@@ -48,3 +49,28 @@ def test_a_shared_commit_gives_every_message_its_own_queue_entries(runtime_facto
     assert sorted(e.message_id for e in entries if e.sub_id == first.id) == \
         sorted(i for i, m in messages.items() if m.topic_name == 'gc.fan')
     assert all(e.priority == -messages[e.message_id].priority for e in entries), 'an entry took another message'
+
+
+def test_the_writer_keeps_its_postgresql_connection_between_commits(runtime_factory, tmp_path, db_url):
+    # A sequential publisher pays one commit per message; each checkout from the pool pings the server first.
+    if db_url.startswith('sqlite'):
+        pytest.skip('on SQLite the writer checks a connection out for each commit (its transactions run in threads)')
+    (tmp_path / 'rt').mkdir()
+    rt = runtime_factory(settings=make_settings(tmp_path / 'rt', db_url))
+    rt.catalog.create_topic('gc.seq')
+    committer = rt.broker.committer
+    rt.broker.publish('gc.seq', {'n': -1})  # the writer takes its connection
+    writer_checkouts = []
+
+    def on_checkout(*_args: object) -> None:
+        if gevent.getcurrent() is committer._writer:
+            writer_checkouts.append(1)
+    event.listen(rt.engine, 'checkout', on_checkout)
+    try:
+        before = committer.commits
+        for n in range(50):
+            rt.broker.publish('gc.seq', {'n': n})
+    finally:
+        event.remove(rt.engine, 'checkout', on_checkout)
+    assert committer.commits - before >= 50
+    assert writer_checkouts == []
