@@ -128,14 +128,27 @@ class Worker:
             self.proc.wait()
 
 
-def _cpu(pids: list[int]) -> float:
-    """CPU seconds (user + system) the processes have used so far."""
+def _cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    """CPU seconds (user + system) each process has used so far; a process that has ended is left out."""
     tick = os.sysconf('SC_CLK_TCK')
-    total = 0
+    used = {}
     for pid in pids:
-        fields = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / tick
+        try:
+            fields = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+        except OSError:
+            continue
+        used[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
+def _cpu_since(before: dict[int, float]) -> float:
+    """CPU seconds the processes of before have used since, counting those still running at both readings.
+
+    A database backend may end during a round (another client of the same server disconnecting, as
+    the suite's parallel tests do): its last seconds are then not counted, rather than failing the round.
+    """
+    after = _cpu_by_pid(list(before))
+    return sum(after[pid] - before[pid] for pid in after)
 
 
 def _database_pids() -> list[int]:
@@ -194,8 +207,7 @@ def measure(backend: str, workers: int, sinks: int, publishers: int, count: int,
             pids = [p.proc.pid for p in procs]
             result: dict[str, Any] = {'rates': [], 'worker_cpu_us': [], 'db_cpu_us': [], 'leases': owners}
             for r in range(rounds):
-                db_pids = _database_pids()
-                cpu0, db0 = _cpu(pids), _cpu(db_pids)
+                cpu0, db0 = _cpu_by_pid(pids), _cpu_by_pid(_database_pids())
                 started = time.perf_counter()
                 for w, proc in enumerate(procs):
                     proc.tell({'count': count // workers, 'offset': w + r})
@@ -205,8 +217,8 @@ def measure(backend: str, workers: int, sinks: int, publishers: int, count: int,
                     time.sleep(0.005)
                 elapsed = time.perf_counter() - started
                 result['rates'].append(count // workers * workers / elapsed)
-                result['worker_cpu_us'].append((_cpu(pids) - cpu0) / count * 1e6)
-                result['db_cpu_us'].append((_cpu(db_pids) - db0) / count * 1e6)
+                result['worker_cpu_us'].append(_cpu_since(cpu0) / count * 1e6)
+                result['db_cpu_us'].append(_cpu_since(db0) / count * 1e6)
                 print(f"  round {r + 1}: {result['rates'][-1]:,.0f} msg/s, CPU per message: workers "
                       f"{result['worker_cpu_us'][-1]:.0f} µs, database {result['db_cpu_us'][-1]:.0f} µs", flush=True)
             return result
