@@ -23,6 +23,7 @@ from gunicorn.glogging import Logger
 from runtime.admin_credentials import admin_password, viewer_password
 from runtime.config import Settings
 from runtime.core import Runtime, prepare_database
+from runtime.log_lines import OneLineFormatter
 from runtime.metrics_share import MetricsDir
 from runtime.single_instance import claim, release_in_worker
 
@@ -72,6 +73,10 @@ class _ConduitLogger(Logger):
         self.error_fmt = self.access_fmt = self.syslog_fmt = self.line_format
         self.datefmt = None  # logging's default, as Conduit's own lines have it
         super().setup(cfg)
+        for log in (self.error_log, self.access_log):
+            for handler in log.handlers:
+                if getattr(handler, '_gunicorn', False):  # the ones gunicorn's setup just made
+                    handler.setFormatter(OneLineFormatter(self.line_format))
 
 
 def logger_class(line_format: str) -> type[Logger]:

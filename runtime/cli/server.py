@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import click
 
+from runtime import log_lines
 from runtime.config import Settings
 from runtime.errors import ConduitError
 
@@ -38,7 +39,7 @@ def start(ctx: click.Context, workers: int | None, bind: str | None, demo: bool)
         settings.server.workers = workers
     if bind:
         settings.server.bind = bind
-    logging.basicConfig(level=settings.logging.level.upper(), format=settings.logging.format)
+    logging.basicConfig(level=settings.logging.level.upper(), handlers=[log_lines.handler(settings.logging.format)])
     logging.getLogger('alembic').setLevel(logging.WARNING)
     # Patched here, before the server stack imports ssl: a worker patching after the fork warned each start.
     from gevent import monkey

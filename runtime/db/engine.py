@@ -118,8 +118,42 @@ def make_engine(url: str, pool_size: int = 10, sqlite_synchronous: str = 'FULL',
             params['options'] = f'{given if isinstance(given, str) else " ".join(given)} {params["options"]}'
         parsed = parsed.update_query_dict({k: v for k, v in params.items()
                                            if k == 'options' or k not in parsed.query})
-    return create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
-                         hide_parameters=True, **kwargs)
+    engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, hide_parameters=True, **kwargs)
+    _setup_postgresql_ping(engine)
+    return engine
+
+
+def _setup_postgresql_ping(engine: Engine) -> None:
+    """Ping a pooled connection when it is checked out; a dead one is replaced by a new one.
+
+    In place of SQLAlchemy's ``pool_pre_ping``: that one switches psycopg to autocommit for its
+    ``SELECT 1`` and back in a ``finally``. A greenlet killed while it waits for the answer (a
+    stopping server kills its loops) left the query running, so switching back raised
+    ``ProgrammingError`` in place of the kill, and a loop that logs its errors and goes on
+    survived it. Here an interrupted ping leaves the kill as it is; the pool then closes the
+    connection, whose state is unknown.
+    """
+    import psycopg
+    from sqlalchemy.exc import DisconnectionError
+
+    @event.listens_for(engine, 'connect')
+    def _on_connect(_dbapi_conn: Any, record: Any) -> None:
+        record.info['conduit_fresh'] = True  # just made: its first checkout needs no ping
+
+    @event.listens_for(engine, 'checkout')
+    def _on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        if record.info.pop('conduit_fresh', False):
+            return
+        try:
+            if dbapi_conn.autocommit:
+                dbapi_conn.execute('SELECT 1')
+            else:
+                # No transaction for the ping (it would have to be rolled back: a second round trip).
+                dbapi_conn.autocommit = True
+                dbapi_conn.execute('SELECT 1')
+                dbapi_conn.autocommit = False
+        except psycopg.Error as e:
+            raise DisconnectionError(f'pooled connection failed its ping: {type(e).__name__}') from e
 
 
 def _setup_sqlite(engine: Engine, synchronous: str, busy_timeout_ms: int) -> None:

@@ -5,12 +5,16 @@ from __future__ import annotations
 import base64
 import logging
 import re
+import sys
 from collections.abc import Callable
 
 import pytest
 import requests
+from gunicorn.config import Config
 
 from runtime.http.signin_log import FailedSignInLog, basic_username
+from runtime.log_lines import OneLineFormatter
+from runtime.server import logger_class
 from tests.live_server import LiveServer
 
 #: A line in the default format: '2026-11-24 02:32:33,057 INFO 20841 gunicorn.error: Starting gunicorn'.
@@ -78,3 +82,45 @@ def test_only_the_user_name_of_a_basic_auth_header_is_read() -> None:
     assert basic_username('Bearer abc') is None
     assert basic_username('Basic !!!') is None
     assert basic_username(None) is None
+
+
+def _record(message: str, *args: object, exc_info: object = None) -> logging.LogRecord:
+    return logging.LogRecord('runtime.sync', logging.WARNING, __file__, 1, message, args, exc_info)  # type: ignore[arg-type]
+
+
+def test_a_message_with_line_breaks_is_written_on_one_line() -> None:
+    formatter = OneLineFormatter('%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s')
+    error = "(psycopg.ProgrammingError) can't change 'autocommit' now\n(Background on this error at: …)"
+    record = _record('sync poll failed: %s', error)
+    line = formatter.format(record)
+    assert '\n' not in line
+    assert LINE.match(line)
+    assert line.endswith("sync poll failed: (psycopg.ProgrammingError) can't change 'autocommit' now"
+                         '\\n(Background on this error at: …)')
+    # A value from outside cannot forge a record of its own; other handlers still get the message as logged.
+    forged = _record('user %s', 'ada\r\n2026-11-25 03:41:52,919 ERROR 1 runtime.core: forged')
+    assert '\n' not in formatter.format(forged) and '\r' not in formatter.format(forged)
+    assert forged.message.endswith('\r\n2026-11-25 03:41:52,919 ERROR 1 runtime.core: forged')
+
+
+def test_a_traceback_keeps_its_lines_after_the_record_line() -> None:
+    try:
+        raise KeyError('address')
+    except KeyError:
+        record = _record('handler failed', exc_info=sys.exc_info())
+    lines = OneLineFormatter('%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s').format(record).splitlines()
+    assert LINE.match(lines[0]) and lines[0].endswith('handler failed')
+    assert lines[1] == 'Traceback (most recent call last):'
+    assert lines[-1] == "KeyError: 'address'"
+
+
+def test_gunicorn_lines_are_written_on_one_line_too(capsys: pytest.CaptureFixture[str]) -> None:
+    config = Config()
+    config.set('errorlog', '-')
+    config.set('accesslog', '-')
+    log = logger_class('%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s')(config)
+    for handlers in (log.error_log.handlers, log.access_log.handlers):
+        assert [type(h.formatter) for h in handlers] == [OneLineFormatter]
+    log.error('worker %s: %s', 7, 'first\nsecond')
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and LINE.match(err[0]) and err[0].endswith('worker 7: first\\nsecond')
