@@ -1,12 +1,12 @@
 """Publish→handler latency of durable service→service messages at fixed rates.
 
-One worker (an in-process ``Runtime``, gevent monkey-patched as gunicorn's gevent worker runs it)
-on SQLite and on PostgreSQL. An open-loop generator starts publication k at t0 + k/rate, each in a
-greenlet of its own (a publish waits until its message is stored, and a slow one must not delay
-the schedule): it invokes ``bench.source``, which publishes to the service ``bench.sink``
-(guaranteed delivery). Latency is the time from the scheduled send to the start of
-``bench.sink``'s handler, so it includes the commit, the wake-up of the delivery loop, the
-transaction that takes the message from the queue and the invocation. The first seconds of each
+One worker (an in-process ``Runtime``, gevent monkey-patched and its start-up heap frozen, as
+gunicorn's gevent worker runs it) on SQLite and on PostgreSQL. An open-loop generator starts
+publication k at t0 + k/rate, each in a greenlet of its own (a publish waits until its message is
+stored, and a slow one must not delay the schedule): it invokes ``bench.source``, which publishes
+to the service ``bench.sink`` (guaranteed delivery). Latency is the time from the scheduled send to
+the start of ``bench.sink``'s handler, so it includes the commit, the wake-up of the delivery loop,
+the transaction that takes the message from the queue and the invocation. The first seconds of each
 round are a warm-up and are not counted.
 
     .venv/bin/python bench/latency.py [--rates 100,1000] [--seconds 10] [--warmup 2] [--rounds 3]
@@ -29,6 +29,7 @@ from gevent.pool import Group  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common  # noqa: E402
+from runtime.server import freeze_start_up_heap  # noqa: E402
 from runtime.service import Service  # noqa: E402
 from runtime.testing import TestRuntime, make_settings, wait_until  # noqa: E402
 
@@ -89,6 +90,7 @@ def measure(backend: str, rate: int, seconds: float, warmup: float, rounds: int)
         rt.start(watch=False)
         try:
             rt.deploy(Sink, Source)
+            freeze_start_up_heap()  # as a server's worker does once started
             rt.invoke('bench.source', {'k': -1, 'body': BODY})
             wait_until(lambda: -1 in STARTS, timeout=30, message='warm-up message handled')
             results = []

@@ -13,6 +13,7 @@ finish for up to ``server.graceful_timeout_secs``.
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 from typing import Any
@@ -35,6 +36,20 @@ _worker_runtime: Runtime | None = None
 
 def _post_fork(server: Any, worker: Any) -> None:
     release_in_worker()
+
+
+def freeze_start_up_heap() -> None:
+    """Leave the objects of a started worker out of every later garbage collection (gc.freeze).
+
+    A started runtime holds about 155,000 objects (modules, services, SQLAlchemy's tables and
+    compiled statements) that live as long as the worker. Python's full collection walks all of
+    them: a pause of 80–135 ms of the whole worker, every few tens of seconds under load, which
+    every request and delivery in flight waited out. Frozen, a full collection walks only what was
+    made since. Garbage is collected first, so only live objects are frozen; the cost is that what
+    start-up made and a later hot deployment replaces is never freed (one copy of those modules).
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _worker_exit(server: Any, worker: Any) -> None:
@@ -134,7 +149,9 @@ class ConduitApplication(BaseApplication):
         runtime.metrics.share(MetricsDir(self.settings.path(s.metrics_dir)), s.metrics_interval_secs,
                               runtime.spawner.spawn)
         _worker_runtime = runtime
-        return runtime.make_app()
+        app = runtime.make_app()
+        freeze_start_up_heap()
+        return app
 
 
 def run(settings: Settings, demo: bool = False) -> None:
