@@ -16,6 +16,8 @@ from __future__ import annotations
 import gc
 import logging
 import math
+import os
+import sys
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -162,4 +164,25 @@ def run(settings: Settings, demo: bool = False) -> None:
     admin_password(settings, create=True)
     if settings.dashboard.enabled:
         viewer_password(settings, create=True)
-    ConduitApplication(settings, demo).run()
+    try:
+        ConduitApplication(settings, demo).run()
+    except SystemExit as stop:
+        _exit_now(stop.code)
+
+
+def _exit_now(code: object) -> None:
+    """End the process with code once gunicorn is done with it, without freeing its heap first.
+
+    gunicorn ends the master, and each worker it forked, with ``sys.exit`` once everything is
+    stopped: the runtime (in ``worker_exit``), the listeners, the pidfile. What was left was Python's
+    own teardown, which freed every object one by one: 0.7–1.9 s of CPU for each process of a
+    server at every stop, for nothing. Neither Conduit nor gunicorn registers exit handlers; the
+    log handlers and the standard streams are flushed here instead.
+    """
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)  # what sys.exit does with a message
+        code = 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
