@@ -47,10 +47,10 @@ def freeze_start_up_heap() -> None:
     compiled statements) that live as long as the worker. Python's full collection walks all of
     them: a pause of 80–135 ms of the whole worker, every few tens of seconds under load, which
     every request and delivery in flight waited out. Frozen, a full collection walks only what was
-    made since. Garbage is collected first, so only live objects are frozen; the cost is that what
-    start-up made and a later hot deployment replaces is never freed (one copy of those modules).
+    made since. Freezing takes microseconds; no collection runs first (it found some 450 unreachable
+    objects and took up to 150 ms, a stall of the loops that have just started), so those few stay,
+    as does what start-up made and a later hot deployment replaces (one copy of those modules).
     """
-    gc.collect()
     gc.freeze()
 
 

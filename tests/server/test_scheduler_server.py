@@ -200,8 +200,10 @@ def test_job_survives_a_restart_without_a_burst(server_factory, tmp_path):
     assert len(missed_runs) <= 1, f'{len(missed_runs)} runs for firings missed while the server was down: a burst'
     assert len(set(scheduled)) == len(scheduled), f'a firing ran twice: {sorted(scheduled)}'
     runs = _api(server, 'GET', '/admin/jobs/steady/runs')['runs']
-    [skipped] = [r for r in runs if r['outcome'] == 'skipped']
-    assert 'missed' in skipped['error'] and int(skipped['error'].split()[0]) >= 2
+    # One row for the firings missed while the server was down (two or more). A loaded machine may add
+    # rows of one firing each: a tick more than the 0.5 s interval late skips the firing it passed, by design.
+    skipped = [int(r['error'].split()[0]) for r in runs if r['outcome'] == 'skipped' and 'missed' in r['error']]
+    assert sum(n >= 2 for n in skipped) == 1, skipped
 
 
 def test_jobs_from_object_files_change_at_run_time(server_factory, tmp_path):
