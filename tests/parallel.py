@@ -4,7 +4,7 @@ Most of the suite's time is spent waiting (for a real gunicorn server to start, 
 spark-submit, for a redelivery to come due), not computing, so a second process roughly halves the
 wall time even on two cores. Each process runs one file at a time, taken from one queue, longest
 first, so that a long file started last does not leave the others idle at the end (the unit tests,
-which each take well under a second, run together as one); each runs under
+most of whose files take well under a second, run together as one); each runs under
 ``python -m gevent.monkey`` as a worker is patched by gunicorn. A file's output is printed whole
 when it ends, so that two files' lines never interleave.
 
@@ -63,8 +63,8 @@ LONG_FIRST = (
     'tests/dashboard/test_scheduler_spark.py',
 )
 
-#: Directories whose files run together in one pytest process: each file takes well under a
-#: second, and a process of its own cost each about 3 s of CPU to start (pytest, the runtime's imports).
+#: Directories whose files run together in one pytest process: most take well under a second (about
+#: 60 s for all 25), and a process of its own cost each about 3 s of CPU to start (pytest, the imports).
 BATCHED_DIRS = ('tests/unit',)
 
 #: pytest's exit status when a file has no test to run (e.g. everything deselected by -k).
