@@ -19,9 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 
 from runtime.datafiles import create_private_file, private_dir
 from runtime.errors import ConfigError
@@ -133,9 +134,6 @@ def _setup_postgresql_ping(engine: Engine) -> None:
     survived it. Here an interrupted ping leaves the kill as it is; the pool then closes the
     connection, whose state is unknown.
     """
-    import psycopg
-    from sqlalchemy.exc import DisconnectionError
-
     @event.listens_for(engine, 'connect')
     def _on_connect(_dbapi_conn: Any, record: Any) -> None:
         record.info['conduit_fresh'] = True  # just made: its first checkout needs no ping
@@ -144,14 +142,12 @@ def _setup_postgresql_ping(engine: Engine) -> None:
     def _on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
         if record.info.pop('conduit_fresh', False):
             return
+        was = dbapi_conn.autocommit
         try:
-            if dbapi_conn.autocommit:
-                dbapi_conn.execute('SELECT 1')
-            else:
-                # No transaction for the ping (it would have to be rolled back: a second round trip).
-                dbapi_conn.autocommit = True
-                dbapi_conn.execute('SELECT 1')
-                dbapi_conn.autocommit = False
+            # No transaction for the ping (it would have to be rolled back: a second round trip).
+            dbapi_conn.autocommit = True
+            dbapi_conn.execute('SELECT 1')
+            dbapi_conn.autocommit = was
         except psycopg.Error as e:
             raise DisconnectionError(f'pooled connection failed its ping: {type(e).__name__}') from e
 
