@@ -17,6 +17,9 @@ import requests
 #: The repository's root, whose services/ every test server deploys.
 REPO = Path(__file__).resolve().parent.parent
 
+#: What a server that found its address in use says (runtime.single_instance) before it exits.
+_PORT_TAKEN = 'is in use by another process'
+
 ADMIN_USER = 'admin'
 ADMIN_PASSWORD = 'test-admin-password'
 
@@ -72,7 +75,12 @@ class LiveServer:
         self.proc: subprocess.Popen[bytes] | None = None
         for d in (self.hot_deploy, self.objects, base / 'var'):
             d.mkdir(parents=True, exist_ok=True)
-        (base / 'config' / 'server.toml').write_text(f'''
+        self._extra_config = extra_config
+        self._write_config()
+
+    def _write_config(self) -> None:
+        host, workers, db_url, extra_config = self.host, self.workers, self.db_url, self._extra_config
+        (self.base / 'config' / 'server.toml').write_text(f'''
 [server]
 bind = "{host}:{self.port}"
 workers = {workers}
@@ -99,13 +107,14 @@ interval_secs = 0.2
         """Admin credentials for requests' auth=."""
         return ADMIN_USER, ADMIN_PASSWORD
 
-    def start(self, timeout: float = 30.0) -> LiveServer:
+    def start(self, timeout: float = 30.0, taken_port_retries: int = 3) -> LiveServer:
         """Start the server and wait until /health answers."""
         # Tests send wrong credentials on purpose from one address: the sign-in throttle (tested on
         # its own) would answer them 429.
         env = {**os.environ, 'CONDUIT_CONFIG': str(self.base / 'config' / 'server.toml'),
                'CONDUIT_HTTP_AUTH_MAX_FAILURES': '0', **self.env}
         env.pop('CONDUIT_DATABASE_URL', None)
+        logged = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, 'ab')
         args = [*self.command_prefix, sys.executable, '-m', 'runtime.cli', 'start', *(['--demo'] if self.demo else [])]
         self.proc = subprocess.Popen(args, cwd=self.base, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -114,6 +123,12 @@ interval_secs = 0.2
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if taken_port_retries > 0 and _PORT_TAKEN in self.log()[logged:]:
+                    # free_port() is a guess: another test process may bind the port before this server does.
+                    self.port = free_port()
+                    self.url = f'http://{self.host}:{self.port}'
+                    self._write_config()
+                    return self.start(timeout, taken_port_retries - 1)
                 raise RuntimeError(f'server exited with {self.proc.returncode}:\n{self.log()}')
             try:
                 if requests.get(self.url + '/health', timeout=1).status_code == 200:

@@ -1,3 +1,6 @@
+import socket
+
+
 def test_server_answers_health_and_ping(server):
     assert server.request('GET', '/health').json()['is_ok'] is True
     assert server.invoke('conduit.ping')['pong'] is True
@@ -44,3 +47,16 @@ def test_a_started_worker_freezes_its_heap(server_factory):
     server.write_module('heap_probe.py', HEAP_PROBE)
     server.start()
     assert server.invoke('test.heap')['frozen'] > 50_000
+
+
+def test_a_test_server_whose_port_was_taken_meanwhile_starts_on_another(server_factory):
+    # free_port() is a guess: in the suite's parallel processes another server took one between the
+    # guess and the start, and the test failed with "already running? ... is in use by another process".
+    server = server_factory()
+    taken = server.port
+    with socket.socket() as squatter:
+        squatter.bind(('127.0.0.1', taken))
+        squatter.listen()
+        server.start()
+    assert server.port != taken
+    assert server.request('GET', '/health').json()['is_ok'] is True
