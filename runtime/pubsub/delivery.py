@@ -19,7 +19,9 @@ message of the batch; one that tried none of them makes the loop wait for a wake
 counted and is scheduled or dead-lettered on its own, as in message mode; ``max_in_flight`` does
 not apply (one request per batch). With ``err_should_block``, the retries of a failed batch are all
 due at the time decided for its head (nothing behind the head may go first anyway), so that the
-batch is tried again whole rather than split by jitter.
+batch is tried again whole rather than split by jitter. A deliverer that keeps messages across
+batches (a WebSocket client's window) answers ``held`` for one it still awaits: the attempt stands,
+and the count of taking it again is taken back in the transaction of the next take, never alone.
 
 One storage round trip per batch: the outcome of a batch is settled in the same transaction
 that takes the next batch from the queue and records its attempts (``QueueBackend.cycle``), so
@@ -106,14 +108,17 @@ class QueueBackend(Protocol):
 class Outcome:
     """What happened to one message of a batch."""
 
-    __slots__ = ('delivery', 'ok', 'error', 'decision', 'drop', 'early')
+    __slots__ = ('delivery', 'ok', 'error', 'decision', 'drop', 'early', 'held')
 
     def __init__(self, delivery: Delivery, ok: bool, error: BaseException | None = None,
-                 drop: bool = False) -> None:
+                 drop: bool = False, held: bool = False) -> None:
         self.delivery = delivery
         self.ok = ok
         self.error = error
         self.drop = drop
+        #: Sent in an earlier batch and still awaited (a WebSocket client's window): no outcome yet, its
+        #: attempt stands. The batch that took it again counted it once more, which the next take takes back.
+        self.held = held
         self.decision: RedeliveryDecision | None = None
         #: Its ack was handed to the backend as soon as it succeeded (not with the batch's outcome).
         self.early = False
@@ -155,6 +160,11 @@ class DeliveryLoop:
         self._acks_settled.set()
         #: Entries of the batch in deliver_batch that its deliverer reported done (see settled()).
         self._settled_early: set[int] = set()
+        #: Stored entries the deliverer still holds (Outcome.held), counted again by the last take: that
+        #: count is taken back only in the transaction of the next take, which counts them once more, never
+        #: on its own — stored alone (the loop waiting or stopping), it would leave a message a client holds
+        #: with no attempt counted, and a client that leaves then gets it back as if never sent.
+        self._held_back: list[int] = []
 
     def wake(self) -> None:
         """New messages may be waiting: look now."""
@@ -170,7 +180,7 @@ class DeliveryLoop:
         two — and the loop, once woken, takes its batch from the returned result instead of running
         a cycle of its own.
         """
-        if not self._idle or self._claim is not None or self._pending is not None or self._acks:
+        if not self._idle or self._claim is not None or self._pending is not None or self._acks or self._held_back:
             return None
         opts = self.sub.options
         work = self._backend.cycle_work(self.sub.id, None, opts.delivery_batch_size,
@@ -217,7 +227,7 @@ class DeliveryLoop:
                     _log.error('%s: storing delivery outcomes failed (%s: %s); retrying shortly', self.sub.label,
                                type(e).__name__, e)
                     wait = 1.0
-                self._idle = self._pending is None and not self._acks
+                self._idle = self._pending is None and not self._acks and not self._held_back
                 try:
                     self._wake.wait(timeout=wait)
                 finally:
@@ -236,9 +246,21 @@ class DeliveryLoop:
             claimed, self._claim = self._claim, None
             return claimed.get()
         opts = self.sub.options
-        batch, due = self._backend.cycle(self.sub.id, self._settlement(), opts.delivery_batch_size,
+        settlement = self._settlement()
+        stored_held = [i for i in self._held_back if i > 0]
+        if stored_held:
+            p = settlement
+            settlement = Settlement(p.acked if p else [], p.retries if p else [], p.dead if p else [],
+                                    (p.uncount if p else []) + stored_held)
+        batch, due = self._backend.cycle(self.sub.id, settlement, opts.delivery_batch_size,
                                          None if opts.err_should_block else now)
         self._pending = None
+        if len(stored_held) < len(self._held_back):  # in memory: counted again by _one_batch right after this
+            ram = {d.entry_id: d for d in self._ram}
+            for entry_id in self._held_back:
+                if entry_id in ram:
+                    ram[entry_id].delivery_count -= 1
+        self._held_back = []
         return batch, due
 
     def settled(self, outcome: Outcome) -> None:
@@ -326,6 +348,9 @@ class DeliveryLoop:
         logged: set[int] = set()
         for o in outcomes:
             d = o.delivery
+            if o.held:
+                self._held_back.append(d.entry_id)
+                continue
             if o.ok or o.drop:
                 if not o.early:
                     acked.append(d.entry_id)
@@ -455,7 +480,8 @@ class DeliveryLoop:
             outcomes = [Outcome(d, True) for d in batch]
         duration = time.perf_counter() - started
         for o in outcomes:
-            self._observers.emit('after_deliver', self.sub, o.delivery, o.ok, o.error, duration)
+            if not o.held:  # not an attempt of this batch: it has no outcome yet
+                self._observers.emit('after_deliver', self.sub, o.delivery, o.ok, o.error, duration)
         return outcomes
 
     @staticmethod

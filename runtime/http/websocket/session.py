@@ -420,10 +420,11 @@ class Channel:
 
     The window slides: the loop hands over its head of the queue (at most the window) at every cycle,
     and the channel sends only what the client does not hold yet, so that each acknowledgement makes
-    room for one more message at once. A message still held is left out of the channel's answer
-    (the loop takes its attempt back and takes it again next cycle); an acknowledged one is
-    answered delivered, one held past the ack deadline ``AckTimeout``, and every one held when the
-    client leaves ``ClientGone``.
+    room for one more message at once. A message the client still holds is answered ``held``: its
+    attempt stands, and the loop takes it again next cycle; one not sent (the window full) is left
+    out of the answer, and the loop takes its attempt back. An acknowledged one is answered
+    delivered, one held past the ack deadline ``AckTimeout``, and every one held when the client
+    leaves ``ClientGone``.
     """
 
     def __init__(self, session: Session, sub: SubInfo) -> None:
@@ -493,9 +494,9 @@ class Channel:
             while True:
                 outcomes, waiting = self._settle(batch, deadline)
                 if outcomes or self._closed or (self._woken and len(self._held) < sub_window(self.sub)):
-                    # Answered, gone, or new messages the window has room for: the loop's turn (an empty
-                    # answer gives every message back untried; the loop, woken, takes them again at once).
-                    return outcomes
+                    # Answered, gone, or new messages the window has room for: the loop's turn. What the
+                    # client still holds is answered held (its attempt stands), and the loop takes it again.
+                    return outcomes + [Outcome(d, False, held=True) for d in waiting]
                 self._woken = False
                 if not waiting:
                     # The window is full of messages the loop did not hand over this time (a message of

@@ -12,8 +12,9 @@ connection, which sends it and waits for the acks; it answers one ``Outcome`` pe
   ``ClientGone``, due again at once with the attempt counted;
 - not acknowledged within the ack deadline: ``AckTimeout``, retried after the usual wait.
 
-After ``max_attempts`` the message goes to the dead-letter queue, as for every kind. Messages the
-connection did not send are left out of its answer, and the loop takes their attempt back.
+After ``max_attempts`` the message goes to the dead-letter queue, as for every kind. A message the
+client still holds from an earlier batch is answered ``held`` (``Outcome.held``: its attempt stands);
+messages the connection did not send are left out of its answer, and the loop takes their attempt back.
 
 Before a batch is sent, as for REST push: a message of a topic the subscription may no longer
 read is dropped (acked without being sent), and the topic's and the subscription's hook services

@@ -1,0 +1,125 @@
+"""A WebSocket client's window over a delivery loop: what the client holds keeps its attempt counted.
+
+The real ``Channel`` of a ``Session`` whose connection records what it sends, delivered by a real
+``DeliveryLoop`` over ``MemoryQueueBackend``. A message the client holds stays in the queue with one
+attempt counted however often the loop takes the head of the queue again (woken by new messages, or
+by a poll that finds entries already there), and keeps it when the subscription leaves the
+connection between two takes: the client that resumes it gets it with its attempt counted.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import gevent
+
+from runtime.http.websocket.session import Channel, Session
+from runtime.json_limits import DEFAULT_LIMITS
+from runtime.pubsub.delivery import DeliveryLoop, Outcome
+from runtime.pubsub.observers import Observers, PubSubObserver
+from runtime.pubsub.registry import KIND_WEBSOCKET, DeliveryOptions, SubInfo
+from runtime.pubsub.statements import Delivery
+from runtime.testing import wait_until
+from runtime.testing.memory import MemoryQueueBackend
+
+
+class _Conn:
+    """A connection that records the frames sent to the client."""
+
+    def __init__(self) -> None:
+        self.frames: list[dict[str, Any]] = []
+
+    def send_text(self, text: str | bytes) -> None:
+        self.frames.append(json.loads(text))
+
+    def messages(self) -> list[dict[str, Any]]:
+        return [f for f in self.frames if f.get('action') == 'message']
+
+
+def _channel(sub: SubInfo) -> tuple[Channel, _Conn]:
+    conn = _Conn()
+    parts = SimpleNamespace(settings=SimpleNamespace(ack_deadline_secs=60.0), json_limits=DEFAULT_LIMITS,
+                            hub=None, counters=None, rest=None)
+    session = Session(conn, parts, None, '127.0.0.1:50000', None)  # type: ignore[arg-type]
+    channel = Channel(session, sub)
+    channel.open()
+    return channel, conn
+
+
+def _sub() -> SubInfo:
+    return SubInfo(1, 'sk.1', 'orders.*', KIND_WEBSOCKET, security='subscriber',
+                   options=DeliveryOptions(delivery_batch_size=10))
+
+
+class _Attempts(PubSubObserver):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, bool]] = []
+
+    def after_deliver(self, sub: SubInfo, d: Delivery, ok: bool, error: BaseException | None,
+                      duration: float) -> None:
+        self.seen.append((d.msg_id, ok))
+
+
+def test_a_held_message_keeps_its_attempt_when_the_subscription_leaves_between_two_takes() -> None:
+    backend, sub = MemoryQueueBackend(), _sub()
+    backend.put(sub, 'a')
+    channel, conn = _channel(sub)
+    owner = True
+    answers: list[list[Outcome]] = []
+
+    def deliver_batch(s: SubInfo, batch: list[Delivery]) -> list[Outcome]:
+        nonlocal owner
+        answer = channel.deliver_batch(s, batch)
+        answers.append(answer)
+        if len(answers) == 1:
+            # Resumed on another connection right after the loop got its turn back, before it took the
+            # queue's head again: this connection is told, and this worker no longer delivers it.
+            owner = False
+            channel.taken_over(s.id)
+        return answer
+
+    loop = DeliveryLoop(sub, backend, None, lambda: owner, deliver_batch=deliver_batch, on_wake=channel.wake)
+    g = gevent.spawn(loop.run)
+    try:
+        wait_until(lambda: conn.messages(), timeout=5.0, message='the message sent')
+        assert conn.messages()[0]['meta']['delivery_count'] == 1
+        loop.wake()  # a poll found the queue's entries: the loop gets its turn back while the client holds it
+        g.join(timeout=5.0)
+        assert g.dead
+    finally:
+        g.kill()
+    (entry,) = backend.queue(sub.id)
+    # Sent once: the next client gets it as its second attempt (before: 0, as if never sent).
+    assert entry.delivery_count == 1
+    assert [o.held for o in answers[0]] == [True]
+
+
+def test_a_held_message_is_counted_once_across_takes_and_acked_once() -> None:
+    observers = Observers()
+    attempts = _Attempts()
+    observers.add(attempts)
+    backend, sub = MemoryQueueBackend(observers=observers), _sub()
+    first = backend.put(sub, 'a')
+    channel, conn = _channel(sub)
+    loop = DeliveryLoop(sub, backend, None, lambda: True, observers, deliver_batch=channel.deliver_batch,
+                        on_wake=channel.wake)
+    g = gevent.spawn(loop.run)
+    try:
+        wait_until(lambda: conn.messages(), timeout=5.0, message='the first message sent')
+        for n in range(3):  # new messages: the loop takes the head again each time, the first still held
+            backend.put(sub, f'b{n}')
+            loop.wake()
+            wait_until(lambda n=n: len(conn.messages()) == n + 2, timeout=5.0, message=f'message b{n} sent')
+        counts = {e.msg_id: e.delivery_count for e in backend.queue(sub.id)}
+        assert counts[first.msg_id] == 1 and list(counts.values()) == [1, 1, 1, 1]
+        assert [m['meta']['delivery_count'] for m in conn.messages()] == [1, 1, 1, 1]
+        assert channel.acked(conn.messages()[0]['ack_id'])
+        wait_until(lambda: first.msg_id not in {e.msg_id for e in backend.queue(sub.id)}, timeout=5.0,
+                   message='the acknowledged message removed')
+    finally:
+        g.kill()
+    # One attempt reported, its success: holding a message is no attempt of its own.
+    assert [seen for seen in attempts.seen if seen[0] == first.msg_id] == [(first.msg_id, True)]
+    assert [e.delivery_count for e in backend.queue(sub.id)] == [1, 1, 1]
