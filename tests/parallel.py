@@ -80,12 +80,23 @@ def suite_files() -> list[str]:
     return first + batched + [f for f in found if f not in first]
 
 
-def run_file(path: str, extra: list[str]) -> tuple[int, str, float]:
-    """Run one file's tests in a pytest process of its own; returns its status, output and seconds."""
+def run_file(path: str, extra: list[str]) -> tuple[int, str, float, float]:
+    """Run one file's tests in a pytest process of its own; returns its status, output, seconds and CPU seconds.
+
+    The CPU seconds are the process's and those of every process it waited for (the servers it
+    started, the browser): not the database servers'.
+    """
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, '-m', 'gevent.monkey', '--module', 'pytest', '-q', '-p', 'no:cacheprovider',
-                           *extra, path], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
-    return proc.returncode, proc.stdout.decode('utf-8', 'replace'), time.monotonic() - started
+    proc = subprocess.Popen([sys.executable, '-m', 'gevent.monkey', '--module', 'pytest', '-q', '-p',
+                             'no:cacheprovider', *extra, path], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    output = proc.stdout.read()
+    proc.stdout.close()
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return (proc.returncode, output.decode('utf-8', 'replace'), time.monotonic() - started,
+            usage.ru_utime + usage.ru_stime)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     for f in files:
         todo.put(f)
     failed: list[tuple[str, str]] = []
+    totals = [0.0, 0.0]  # seconds, CPU seconds of all files
     lock = threading.Lock()
     started = time.monotonic()
 
@@ -108,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
                 path = todo.get_nowait()
             except queue.Empty:
                 return
-            status, output, secs = run_file(path, args.pytest_args)
+            status, output, secs, cpu = run_file(path, args.pytest_args)
             with lock:
-                print(f'===== {path} ({secs:.0f} s, exit {status})', flush=True)
+                totals[0] += secs
+                totals[1] += cpu
+                print(f'===== {path} ({secs:.0f} s, CPU {cpu:.0f} s, exit {status})', flush=True)
                 print(output.rstrip(), flush=True)
                 if status not in (0, NO_TESTS_COLLECTED):
                     names = re.findall(r'^(?:FAILED|ERROR) (\S+)', output, re.M)
@@ -122,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     for t in threads:
         t.join()
     print(f'===== {len(files)} files and directories in {time.monotonic() - started:.0f} s '
-          f'with {args.workers} processes', flush=True)
+          f'with {args.workers} processes ({totals[0]:.0f} s of file time, {totals[1]:.0f} s of CPU)', flush=True)
     if failed:
         print(f'===== {len(failed)} failed:', flush=True)
         for _path, name in failed:
