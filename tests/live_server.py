@@ -67,7 +67,9 @@ class LiveServer:
         self.host = host
         #: Put before the server's command line (``ip netns exec NAME`` for the cluster tests).
         self.command_prefix = list(command_prefix)
-        self.url = f'http://{host}:{self.port}'
+        #: https when the server is given a certificate (``CONDUIT_SERVER_CERTFILE`` in env).
+        self.scheme = 'https' if (env or {}).get('CONDUIT_SERVER_CERTFILE') else 'http'
+        self.url = f'{self.scheme}://{host}:{self.port}'
         self.hot_deploy = base / 'hot-deploy'
         self.objects = base / 'config' / 'objects'
         self.log_path = base / 'server.log'
@@ -126,7 +128,7 @@ interval_secs = 0.2
                 if taken_port_retries > 0 and _PORT_TAKEN in self.log()[logged:]:
                     # free_port() is a guess: another test process may bind the port before this server does.
                     self.port = free_port()
-                    self.url = f'http://{self.host}:{self.port}'
+                    self.url = f'{self.scheme}://{self.host}:{self.port}'
                     self._write_config()
                     return self.start(timeout, taken_port_retries - 1)
                 raise RuntimeError(f'server exited with {self.proc.returncode}:\n{self.log()}')

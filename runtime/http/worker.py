@@ -2,7 +2,7 @@
 
 gunicorn's gevent worker gives each connection a greenlet from a pool of ``worker_connections``;
 when the pool is full it stops accepting, so 1,000 clients that send a byte a second make every
-other request — ``/health`` included — wait. This worker changes five things:
+other request — ``/health`` included — wait. This worker changes six things:
 
 - **Headroom, then shedding.** The pool holds ``http.max_connections`` connections plus a small
   reserve; a connection that arrives while ``max_connections`` are open is answered
@@ -22,6 +22,12 @@ other request — ``/health`` included — wait. This worker changes five things
   "going away") instead of cutting it when the graceful time runs out.
 - **File descriptors.** The soft RLIMIT_NOFILE is raised to the hard limit, and a limit below
   ``max_connections`` is logged, since each connection needs one.
+- **A prompt stop.** On SIGTERM the worker stops accepting at once (gunicorn's gevent worker looks
+  at its flag once a second), closes the keep-alive connections that wait between two requests
+  (gunicorn's waited for each to time out: a browser or a client's connection pool kept every stop
+  waiting for ``http.header_timeout_secs``), and lets the requests in progress finish within
+  ``server.graceful_timeout_secs``. A client whose request crossed that close on the wire sees
+  the connection closed, as with any server that closes idle keep-alive connections, and retries.
 """
 
 from __future__ import annotations
@@ -31,11 +37,16 @@ import logging
 import resource
 import socket
 import struct
+import time
+from functools import partial
 from http import HTTPStatus
 from typing import Any
 from weakref import WeakSet
 
 import gevent
+from gevent.event import Event
+from gevent.pool import Pool
+from gevent.server import StreamServer
 from gunicorn.http.errors import (
     ExpectationFailed,
     InvalidResponseHeader,
@@ -43,6 +54,7 @@ from gunicorn.http.errors import (
     LimitRequestLine,
     ParseException,
 )
+from gunicorn.sock import ssl_context
 from gunicorn.workers.base_async import AsyncWorker
 from gunicorn.workers.ggevent import GeventWorker
 
@@ -62,6 +74,12 @@ _TAKEN_OVER: list[bytes] = []
 
 #: File descriptors the worker needs besides its connections (database, logs, archive, pipes).
 RESERVED_FDS = 128
+
+#: How often a serving worker tells the master it is alive (gunicorn's worker timeout counts from it).
+NOTIFY_SECS = 1.0
+
+#: How often a stopping worker looks whether its requests in progress have finished.
+DRAIN_POLL_SECS = 0.02
 
 
 #: Statuses of parse errors that carry no code of their own (gunicorn's own choices).
@@ -105,6 +123,10 @@ class ConduitWorker(GeventWorker):
         self._open = 0
         # gunicorn sizes the pool from worker_connections: make room for the connections that are shed.
         self.worker_connections = self._max_connections + SHED_RESERVE
+        #: Connections waiting for their next request (or their first): closed at once on SIGTERM.
+        self._between_requests: set[socket.socket] = set()
+        #: Set on SIGTERM: the serving loop stops waiting (made in run, once the worker's hub exists).
+        self._stop_asked: Event | None = None
 
     def init_process(self) -> None:
         """Raise the open-files limit before serving (runs in the worker process)."""
@@ -120,16 +142,19 @@ class ConduitWorker(GeventWorker):
             self._shed(client)
             return
         self._open += 1
+        self._between_requests.add(client)
         try:
             # A socket timeout bounds every blocking recv and each whole sendall (gevent's semantics);
             # GeventWorker.handle would reset it to blocking, so AsyncWorker's is called directly.
             client.settimeout(self._send_timeout)
             AsyncWorker.handle(self, listener, client, addr)
         finally:
+            self._between_requests.discard(client)
             self._open -= 1
 
     def handle_request(self, listener_name: Any, req: Any, sock: socket.socket, addr: Any) -> Any:
         """One request, then a turn for the other connections; an answer not taken in time loses the connection."""
+        self._between_requests.discard(sock)
         try:
             answered = super().handle_request(listener_name, req, sock, addr)
         except TimeoutError:
@@ -147,7 +172,53 @@ class ConduitWorker(GeventWorker):
         # alone until it paused (a pipelining client starved all others; with wrk at saturation the
         # worker's p99 was near a second while its p50 was 0.4 ms).
         gevent.sleep(0)
+        if self.alive:  # the connection now waits for its next request (stopping, gunicorn closes it)
+            self._between_requests.add(sock)
         return answered
+
+    def run(self) -> None:
+        """Serve until SIGTERM; then stop accepting, close idle keep-alive connections, let requests finish."""
+        self._stop_asked = Event()
+        tls = {'ssl_context': ssl_context(self.cfg)} if self.cfg.is_ssl else {}
+        servers = []
+        for listener in self.sockets:
+            listener.setblocking(1)
+            server = StreamServer(listener, handle=partial(self.handle, listener), spawn=Pool(self.worker_connections),
+                                  **tls)
+            if self.cfg.workers > 1:
+                server.max_accept = 1  # one connection per wake-up, so that the workers share new connections
+            server.start()
+            servers.append(server)
+        while self.alive:
+            self.notify()
+            self._stop_asked.wait(NOTIFY_SECS)
+        for server in servers:
+            # Not close(): a connection accepted just before still needs its listener's address when
+            # its handler starts (it is then closed as idle); the listener goes with the process.
+            server.stop_accepting()
+        deadline = time.monotonic() + self.cfg.graceful_timeout
+        while self._open or any(server.pool.free_count() != server.pool.size for server in servers):
+            self._close_idle()  # also those whose request has finished since the last look
+            if time.monotonic() >= deadline:
+                self.log.warning('Worker graceful timeout (pid:%s)', self.pid)
+                for server in servers:
+                    server.stop(timeout=1)
+                return
+            self.notify()
+            gevent.sleep(DRAIN_POLL_SECS)
+
+    def _close_idle(self) -> None:
+        """End the connections waiting between two requests: their next read sees the end of the stream."""
+        for client in list(self._between_requests):
+            self._between_requests.discard(client)
+            try:
+                # Through a duplicate of the descriptor: gevent's own shutdown would fail the handler's
+                # read with EBADF, which gunicorn logs as an error with a traceback; this way the read
+                # returns the end of the stream and the connection ends quietly.
+                with socket.fromfd(client.fileno(), client.family, client.type) as same:
+                    same.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed by the client meanwhile
 
     def load_wsgi(self) -> None:
         """Load the app, wrapped so that a request whose socket was taken over (a WebSocket) ends quietly."""
@@ -164,6 +235,8 @@ class ConduitWorker(GeventWorker):
     def handle_exit(self, sig: int, frame: Any) -> None:
         """SIGTERM: stop as gunicorn does, and tell WebSocket clients at once so they reconnect elsewhere."""
         super().handle_exit(sig, frame)
+        if self._stop_asked is not None:
+            self._stop_asked.set()
         for conn in list(getattr(self, '_upgraded', ())):
             # One greenlet each: a client that does not read must not delay the others' closing frames.
             gevent.spawn(conn.close, GOING_AWAY, 'server stopping', False)
