@@ -68,7 +68,10 @@ def test_idle_keep_alive_connections_do_not_hold_a_stop_back(server_factory) -> 
         assert ' ERROR ' not in log, log[-3000:]  # closed quietly, not as a failed read with a traceback
         # The idle connections were closed by the server, not left to time out.
         raw.settimeout(5)
-        assert raw.recv(1) == b''
+        try:
+            assert raw.recv(1) == b''
+        except ConnectionResetError:
+            pass  # still in the listen backlog, never accepted, when the server stopped: reset as it closed
     finally:
         raw.close()
         pooled.close()
