@@ -197,7 +197,7 @@ class ConduitWorker(GeventWorker):
             # its handler starts (it is then closed as idle); the listener goes with the process.
             server.stop_accepting()
         deadline = time.monotonic() + self.cfg.graceful_timeout
-        while self._open or any(server.pool.free_count() != server.pool.size for server in servers):
+        while any(server.pool.free_count() != server.pool.size for server in servers):  # a connection is open
             self._close_idle()  # also those whose request has finished since the last look
             if time.monotonic() >= deadline:
                 self.log.warning('Worker graceful timeout (pid:%s)', self.pid)

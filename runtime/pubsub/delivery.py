@@ -124,6 +124,12 @@ class Outcome:
         self.early = False
 
 
+def _extended(p: Settlement | None, acked: list[int] | None = None, uncount: list[int] | None = None) -> Settlement:
+    """The settlement p (or an empty one) with acks put first and attempts to take back put last."""
+    return Settlement((acked or []) + (p.acked if p else []), p.retries if p else [], p.dead if p else [],
+                      (p.uncount if p else []) + (uncount or []))
+
+
 class DeliveryLoop:
     """Delivers one subscription's queue for as long as this worker owns it."""
 
@@ -249,17 +255,12 @@ class DeliveryLoop:
         settlement = self._settlement()
         stored_held = [i for i in self._held_back if i > 0]
         if stored_held:
-            p = settlement
-            settlement = Settlement(p.acked if p else [], p.retries if p else [], p.dead if p else [],
-                                    (p.uncount if p else []) + stored_held)
+            settlement = _extended(settlement, uncount=stored_held)
         batch, due = self._backend.cycle(self.sub.id, settlement, opts.delivery_batch_size,
                                          None if opts.err_should_block else now)
         self._pending = None
         if len(stored_held) < len(self._held_back):  # in memory: counted again by _one_batch right after this
-            ram = {d.entry_id: d for d in self._ram}
-            for entry_id in self._held_back:
-                if entry_id in ram:
-                    ram[entry_id].delivery_count -= 1
+            self._settle_in_memory([], [], [], [i for i in self._held_back if i < 0])
         self._held_back = []
         return batch, due
 
@@ -300,9 +301,7 @@ class DeliveryLoop:
         """
         self._acks_settled.wait(timeout=IDLE_RECHECK_SECS)
         if self._acks:
-            p = self._pending
-            self._pending = Settlement(self._acks + (p.acked if p else []), p.retries if p else [],
-                                       p.dead if p else [], p.uncount if p else [])
+            self._pending = _extended(self._pending, acked=self._acks)
             self._acks = []
         return self._pending
 
