@@ -57,8 +57,10 @@ def normalize_url(url: str) -> str:
 
 def is_sqlite(engine_or_url: Engine | str) -> bool:
     """Whether this is a SQLite database."""
-    url = engine_or_url if isinstance(engine_or_url, str) else str(engine_or_url.url)
-    return url.startswith('sqlite')
+    if isinstance(engine_or_url, str):
+        return engine_or_url.startswith('sqlite')
+    # Not str(engine.url): that renders the whole URL again, and this runs for every transaction.
+    return engine_or_url.dialect.name == 'sqlite'
 
 
 def dead_link_params(secs: float) -> dict[str, str]:

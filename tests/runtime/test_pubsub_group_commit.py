@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gevent
-import pytest
 from sqlalchemy import event, select
 
 from runtime.db.models import Message, QueueEntry
@@ -51,10 +50,9 @@ def test_a_shared_commit_gives_every_message_its_own_queue_entries(runtime_facto
     assert all(e.priority == -messages[e.message_id].priority for e in entries), 'an entry took another message'
 
 
-def test_the_writer_keeps_its_postgresql_connection_between_commits(runtime_factory, tmp_path, db_url):
-    # A sequential publisher pays one commit per message; each checkout from the pool pings the server first.
-    if db_url.startswith('sqlite'):
-        pytest.skip('on SQLite the writer checks a connection out for each commit (its transactions run in threads)')
+def test_the_writer_keeps_its_connection_between_commits(runtime_factory, tmp_path, db_url):
+    # A sequential publisher pays one commit per message. On PostgreSQL each checkout from the pool pings
+    # the server first; on SQLite a checkout and check-in cost the hub a tenth of a publication's CPU.
     (tmp_path / 'rt').mkdir()
     rt = runtime_factory(settings=make_settings(tmp_path / 'rt', db_url))
     rt.catalog.create_topic('gc.seq')

@@ -28,8 +28,11 @@ class FakeWriter:
     def __init__(self) -> None:
         self.transactions: list[list[Any]] = []
         self.fail: BaseException | None = None
+        #: 'commit' for each transaction begun, in order with what a test adds itself.
+        self.events: list[str] = []
 
     def run_transaction(self, engine: Any, work: Callable[[Any], Any]) -> Any:
+        self.events.append('commit')
         if self.fail is not None:
             raise self.fail
         written: list[Any] = []
@@ -112,6 +115,59 @@ def test_claims_of_idle_loops_ride_in_the_publications_commit(writer: FakeWriter
     assert asked == [['zpsm1']]
     assert writer.transactions == [['zpsm1', 'cycle']]
     assert claimed.get(timeout=1) == 'batch'
+
+
+def _claiming_once(claimed: AsyncResult) -> Callable[[list[Publication]], list[Any]]:
+    """A claim() that claims one idle loop, in the first commit only."""
+    done: list[bool] = []
+
+    def claim(pubs: list[Publication]) -> list[Any]:
+        if done:
+            return []
+        done.append(True)
+        return [(lambda conn: conn.append('cycle') or 'batch', claimed)]
+    return claim
+
+
+def test_a_lone_publishers_next_commit_starts_before_the_loop_it_woke_delivers(
+        writer: FakeWriter, spawner: Spawner) -> None:
+    # One publisher publishing in sequence: the loop its commit claimed delivers while the next commit
+    # is written, not between the two (where the publisher's next commit waited for the delivery).
+    events = writer.events
+    claimed = AsyncResult()
+    committer = _committer(None, 100, spawner.spawn, lambda pubs: None, _claiming_once(claimed))  # type: ignore[arg-type]
+    loop = gevent.spawn(lambda: events.append(f'delivered {claimed.get()}'))
+    committer.submit(_pub(1))
+    committer.submit(_pub(2))
+    loop.join(timeout=1)
+    assert events == ['commit', 'commit', 'delivered batch']
+    assert writer.transactions == [['zpsm1', 'cycle'], ['zpsm2']]
+
+
+def test_a_loop_woken_by_a_lone_publication_is_not_kept_waiting_for_more(
+        writer: FakeWriter, spawner: Spawner) -> None:
+    claimed = AsyncResult()
+    committer = _committer(None, 100, spawner.spawn, lambda pubs: None, _claiming_once(claimed))  # type: ignore[arg-type]
+    committer.submit(_pub(1))
+    assert claimed.get(timeout=1) == 'batch', 'nothing else was queued: the loop is woken at once'
+
+
+def test_loops_woken_by_a_commit_of_many_publications_deliver_before_the_next_commit(
+        writer: FakeWriter, spawner: Spawner) -> None:
+    # With many publishers the hub has their next publications to prepare anyway; a delivery during
+    # the commit would only contend with the commit's thread.
+    events = writer.events
+    claimed = AsyncResult()
+    committer = _committer(None, 100, spawner.spawn, lambda pubs: None, _claiming_once(claimed))  # type: ignore[arg-type]
+    loop = gevent.spawn(lambda: events.append(f'delivered {claimed.get()}'))
+
+    def publisher(first: int) -> None:
+        committer.submit(_pub(first))
+        committer.submit(_pub(first + 10))
+    gevent.joinall([gevent.spawn(publisher, 1), gevent.spawn(publisher, 2)], raise_error=True)
+    loop.join(timeout=1)
+    assert events == ['commit', 'delivered batch', 'commit']
+    assert writer.transactions == [['zpsm1', 'zpsm2', 'cycle'], ['zpsm11', 'zpsm12']]
 
 
 def test_a_storage_error_fails_every_waiter_of_its_batch(writer: FakeWriter, spawner: Spawner) -> None:
