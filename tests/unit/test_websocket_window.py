@@ -10,6 +10,7 @@ connection between two takes: the client that resumes it gets it with its attemp
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -21,6 +22,8 @@ from runtime.pubsub.delivery import DeliveryLoop, Outcome
 from runtime.pubsub.observers import Observers, PubSubObserver
 from runtime.pubsub.registry import KIND_WEBSOCKET, DeliveryOptions, SubInfo
 from runtime.pubsub.statements import Delivery
+from runtime.pubsub.subscribers.base import Context
+from runtime.pubsub.subscribers.websocket import Attachments, WebSocketSubscriber
 from runtime.testing import wait_until
 from runtime.testing.memory import MemoryQueueBackend
 
@@ -123,3 +126,58 @@ def test_a_held_message_is_counted_once_across_takes_and_acked_once() -> None:
     # One attempt reported, its success: holding a message is no attempt of its own.
     assert [seen for seen in attempts.seen if seen[0] == first.msg_id] == [(first.msg_id, True)]
     assert [e.delivery_count for e in backend.queue(sub.id)] == [1, 1, 1]
+
+
+def _resumed_between_two_takes(second: Channel | None, then: Callable[[int], Any]) -> tuple[Channel, _Conn, list[Any]]:
+    """A loop of this worker delivers one message to a first channel; the client still holds it when
+    the loop gets its turn back, and the subscription moves to ``second`` (None: it leaves this worker's
+    connections) before the loop takes the queue's head again; then(turns) tells when the loop has gone
+    far enough. Returns the first channel, its connection, and the queue's entries afterwards."""
+    backend, sub = MemoryQueueBackend(), _sub()
+    backend.put(sub, 'a')
+    first, conn = _channel(sub)
+    attachments = Attachments()
+    attachments.attach(sub.id, first)
+    subscriber = WebSocketSubscriber(lambda *_args: None, attachments)
+    deliverer = subscriber.deliverer(Context(topic=lambda name: None), sub)
+    turns = 0
+
+    def deliver_batch(s: SubInfo, batch: list[Delivery]) -> list[Outcome]:
+        nonlocal turns
+        answer = deliverer.deliver_batch(s, batch)  # type: ignore[misc]
+        turns += 1
+        if turns == 1:
+            first.taken_over(s.id)
+            attachments.detach(s.id, first)
+            if second is not None:
+                attachments.attach(s.id, second)
+        return answer
+
+    loop = DeliveryLoop(sub, backend, None, lambda: True, deliver_batch=deliver_batch, on_wake=first.wake)
+    g = gevent.spawn(loop.run)
+    try:
+        wait_until(lambda: conn.messages(), timeout=5.0, message='the message sent on the first connection')
+        loop.wake()  # the loop gets its turn back while the client holds the message
+        wait_until(lambda: then(turns), timeout=5.0, message='the loop went on')
+    finally:
+        g.kill()
+    return first, conn, backend.queue(sub.id)
+
+
+def test_a_message_held_on_a_connection_counts_when_the_subscription_resumes_on_another_of_this_worker() -> None:
+    # The resume lands between two takes of the same loop (the narrow window left by the held-attempt fix):
+    # the new connection must get the message as its second attempt, not its first.
+    second, conn2 = _channel(_sub())
+    first, conn, _queue = _resumed_between_two_takes(second, lambda turns: conn2.messages())
+    (sent,) = conn.messages()
+    assert sent['meta']['delivery_count'] == 1
+    # The first connection's ack comes too late: that attempt is over (before: answered acked).
+    assert first._session._ack({'ack_ids': [sent['ack_id']]})[1] == {'acked': 0, 'not_found': [sent['ack_id']]}
+    assert [m['meta']['delivery_count'] for m in conn2.messages()] == [2]
+
+
+def test_a_message_held_on_a_connection_that_left_counts_its_attempt() -> None:
+    # The client left (nothing attached here now) between two takes: its attempt is counted, not taken back.
+    _first, _conn, queue = _resumed_between_two_takes(None, lambda turns: turns >= 2)
+    (entry,) = queue
+    assert entry.delivery_count == 1

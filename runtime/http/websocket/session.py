@@ -459,6 +459,9 @@ class Channel:
     def close(self) -> None:
         """No more messages through this channel; the loop's wait ends (what the client held goes back)."""
         self._closed = True
+        # At once, not when the loop next answers (it may be between two takes, and send to another
+        # connection next): what the client held goes back, so its acks count no more.
+        self._session.forget_channel(self)
         self._open.set()
         self._changed.set()
 

@@ -15,6 +15,10 @@ connection, which sends it and waits for the acks; it answers one ``Outcome`` pe
 After ``max_attempts`` the message goes to the dead-letter queue, as for every kind. A message the
 client still holds from an earlier batch is answered ``held`` (``Outcome.held``: its attempt stands);
 messages the connection did not send are left out of its answer, and the loop takes their attempt back.
+A message answered held whose connection is no longer the subscription's when the loop comes back
+with it (the client left, or resumed the subscription on another connection of this worker, between
+two of the loop's takes) is answered ``ClientGone`` there: that attempt counts, and the next one goes
+to the new connection, if any.
 
 Before a batch is sent, as for REST push: a message of a topic the subscription may no longer
 read is dropped (acked without being sent), and the topic's and the subscription's hook services
@@ -116,6 +120,16 @@ class Attachments:
         return len(self._by_sub)
 
 
+class _Holding:
+    """What a subscription's connection answered held last (one per delivery loop): on which, which entries."""
+
+    __slots__ = ('entries', 'on')
+
+    def __init__(self) -> None:
+        self.on: Attached | None = None
+        self.entries: set[int] = set()
+
+
 class WebSocketSubscriber:
     """WebSocket subscriptions: delivered by the worker their client is attached to, while it is."""
 
@@ -142,8 +156,10 @@ class WebSocketSubscriber:
 
     def deliverer(self, ctx: Context, sub: SubInfo) -> Deliverer:
         """Batches to whichever connection the subscription is attached to at the time."""
+        holding = _Holding()
+
         def deliver_batch(sub: SubInfo, batch: list[Delivery]) -> list[Outcome]:
-            return self._deliver_batch(ctx, sub, batch)
+            return self._deliver_batch(ctx, sub, batch, holding)
 
         def wake() -> None:
             attached = self._attachments.get(sub.id)
@@ -151,13 +167,19 @@ class WebSocketSubscriber:
                 attached.wake()
         return Deliverer(deliver_batch=deliver_batch, wake=wake)
 
-    def _deliver_batch(self, ctx: Context, sub: SubInfo, batch: list[Delivery]) -> list[Outcome]:
+    def _deliver_batch(self, ctx: Context, sub: SubInfo, batch: list[Delivery],
+                       holding: _Holding) -> list[Outcome]:
         attached = self._attachments.get(sub.id)
+        outcomes: list[Outcome] = []
+        if holding.entries and holding.on is not attached:
+            # Held by a connection that has lost the subscription since: that attempt is over.
+            outcomes = [Outcome(d, False, ClientGone()) for d in batch if d.entry_id in holding.entries]
+            batch = [d for d in batch if d.entry_id not in holding.entries]
+        holding.on, holding.entries = attached, set()
         if attached is None:
             # The client has just left and the hub is stopping this loop: nothing is sent, the loop
-            # takes the attempts back and waits (runtime.pubsub.delivery: UNTRIED_WAIT_SECS).
-            return []
-        outcomes: list[Outcome] = []
+            # takes the other attempts back and waits (runtime.pubsub.delivery: UNTRIED_WAIT_SECS).
+            return outcomes
         sending: list[Delivery] = []
         originals: dict[int, Delivery] = {}  # id of what is sent -> the loop's own delivery
         for d in batch:
@@ -182,6 +204,8 @@ class WebSocketSubscriber:
                 # The loop settles (and keeps in memory, for non-GD messages) its own objects.
                 o.delivery = originals.get(id(o.delivery), o.delivery)
                 outcomes.append(o)
+                if o.held:
+                    holding.entries.add(o.delivery.entry_id)
         return outcomes
 
     def _prepare(self, ctx: Context, sub: SubInfo, d: Delivery) -> Delivery | None:
