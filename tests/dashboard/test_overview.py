@@ -74,6 +74,8 @@ def test_overview_on_a_phone_and_for_a_viewer(dash_server_factory, dash_page) ->
     phone = dash_page(server, 'viewer', viewport=PHONE)
     phone.wait_for_selector('#workers table')
     phone.wait_for_selector('#rates-chart .main-svg')
+    # The deepest queues are fetched apart from the workers and the chart: 'Loading…' until their answer is drawn.
+    wait_until(phone, "document.getElementById('deepest').innerText === 'Every queue is empty.'")
     assert phone.inner_text('#deepest') == 'Every queue is empty.'
     width = phone.evaluate('document.documentElement.scrollWidth')
     assert width <= PHONE['width'] + 1, f'the page is {width} px wide on a {PHONE["width"]} px phone'

@@ -246,12 +246,14 @@ def test_a_viewer_sees_no_change_buttons_and_the_api_refuses(
 
     # Readable on a phone: nothing wider than the screen but the tables, which scroll inside their frame.
     phone = dash_page(server, 'viewer', viewport=PHONE)
-    for path, ready in (('/dashboard/topics', '#topics-table table'),
-                        (f'/dashboard/queues/{sub_id}', '#queue-messages table'),
-                        ('/dashboard/dead-letters', '#dl-table .empty'),
-                        ('/dashboard/topics/dash.view', '#topic-subs table')):
+    # A topic's waiting messages are fetched after its subscriptions are drawn: both waited for.
+    for path, ready in (('/dashboard/topics', ('#topics-table table',)),
+                        (f'/dashboard/queues/{sub_id}', ('#queue-messages table',)),
+                        ('/dashboard/dead-letters', ('#dl-table .empty',)),
+                        ('/dashboard/topics/dash.view', ('#topic-subs table', '#topic-waiting > *'))):
         phone.goto(path)
-        phone.wait_for_selector(ready)
+        for selector in ready:
+            phone.wait_for_selector(selector)
         assert phone.evaluate('document.documentElement.scrollWidth <= window.innerWidth + 1'), path
 
 

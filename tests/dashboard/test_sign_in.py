@@ -39,6 +39,8 @@ def test_wrong_password_answers_the_form_again(dash_page: Callable[..., Any], da
     page.fill('#username', 'nobody')
     page.fill('#password', 'x')
     page.click('button[type=submit]')
+    # The form answered again (the same alert is on the page being left): its user name is the one just sent.
+    page.wait_for_selector('#username[value="nobody"]')
     assert page.inner_text('[role=alert]') == message  # the same words, whichever part was wrong
 
 
