@@ -129,18 +129,22 @@ def _claiming_once(claimed: AsyncResult) -> Callable[[list[Publication]], list[A
     return claim
 
 
+def _with_a_claimed_loop(writer: FakeWriter, spawner: Spawner) -> tuple[GroupCommitter, gevent.Greenlet]:
+    """A committer whose first commit claims an idle loop, and that loop: it notes in writer.events when it delivers."""
+    claimed = AsyncResult()
+    committer = _committer(None, 100, spawner.spawn, lambda pubs: None, _claiming_once(claimed))  # type: ignore[arg-type]
+    return committer, gevent.spawn(lambda: writer.events.append(f'delivered {claimed.get()}'))
+
+
 def test_a_lone_publishers_next_commit_starts_before_the_loop_it_woke_delivers(
         writer: FakeWriter, spawner: Spawner) -> None:
     # One publisher publishing in sequence: the loop its commit claimed delivers while the next commit
     # is written, not between the two (where the publisher's next commit waited for the delivery).
-    events = writer.events
-    claimed = AsyncResult()
-    committer = _committer(None, 100, spawner.spawn, lambda pubs: None, _claiming_once(claimed))  # type: ignore[arg-type]
-    loop = gevent.spawn(lambda: events.append(f'delivered {claimed.get()}'))
+    committer, loop = _with_a_claimed_loop(writer, spawner)
     committer.submit(_pub(1))
     committer.submit(_pub(2))
     loop.join(timeout=1)
-    assert events == ['commit', 'commit', 'delivered batch']
+    assert writer.events == ['commit', 'commit', 'delivered batch']
     assert writer.transactions == [['zpsm1', 'cycle'], ['zpsm2']]
 
 
@@ -156,17 +160,14 @@ def test_loops_woken_by_a_commit_of_many_publications_deliver_before_the_next_co
         writer: FakeWriter, spawner: Spawner) -> None:
     # With many publishers the hub has their next publications to prepare anyway; a delivery during
     # the commit would only contend with the commit's thread.
-    events = writer.events
-    claimed = AsyncResult()
-    committer = _committer(None, 100, spawner.spawn, lambda pubs: None, _claiming_once(claimed))  # type: ignore[arg-type]
-    loop = gevent.spawn(lambda: events.append(f'delivered {claimed.get()}'))
+    committer, loop = _with_a_claimed_loop(writer, spawner)
 
     def publisher(first: int) -> None:
         committer.submit(_pub(first))
         committer.submit(_pub(first + 10))
     gevent.joinall([gevent.spawn(publisher, 1), gevent.spawn(publisher, 2)], raise_error=True)
     loop.join(timeout=1)
-    assert events == ['commit', 'delivered batch', 'commit']
+    assert writer.events == ['commit', 'delivered batch', 'commit']
     assert writer.transactions == [['zpsm1', 'zpsm2', 'cycle'], ['zpsm11', 'zpsm12']]
 
 
