@@ -70,18 +70,18 @@
     {label: 'Before / after', render: toggleButton}
   ];
 
-  function load() {
+  var load = Dash.latest(function (fresh) {
     var query = filters();
     query.set('limit', String(PAGE));
     query.set('offset', String(offset));
-    return Dash.api('GET', '/audit?' + query.toString()).then(function (answer) {
+    return fresh(Dash.api('GET', '/audit?' + query.toString())).then(function (answer) {
       Dash.table(list, answer.entries, columns, {empty: 'No change matches these filters.'});
       pagers.forEach(function (el) {
         Dash.pager(el, {total: answer.total, limit: PAGE, offset: offset, count: answer.entries.length},
                    function (next) { offset = next; load(); });
       });
     }).catch(function (e) { Dash.notify('Loading the audit log failed: ' + e.message, 'error'); });
-  }
+  });
 
   form.addEventListener('submit', function (event) {
     event.preventDefault();

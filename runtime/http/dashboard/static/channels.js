@@ -19,10 +19,10 @@
     return Dash.el('span', {'class': 'toolbar'}, edit, remove);
   }
 
-  function loadChannels() {
+  var loadChannels = Dash.latest(function (fresh) {
     var query = new URLSearchParams({limit: String(PAGE), offset: String(state.offset)});
     if (state.search) query.set('search', state.search);
-    return Dash.api('GET', '/channels?' + query).then(function (answer) {
+    return fresh(Dash.api('GET', '/channels?' + query)).then(function (answer) {
       var columns = [
         {label: 'Name', key: 'name'},
         {label: 'Path', render: function (c) { return Dash.el('code', {text: c.url_path}); }},
@@ -42,7 +42,7 @@
                                        count: answer.channels.length},
                  function (offset) { state.offset = offset; loadChannels(); });
     }).catch(function (e) { Dash.notify('Loading the channels failed: ' + e.message, 'error'); });
-  }
+  });
 
   function formBody() {
     var methods = Array.prototype.filter.call(form.elements.methods, function (box) { return box.checked; })

@@ -8,6 +8,14 @@
  *                                      {key, label, render(row) -> string | Node, num: bool}.
  * Dash.pager(el, {total, limit, offset, hasMore}, onPage(offset)) renders Previous/Next and the range shown.
  * Dash.poll(fn, ms)                 -> {stop()}: fn() now and every ms after it settles; paused while the tab is hidden.
+ * Dash.latest(fn)                   -> load(...args): calls fn(fresh, ...args), for a part of a page loaded from more
+ *                                      than one place (a poll and the user's actions). fn awaits each answer it draws
+ *                                      through fresh(promise), which settles like promise only if no later load() has
+ *                                      started meanwhile; an older answer or failure never settles, so the rest of fn
+ *                                      does not run: it neither draws over the newer one nor shows an error. load()
+ *                                      returns fn's Promise, or one resolved (undefined) once an answer is dropped
+ *                                      (so Dash.poll and the actions awaiting it go on). Example:
+ *                                        load = Dash.latest(async (fresh) => draw(await fresh(Dash.api('GET', '/x'))))
  * Dash.confirm(text, {ok, danger}) -> Promise<boolean>, in a real <dialog>.
  * Dash.notify(text, kind)           shows a banner ('info', 'ok', 'error') in the aria-live region.
  * Dash.fmt.time / age / size / number / json   formatting.
@@ -159,6 +167,28 @@
       if (timer) clearTimeout(timer);
       document.removeEventListener('visibilitychange', onVisibility);
     }};
+  };
+
+  Dash.latest = function (fn) {
+    var started = 0;
+    return function () {
+      var call = ++started;
+      var dropped;
+      var outrun = new Promise(function (resolve) { dropped = resolve; });
+      function fresh(promise) {
+        return new Promise(function (resolve, reject) {
+          Promise.resolve(promise).then(function (value) {
+            if (call === started) resolve(value); else dropped();
+          }, function (error) {
+            if (call === started) reject(error); else dropped();
+          });
+        });
+      }
+      var args = [fresh].concat(Array.prototype.slice.call(arguments));
+      var run;
+      try { run = Promise.resolve(fn.apply(this, args)); } catch (e) { run = Promise.reject(e); }
+      return Promise.race([run, outrun]);
+    };
   };
 
   Dash.confirm = function (text, options) {

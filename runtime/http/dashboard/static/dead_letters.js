@@ -37,9 +37,9 @@
     { label: 'Dead for', render: (d) => PubSub.age(d.dead_time_iso) },
   ];
 
-  async function load() {
+  const load = Dash.latest(async (fresh) => {
     const before = cursors[cursors.length - 1];
-    const page = await PubSub.api('GET', '/dead-letters' + PubSub.q({ ...filter, limit: PAGE, before }));
+    const page = await fresh(PubSub.api('GET', '/dead-letters' + PubSub.q({ ...filter, limit: PAGE, before })));
     Dash.table(document.getElementById('dl-table'), page.dead_letters, columns,
       { empty: Object.keys(filter).length ? 'No dead letter matches this filter.' : 'No dead letters: every message was delivered.' });
     const index = cursors.length - 1;
@@ -49,7 +49,7 @@
         if (o > index * PAGE) cursors.push(page.next_before); else if (cursors.length > 1) cursors.pop();
         load().catch((e) => Dash.notify('Loading dead letters failed: ' + e.message, 'error'));
       });
-  }
+  });
 
   function letterPath() {
     return '/queues/' + open.subId + '/dead-letters/' + encodeURIComponent(open.msgId);

@@ -11,10 +11,10 @@
   const el = (id) => document.getElementById(id);
   let offset = 0;
 
-  async function load() {
+  const load = Dash.latest(async (fresh) => {
     let answer;
     try {
-      answer = await Dash.api('GET', `/deployments?limit=${PAGE}&offset=${offset}`);
+      answer = await fresh(Dash.api('GET', `/deployments?limit=${PAGE}&offset=${offset}`));
     } catch (e) {
       el('deployments-error').textContent = `Could not load the history: ${e.message}`;
       return;
@@ -33,7 +33,7 @@
     ], {empty: 'Nothing was hot-deployed yet.'});
     Dash.pager(el('deployments-pager'), {total: answer.total, limit: PAGE, offset, count: answer.deployments.length},
       (next) => { offset = next; load(); });
-  }
+  });
 
   const upload = el('deploy-form');
   if (upload) {

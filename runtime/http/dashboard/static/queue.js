@@ -18,10 +18,10 @@
     { label: 'Data', render: (m) => m.data_preview },
   ];
 
-  async function load() {
+  const load = Dash.latest(async (fresh) => {
     const index = cursors.length - 1;
-    const [queue, page] = await Promise.all([
-      PubSub.api('GET', base), PubSub.api('GET', base + '/messages' + PubSub.q({ limit: PAGE, after: cursors[index] }))]);
+    const [queue, page] = await fresh(Promise.all([
+      PubSub.api('GET', base), PubSub.api('GET', base + '/messages' + PubSub.q({ limit: PAGE, after: cursors[index] }))]));
     const s = queue.queue;
     PubSub.summary(document.getElementById('queue-summary'), [
       ['Topic or pattern', PubSub.link('/dashboard/topics/' + encodeURIComponent(s.topic), s.topic)],
@@ -42,7 +42,7 @@
         if (o > index * PAGE) cursors.push(page.next_after); else if (cursors.length > 1) cursors.pop();
         load().catch((e) => Dash.notify('Loading the queue failed: ' + e.message, 'error'));
       });
-  }
+  });
 
   async function openMessage(msgId) {
     const answer = await PubSub.act('Opening the message', () => PubSub.api('GET', base + '/messages/' + encodeURIComponent(msgId)));

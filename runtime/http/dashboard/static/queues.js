@@ -19,11 +19,11 @@
     { label: 'Active', render: (s) => (s.is_active ? 'yes' : 'paused') },
   ];
 
-  async function load() {
-    const page = await PubSub.api('GET', '/queues' + PubSub.q({ q: search, limit: PAGE, offset }));
+  const load = Dash.latest(async (fresh) => {
+    const page = await fresh(PubSub.api('GET', '/queues' + PubSub.q({ q: search, limit: PAGE, offset })));
     Dash.table(table, page.queues, columns, { empty: search ? 'No queue matches “' + search + '”.' : 'No subscriptions yet.' });
     Dash.pager(pager, { offset, limit: PAGE, total: page.total }, (o) => { offset = o; load(); });
-  }
+  });
 
   document.getElementById('queues-search').addEventListener('submit', (ev) => {
     ev.preventDefault();

@@ -25,12 +25,12 @@
 
   // The list
 
-  async function loadJobs() {
+  const loadJobs = Dash.latest(async (fresh) => {
     const query = new URLSearchParams({limit: PAGE, offset: state.offset});
     if (state.search) query.set('search', state.search);
     let answer;
     try {
-      answer = await Dash.api('GET', '/jobs?' + query);
+      answer = await fresh(Dash.api('GET', '/jobs?' + query));
     } catch (e) {
       Dash.notify('Could not load the jobs: ' + e.message, 'error');
       return;
@@ -48,7 +48,7 @@
                               'No jobs yet.' + (canWrite ? ' Create one with the form below.' : '')});
     Dash.pager($('jobs-pager'), {offset: state.offset, limit: PAGE, total: answer.total, count: answer.jobs.length},
                (offset) => { state.offset = offset; loadJobs(); });
-  }
+  });
 
   // One job
 
@@ -59,13 +59,13 @@
     $('job-title').focus();
   }
 
-  async function loadJob() {
+  const loadJob = Dash.latest(async (fresh) => {
     const name = state.selected;
     if (!name) return;
     let job, runs;
     try {
-      [job, runs] = await Promise.all([Dash.api('GET', jobPath(name)),
-                                       Dash.api('GET', jobPath(name) + '/runs?limit=' + RUNS)]);
+      [job, runs] = await fresh(Promise.all([Dash.api('GET', jobPath(name)),
+                                             Dash.api('GET', jobPath(name) + '/runs?limit=' + RUNS)]));
     } catch (e) {
       Dash.notify('Could not load job ' + name + ': ' + e.message, 'error');
       if (e.status === 404) { closeJob(); loadJobs(); }
@@ -103,7 +103,7 @@
       {label: 'Took', render: (run) => run.duration_secs == null ? '—' : run.duration_secs.toFixed(3) + ' s'},
       {label: 'Error', render: (run) => text('span', run.error, 'error-text')},
     ], {empty: 'This job has not run yet.'});
-  }
+  });
 
   function closeJob() {
     state.selected = null;

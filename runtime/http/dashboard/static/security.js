@@ -7,10 +7,10 @@
 
   function path(name) { return '/security/' + encodeURIComponent(name); }
 
-  function loadDefinitions() {
+  var loadDefinitions = Dash.latest(function (fresh) {
     var query = new URLSearchParams({limit: String(PAGE), offset: String(state.offset)});
     if (state.search) query.set('search', state.search);
-    return Dash.api('GET', '/security?' + query).then(function (answer) {
+    return fresh(Dash.api('GET', '/security?' + query)).then(function (answer) {
       Dash.table($('defs-list'), answer.security, [
         {label: 'Name', render: function (d) {
           return Dash.el('button', {type: 'button', 'class': 'secondary', text: d.name,
@@ -26,15 +26,16 @@
       Dash.pager($('defs-pager'), {total: answer.total, limit: PAGE, offset: state.offset, count: answer.security.length},
                  function (offset) { state.offset = offset; loadDefinitions(); });
     }).catch(function (e) { Dash.notify('Loading the definitions failed: ' + e.message, 'error'); });
-  }
+  });
 
   function linesOf(permissions) {
     return permissions.pub.map(function (p) { return 'pub=' + p; })
       .concat(permissions.sub.map(function (p) { return 'sub=' + p; })).join('\n');
   }
 
-  function openDefinition(name) {
-    return Promise.all([Dash.api('GET', path(name)), Dash.api('GET', path(name) + '/permissions')]).then(function (answers) {
+  var openDefinition = Dash.latest(function (fresh, name) {
+    var both = Promise.all([Dash.api('GET', path(name)), Dash.api('GET', path(name) + '/permissions')]);
+    return fresh(both).then(function (answers) {
       var def = answers[0].security;
       state.current = def;
       $('def-details').hidden = false;
@@ -46,7 +47,7 @@
       $('permission-lines').value = linesOf(answers[1].permissions);
       $('def-heading').scrollIntoView({block: 'nearest'});
     }).catch(function (e) { Dash.notify('Opening ' + name + ' failed: ' + e.message, 'error'); });
-  }
+  });
 
   function onSubmit(id, handler) {
     var form = $(id);
@@ -103,9 +104,9 @@
     }).catch(function (e) { Dash.notify(verb + ' ' + def.name + ' failed: ' + e.message, 'error'); });
   });
 
-  function loadMatches() {
+  var loadMatches = Dash.latest(function (fresh) {
     var query = new URLSearchParams({pattern: state.pattern, limit: String(PAGE), offset: String(state.patternOffset)});
-    return Dash.api('GET', '/pubsub/topic-matches?' + query).then(function (answer) {
+    return fresh(Dash.api('GET', '/pubsub/topic-matches?' + query)).then(function (answer) {
       $('pattern-total').textContent = answer.total === 1 ? '1 topic matches ' + answer.pattern + '.'
         : Dash.fmt.number(answer.total) + ' topics match ' + answer.pattern + '.';
       Dash.table($('pattern-matches'), answer.topics.map(function (name) { return {name: name}; }),
@@ -119,7 +120,7 @@
       $('pattern-pager').textContent = '';
       Dash.notify('Testing the pattern failed: ' + e.message, 'error');
     });
-  }
+  });
 
   onSubmit('pattern-tester', function (form) {
     state.pattern = form.elements.pattern.value.trim();

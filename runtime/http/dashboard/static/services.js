@@ -14,11 +14,11 @@
 
   const secs = (value) => (value === null || value === undefined ? '' : `${(value * 1000).toFixed(1)} ms`);
 
-  async function load() {
+  const load = Dash.latest(async (fresh) => {
     const query = new URLSearchParams({search: input.value, limit: String(PAGE), offset: String(offset)});
     let answer;
     try {
-      answer = await Dash.api('GET', `/stats/services?${query}`);
+      answer = await fresh(Dash.api('GET', `/stats/services?${query}`));
     } catch (e) {
       error.textContent = `Could not load the services: ${e.message}`;
       return;
@@ -39,7 +39,7 @@
     Dash.pager(document.getElementById('services-pager'),
       {total: answer.total, limit: PAGE, offset, count: answer.services.length},
       (next) => { offset = next; load(); });
-  }
+  });
 
   form.addEventListener('submit', (event) => {
     event.preventDefault();

@@ -82,13 +82,13 @@
 
   // Jobs
 
-  async function loadJobs() {
+  const loadJobs = Dash.latest(async (fresh) => {
     const query = new URLSearchParams({limit: PAGE, offset: state.offset});
     if (state.status) query.set('status', state.status);
     if (state.pipeline) query.set('pipeline', state.pipeline);
     let answer;
     try {
-      answer = await Dash.api('GET', '/spark/jobs?' + query);
+      answer = await fresh(Dash.api('GET', '/spark/jobs?' + query));
     } catch (e) {
       Dash.notify('Could not load the Spark jobs: ' + e.message, 'error');
       return;
@@ -105,7 +105,7 @@
     Dash.pager($('spark-pager'), {offset: state.offset, limit: PAGE, count: answer.jobs.length,
                                   hasMore: answer.next_offset != null},
                (offset) => { state.offset = offset; loadJobs(); });
-  }
+  });
 
   async function select(jobId) {
     state.selected = jobId;
@@ -114,12 +114,12 @@
     $('spark-job-title').focus();
   }
 
-  async function loadJob() {
+  const loadJob = Dash.latest(async (fresh) => {
     const jobId = state.selected;
     if (!jobId) return;
     let job;
     try {
-      job = (await Dash.api('GET', jobPath(jobId) + '?lines=' + LOG_LINES)).job;
+      job = (await fresh(Dash.api('GET', jobPath(jobId) + '?lines=' + LOG_LINES))).job;
     } catch (e) {
       Dash.notify('Could not load Spark job ' + jobId + ': ' + e.message, 'error');
       return;
@@ -146,7 +146,7 @@
       actions.replaceChildren();
       if (canWrite && running) actions.append(button('Kill', () => kill(job.job_id), 'danger'));
     }
-  }
+  });
 
   async function kill(jobId) {
     if (!await Dash.confirm('Kill Spark job ' + jobId + '?', {ok: 'Kill'})) return;

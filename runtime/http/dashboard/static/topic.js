@@ -72,8 +72,8 @@
     { label: 'Data', render: (m) => m.data_preview },
   ];
 
-  async function load() {
-    const details = await PubSub.api('GET', path + '?last=10');
+  const load = Dash.latest(async (fresh) => {
+    const details = await fresh(PubSub.api('GET', path + '?last=10'));
     const t = details.topic;
     PubSub.summary(document.getElementById('topic-summary'), [
       ['Depth (waiting in topic)', details.depth.gd + details.depth.non_gd],
@@ -85,11 +85,11 @@
     Dash.table(document.getElementById('topic-subs'), details.subscriptions, subColumns, { empty: 'No subscription receives this topic.' });
     Dash.table(document.getElementById('topic-last'), details.last_publications, lastColumns, { empty: 'Nothing published yet.' });
     await loadWaiting();
-  }
+  });
 
-  async function loadWaiting() {
+  const loadWaiting = Dash.latest(async (fresh) => {
     const after = waitingCursors[waitingCursors.length - 1];
-    const page = await PubSub.api('GET', '/topic-messages' + PubSub.q({ topic: name, limit: PAGE, after }));
+    const page = await fresh(PubSub.api('GET', '/topic-messages' + PubSub.q({ topic: name, limit: PAGE, after })));
     Dash.table(document.getElementById('topic-waiting'), page.messages, waitingColumns, { empty: 'No message waits in this topic.' });
     const index = waitingCursors.length - 1;
     Dash.pager(document.getElementById('topic-waiting-pager'),
@@ -98,7 +98,7 @@
         if (o > index * PAGE) waitingCursors.push(page.next_after); else if (waitingCursors.length > 1) waitingCursors.pop();
         loadWaiting();
       });
-  }
+  });
 
   async function openWaiting(msgId) {
     const answer = await PubSub.act('Opening the message', () => PubSub.api('GET', '/topic-messages/' + encodeURIComponent(msgId)));

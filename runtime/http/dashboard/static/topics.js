@@ -17,11 +17,11 @@
     { label: 'Active', render: (t) => (t.is_active ? 'yes' : 'no') },
   ];
 
-  async function load() {
-    const page = await PubSub.api('GET', '/topics' + PubSub.q({ q: search, limit: PAGE, offset }));
+  const load = Dash.latest(async (fresh) => {
+    const page = await fresh(PubSub.api('GET', '/topics' + PubSub.q({ q: search, limit: PAGE, offset })));
     Dash.table(table, page.topics, columns, { empty: search ? 'No topic name contains “' + search + '”.' : 'No topics yet.' });
     Dash.pager(pager, { offset, limit: PAGE, total: page.total }, (o) => { offset = o; load(); });
-  }
+  });
 
   document.getElementById('topics-search').addEventListener('submit', (ev) => {
     ev.preventDefault();
