@@ -218,6 +218,7 @@ def test_a_viewer_sees_no_change_buttons_and_the_api_refuses(
 
     page.goto('/dashboard/dead-letters')
     page.locator('#dl-table').wait_for()
+    assert page.locator('#dl-redrive-all, #dl-delete-all, #letter-save, #letter-redrive').count() == 0
     # A topic name with '/' (service topics have them): linked with %2F, found all the same.
     _admin(server, 'POST', '/admin/topics', 201, json={'name': '/dash/slashed'})
     page.goto('/dashboard/topics?q=slashed')
@@ -226,7 +227,6 @@ def test_a_viewer_sees_no_change_buttons_and_the_api_refuses(
     assert page.inner_text('h1') == 'Topic /dash/slashed'
     page.goto('/dashboard/topics/no.such.topic')
     assert 'no.such.topic' in page.inner_text('main')
-    assert page.locator('#dl-redrive-all, #dl-delete-all, #letter-save, #letter-redrive').count() == 0
 
     for method, path, body in (('POST', '/dead-letters/redrive', {'expected': 0}),
                                ('POST', '/dead-letters/delete', {'expected': 0}),
