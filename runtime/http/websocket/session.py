@@ -490,8 +490,7 @@ class Channel:
     def deliver_batch(self, sub: SubInfo, batch: list[Delivery]) -> list[Outcome]:
         """Send what the client does not hold yet (up to the window); answer once something is settled."""
         self._open.wait()
-        session, settings = self._session, self._session._parts.settings
-        deadline = settings.ack_deadline_secs
+        deadline = self._session._parts.settings.ack_deadline_secs
         self._woken = False
         try:
             while True:
@@ -515,10 +514,9 @@ class Channel:
                 self._release(entry_id)
             raise
         finally:
-            if self._closed:
+            if self._closed:  # its ack ids were forgotten by close(), and a closed channel makes no new ones
                 for entry_id in list(self._held):
                     self._release(entry_id)
-                session.forget_channel(self)
 
     def _next_deadline(self, deadline: float) -> float:
         oldest = min((s.at for s in self._held.values()), default=None)
