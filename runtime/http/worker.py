@@ -172,8 +172,10 @@ class ConduitWorker(GeventWorker):
         # alone until it paused (a pipelining client starved all others; with wrk at saturation the
         # worker's p99 was near a second while its p50 was 0.4 ms).
         gevent.sleep(0)
-        if self.alive:  # the connection now waits for its next request (stopping, gunicorn closes it)
-            self._between_requests.add(sock)
+        # The connection now waits for its next request. Added even when stopping: a SIGTERM handled during
+        # the sleep above came after the answer was sent as keep-alive, so gunicorn keeps reading from it.
+        # (A connection gunicorn closes instead is discarded by handle() before another greenlet runs.)
+        self._between_requests.add(sock)
         return answered
 
     def run(self) -> None:
