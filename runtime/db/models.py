@@ -154,13 +154,24 @@ class Subscription(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
+#: Which messages wait in their topic, as SQLAlchemy renders ``Message.in_topic.is_(True)`` on each
+#: database: SQLite uses a partial index only for a query with the same term as the index's.
+WAITING_IN_TOPIC = 'in_topic IS true'
+WAITING_IN_TOPIC_SQLITE = 'in_topic IS 1'
+
+
 class Message(Base):
     """A published message; kept while a queue, the topic or a dead-letter queue holds it."""
 
     __tablename__ = 'conduit_message'
     # AUTOINCREMENT: ids are never reused, so "everything after id N" is a reliable change feed.
     # (topic_id, id): a topic's messages in publication order, newest or oldest first, without a sort.
-    __table_args__ = (Index('ix_conduit_message_topic_order', 'topic_id', 'id'), {'sqlite_autoincrement': True})
+    # The messages waiting in a topic have an index of their own, partial: nearly every message goes
+    # straight to a queue, and so costs no entry in it when it is stored and none when it is swept.
+    __table_args__ = (Index('ix_conduit_message_topic_order', 'topic_id', 'id'),
+                      Index('ix_conduit_message_waiting', 'topic_id', 'id', postgresql_where=text(WAITING_IN_TOPIC),
+                            sqlite_where=text(WAITING_IN_TOPIC_SQLITE)),
+                      {'sqlite_autoincrement': True})
 
     #: Publication order.
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, 'sqlite'), primary_key=True,
@@ -180,7 +191,7 @@ class Message(Base):
     has_gd: Mapped[bool] = mapped_column(Boolean)
     size: Mapped[int] = mapped_column(Integer)
     #: Accepted by a topic with no subscribers; handed to the next subscription that appears.
-    in_topic: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+    in_topic: Mapped[bool] = mapped_column(Boolean, default=False)
     #: The publisher's own pub_time, as it sent it (returned as pub_time_iso; pub_time orders and expires).
     ext_pub_time: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
