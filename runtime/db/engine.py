@@ -111,6 +111,7 @@ def make_engine(url: str, pool_size: int = 10, sqlite_synchronous: str = 'FULL',
                                connect_args={'check_same_thread': False,
                                              'timeout': sqlite_busy_timeout_ms / 1000}, **kwargs)
         _setup_sqlite(engine, sqlite_synchronous.upper(), sqlite_busy_timeout_ms)
+        register_sqlite_adapters()
         return engine
     if parsed.get_backend_name() != 'postgresql':
         raise ConfigError('database.url', f'unsupported database {parsed.get_backend_name()!r}; '
@@ -152,6 +153,22 @@ def _setup_postgresql_ping(engine: Engine) -> None:
             dbapi_conn.autocommit = was
         except psycopg.Error as e:
             raise DisconnectionError(f'pooled connection failed its ping: {type(e).__name__}') from e
+
+
+def register_sqlite_adapters() -> None:
+    """Have sqlite3 bind NULL and booleans without the search that costs about 1 µs per such parameter.
+
+    sqlite3 binds int, float, str and bytearray directly. Any other parameter goes through its
+    adaptation protocol, whose fallback looks ``__adapt__`` up on a class that lacks it: Python then
+    formats an AttributeError message only to discard it. A publication's row has six such
+    parameters (four NULL columns and two booleans), which made binding them cost about three times
+    what binding integers does. An adapter registered for the type is found before that search. These
+    two bind exactly what sqlite3 binds without them (NULL; 1 and 0), so registering them for the
+    whole process changes no other user of sqlite3.
+    """
+    # {}.get answers None for None, and is a C function, as int is: no Python frame per parameter.
+    sqlite3.register_adapter(type(None), {}.get)
+    sqlite3.register_adapter(bool, int)
 
 
 def _setup_sqlite(engine: Engine, synchronous: str, busy_timeout_ms: int) -> None:

@@ -64,3 +64,27 @@ def test_a_statement_outside_a_transaction_begins_one_as_sqlalchemy_would(engine
         conn.rollback()
     with transaction(engine) as conn:
         assert queue_sql.next_message_ids(conn, 1) == range(1, 2)  # nothing was stored
+
+
+def test_nulls_and_booleans_are_stored_as_sqlite3_stores_them(engine: Engine) -> None:
+    """The adapters that spare sqlite3 its slow search bind what it binds without them: NULL, 1 and 0."""
+    with transaction(engine, write=True) as conn:
+        queue_sql.insert_messages(conn, [(1, 'm-1', 1, '/t', 'x', 'text/plain', 5, 1.0, 2.0, 'p', None, None, None,
+                                          True, 1, False, None)])
+    with transaction(engine) as conn:
+        row = conn.exec_driver_sql(
+            'SELECT typeof(correl_id), correl_id, typeof(has_gd), has_gd, typeof(in_topic), in_topic, ext_pub_time '
+            'FROM conduit_message').one()
+    assert tuple(row) == ('null', None, 'integer', 1, 'integer', 0, None)
+
+
+def test_the_adapters_change_nothing_for_other_users_of_sqlite3(engine: Engine) -> None:
+    """They are registered for the whole process: a plain sqlite3 connection still gets NULL, 1 and 0."""
+    plain = sqlite3.connect(':memory:')
+    try:
+        plain.execute('CREATE TABLE t (a, b, c)')
+        plain.execute('INSERT INTO t VALUES (?, ?, ?)', (None, True, False))
+        row = plain.execute('SELECT typeof(a), a, typeof(b), b, c FROM t').fetchone()
+        assert row == ('null', None, 'integer', 1, 0)
+    finally:
+        plain.close()
