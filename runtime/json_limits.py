@@ -82,7 +82,8 @@ class JsonLimits:
         False means it surely does not; True that the value must be checked)."""
         # One pass in C: every digit becomes '0', every opening bracket '[', anything else a space.
         shape = text.translate(_SHAPE)
-        return shape.count(b'[') > self.max_depth or self._long_digits in shape
+        # find, not `in`: bytes.__contains__ first tries its argument as an integer and formats an error.
+        return shape.count(b'[') > self.max_depth or shape.find(self._long_digits) >= 0
 
     @classmethod
     def from_settings(cls, http: HttpSection) -> JsonLimits:
@@ -212,7 +213,7 @@ def _dumps_fast(value: Any, limits: JsonLimits) -> bytes | None:
     except TypeError:
         return None
     # orjson writes NaN and Infinity as null: a null may be one of them.
-    if b'null' in text or limits.maybe_over(text):
+    if text.find(b'null') >= 0 or limits.maybe_over(text):  # find: see JsonLimits.maybe_over
         _walk(value, limits, True)
     return text
 
