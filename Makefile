@@ -41,12 +41,14 @@ chaos: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-# The peers (Celery, Dramatiq), profilers and the HTTP load generator (wrk, a Debian package) that
-# only the benchmarks need.
+# The peers (Celery, Dramatiq), profilers, the HTTP load generator (wrk) and valgrind (Debian packages)
+# that only the benchmarks need.
 $(BENCH_STAMP): $(STAMP) setup.cfg
 	$(PY) -m pip install --quiet -e '.[test,spark,bench]'
 	command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; } \
 		|| { echo 'wrk is needed for the REST benchmark: apt-get install wrk' >&2; exit 1; }
+	command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind; } \
+		|| { echo 'valgrind is needed to count instructions per message: apt-get install valgrind' >&2; exit 1; }
 	touch $(BENCH_STAMP)
 
 # Every performance target with its figure, side by side with Celery and Dramatiq; writes bench/RESULTS.md.

@@ -31,6 +31,7 @@ from bench import common  # noqa: E402
 #: results file.
 BENCHMARKS: list[tuple[str, str, int]] = [
     ('throughput', 'throughput.py', 900),
+    ('instructions', 'instructions.py', 1800),
     ('workers', 'workers.py', 900),
     ('peers', 'peers.py', 1200),
     ('latency', 'latency.py', 600),

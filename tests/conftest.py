@@ -16,7 +16,10 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
+from sqlalchemy import Engine
 
+from runtime.db.engine import make_engine
+from runtime.db.migrate import upgrade
 from tests.live_server import LiveServer
 from tests.recorder import Recorder
 
@@ -54,6 +57,15 @@ def db_url(db_backend: str, tmp_path: Path) -> Iterator[str]:
     yield f'{base}/{name}'
     with _pg_admin() as conn:
         conn.execute(sql.SQL('DROP DATABASE IF EXISTS {} WITH (FORCE)').format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:
+    """An engine on a fresh database of the backend under test, migrated to the newest schema."""
+    engine = make_engine(db_url, pool_size=3)
+    upgrade(engine)
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture

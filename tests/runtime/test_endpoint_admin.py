@@ -7,7 +7,7 @@ synchronizer's. A write bumps its sync key and reloads; a refused one does neith
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -15,8 +15,6 @@ from sqlalchemy import Engine, insert, select
 
 from runtime.channel_admin import ChannelAdmin
 from runtime.db.blocking import run_transaction
-from runtime.db.engine import make_engine
-from runtime.db.migrate import upgrade
 from runtime.db.models import PubSubPermission, SyncState
 from runtime.errors import ObjectExists, ObjectInUse, ObjectNotFound, RouteClash
 from runtime.objects import CHANNELS_KEY, SECURITY_KEY
@@ -40,13 +38,6 @@ class Calls:
             self.counts[what] = self.of(what) + 1
         return call
 
-
-@pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
-    engine = make_engine(db_url, pool_size=2)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

@@ -8,15 +8,12 @@ bumps the ``file_channels`` sync key and calls ``changed``; a refused one does n
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, insert, select
 
 from runtime.channel_admin import ChannelAdmin
 from runtime.db.blocking import run_transaction
-from runtime.db.engine import make_engine
-from runtime.db.migrate import upgrade
 from runtime.db.models import FileChannelRow, FileRun, SyncState, Topic
 from runtime.errors import ConfigError, ObjectExists, ObjectNotFound
 from runtime.files.admin import FileChannelAdmin
@@ -32,13 +29,6 @@ class Counter:
     def __call__(self) -> None:
         self.calls += 1
 
-
-@pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
-    engine = make_engine(db_url, pool_size=2)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

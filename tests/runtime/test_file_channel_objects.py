@@ -8,7 +8,7 @@ its file transfer (a poller publishes to the declared topic, then to the new one
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,6 @@ from sqlalchemy import Engine, select
 
 from runtime.core import make_objects_applier
 from runtime.db.blocking import run_transaction
-from runtime.db.engine import make_engine
-from runtime.db.migrate import upgrade
 from runtime.db.models import Message, SyncState
 from runtime.errors import ConfigError
 from runtime.files.admin import FileChannelAdmin
@@ -43,13 +41,6 @@ file_channel:
 '''
 CHANNEL = TOPIC + CHANNEL_ONLY
 
-
-@pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
-    engine = make_engine(db_url, pool_size=2)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

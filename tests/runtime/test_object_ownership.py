@@ -4,7 +4,6 @@ dry run shows the changes without making them. References between objects are ch
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,13 +51,6 @@ _TABLES = {'security': (BasicAuthDef, 'name'), 'channel': (RestChannel, 'name'),
            'permission': (PubSubPermission, 'security'), 'job': (Job, 'name'),
            'subscription': (Subscription, 'pattern')}
 
-
-@pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
-    engine = make_engine(db_url, pool_size=2)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 def _applier(tmp_path: Path, engine: Engine, dirs: list[Path] | None = None,

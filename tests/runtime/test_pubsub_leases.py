@@ -7,7 +7,7 @@ one database stand for two workers; the runtime tests deliver through a real bro
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +16,6 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 
 from runtime.db.blocking import run_transaction
-from runtime.db.engine import make_engine
-from runtime.db.migrate import upgrade
 from runtime.db.models import DeadLetter, Lease, QueueEntry
 from runtime.errors import LeaseLost
 from runtime.pubsub.broker import lease_name
@@ -39,14 +37,6 @@ from tests.recorder import Recorder
 
 TIMEOUT = 30.0  # how long a condition may take under load; met conditions return at once
 
-
-@pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
-    """A migrated database of the backend under test."""
-    engine = make_engine(db_url, pool_size=3)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 def manager(engine: Engine, ttl: float = 60.0, renew: float = 60.0) -> LeaseManager:

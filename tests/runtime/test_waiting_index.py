@@ -18,19 +18,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, event
 
-from runtime.db.engine import make_engine
-from runtime.db.migrate import upgrade
 from runtime.pubsub import queue_admin, statements, topic_admin
 
 INDEX = 'ix_conduit_message_waiting'
 
-
-@pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
-    engine = make_engine(db_url, pool_size=1)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 @contextmanager

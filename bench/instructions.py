@@ -1,0 +1,135 @@
+"""Instructions per message of durable service→service messaging, counted by valgrind, not timed.
+
+CPU time per message (``throughput.py``) moves with the machine: the same code has measured 75 and
+190 µs on two days of the same kind of virtual machine. Instructions executed are what the code
+asks of the processor, whatever else the machine is doing, so a change to the hot path shows in
+them where timings drown it. This runs ``throughput.py`` (one worker, C concurrent publishers, the
+no-op service ``bench.sink``) under callgrind twice, with N1 and N2 messages in its one round, and
+reports (I(N2) - I(N1)) / (N2 - N1): start-up, imports and the warm-up cancel out. It splits them
+into the hub's thread (every greenlet: publishers, delivery loops, the services) and the thread
+pool's threads (SQLite statements and commits, archive writes). Only this process is counted: on
+PostgreSQL the server's own work is not in the figure.
+
+Under callgrind the process runs about 50 times slower and its threads one at a time, so the group
+commit's batches differ a little from a normal run; repeated runs of the same code agreed within
+about 1 %.
+
+    .venv/bin/python bench/instructions.py [--backend sqlite] [--publishers 50] [--counts 1000,5000]
+                                           [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common  # noqa: E402
+
+NAME = 'instructions'
+#: callgrind's total of one output file.
+_SUMMARY = re.compile(r'^summary:\s+(\d+)', re.MULTILINE)
+
+
+def _thread_totals(out_dir: Path, prefix: str) -> tuple[int, int]:
+    """(instructions of the main thread, of every other thread) from callgrind's per-thread files."""
+    main = other = 0
+    # One file per thread, numbered from 01 (the main thread); the file without a number holds nothing.
+    for path in sorted(out_dir.glob(f'{prefix}-*')):
+        found = _SUMMARY.search(path.read_text(encoding='utf-8', errors='replace'))
+        if found is None:
+            raise RuntimeError(f'{path.name}: callgrind wrote no summary')
+        if path.name.endswith('-01'):
+            main += int(found.group(1))
+        else:
+            other += int(found.group(1))
+    if not main:
+        raise RuntimeError(f'no callgrind output for the main thread in {out_dir}')
+    return main, other
+
+
+def count_run(backend: str, publishers: int, messages: int, out_dir: Path) -> tuple[int, int]:
+    """Instructions of one throughput.py run of `messages` messages: (main thread, other threads)."""
+    prefix = f'cg-{backend}-{publishers}-{messages}.out'
+    cmd = ['valgrind', '--tool=callgrind', '--separate-threads=yes', f'--callgrind-out-file={out_dir / prefix}',
+           sys.executable, str(common.REPO / 'bench' / 'throughput.py'), '--backends', backend,
+           '--publishers', str(publishers), '--count', str(messages), '--seq-count', str(messages),
+           '--rounds', '1', '--no-write']
+    proc = subprocess.run(cmd, cwd=common.REPO, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f'throughput.py under callgrind failed ({proc.returncode}):\n{proc.stderr[-2000:]}')
+    return _thread_totals(out_dir, prefix)
+
+
+def measure(backend: str, publishers: int, counts: tuple[int, int]) -> dict[str, float]:
+    """Instructions per message, whole process and by thread, from one pair of runs (run side by side)."""
+    small, large = counts
+    with tempfile.TemporaryDirectory(prefix='conduit-callgrind-') as tmp:
+        out_dir = Path(tmp)
+        # The two runs are independent, and callgrind uses one core each: run them at once.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            low, high = pool.map(lambda n: count_run(backend, publishers, n, out_dir), (small, large))
+    span = large - small
+    hub = (high[0] - low[0]) / span
+    threads = (high[1] - low[1]) / span
+    return {'total': hub + threads, 'hub': hub, 'threads': threads}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Count, print and (unless --no-write) write the results section."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--backend', default='sqlite', choices=('sqlite', 'postgresql'))
+    parser.add_argument('--publishers', type=int, default=50)
+    parser.add_argument('--counts', default='1000,5000', help='the two message counts, smaller first')
+    parser.add_argument('--repeats', type=int, default=2)
+    parser.add_argument('--no-write', action='store_true', help='print only; do not write bench/results')
+    args = parser.parse_args(argv)
+    try:
+        small, large = (int(n) for n in args.counts.split(','))
+    except ValueError:
+        parser.error('--counts must be two whole numbers, smaller first, like 1000,5000')
+    if not 0 < small < large:
+        parser.error('--counts must be two whole numbers, smaller first, like 1000,5000')
+    if shutil.which('valgrind') is None:
+        sys.exit('valgrind is needed: apt-get install valgrind (make bench installs it)')
+    rows = []
+    for _ in range(args.repeats):
+        row = measure(args.backend, args.publishers, (small, large))
+        rows.append(row)
+        print(f"{args.backend}, {args.publishers} publishers: {row['total']:,.0f} instructions per message "
+              f"(hub {row['hub']:,.0f}, pool threads {row['threads']:,.0f})", flush=True)
+    if not args.no_write:
+        write(rows, args)
+
+
+def write(rows: list[dict[str, float]], args: argparse.Namespace) -> None:
+    """The results section and its raw figures."""
+    def figures(key: str) -> str:
+        return ' · '.join(f'{row[key]:,.0f}' for row in rows)
+
+    cmd = common.command_line('instructions.py', [f'--backend {args.backend}', f'--publishers {args.publishers}',
+                                                  f'--counts {args.counts}', f'--repeats {args.repeats}'])
+    lines = [f'## Instructions per message, {args.backend}, {args.publishers} publishers (callgrind; no target)', '',
+             '| figure | runs |', '|---|---|',
+             f"| whole process | {figures('total')} |",
+             f"| the hub's thread: publishers, delivery loops, services | {figures('hub')} |",
+             f"| the thread pool: SQL statements and commits, archive writes | {figures('threads')} |", '',
+             'Counted by valgrind, so they do not move with the machine as CPU time does: the difference '
+             f'between runs of {args.counts.replace(",", " and ")} messages, divided by the difference in '
+             'messages (start-up and warm-up cancel out). Only the benchmark\'s process is counted.', '',
+             f'Command: `{cmd}`']
+    median = sorted(row['total'] for row in rows)[len(rows) // 2]
+    summary = [{'figure': f'instructions per message, {args.backend}, {args.publishers} publishers (callgrind)',
+                'target': '— (CPU per message ≤ 50 µs is the target)', 'measured': f'{median:,.0f}', 'met': None}]
+    common.write_result(NAME, '\n'.join(lines), {'rows': rows, 'summary': summary})
+
+
+if __name__ == '__main__':
+    main()
