@@ -11,8 +11,8 @@ pool's threads (SQLite statements and commits, archive writes). Only this proces
 PostgreSQL the server's own work is not in the figure.
 
 Under callgrind the process runs about 50 times slower and its threads one at a time, so the group
-commit's batches differ a little from a normal run; repeated runs of the same code agreed within
-about 1 %.
+commit's batches differ a little from a normal run, and from one run to the next: repeated runs of
+the same code have differed by up to 2 %.
 
     .venv/bin/python bench/instructions.py [--backend sqlite] [--publishers 50] [--counts 1000,5000]
                                            [--repeats 2]

@@ -211,11 +211,14 @@ def service_view(d: Delivery, sub_key: str, limits: JsonLimits = DEFAULT_LIMITS)
         data = decode_data(d.data, d.mime_type, limits)
     except ValueError as e:  # stored past the checks of publish (an older version, an edit, the database itself)
         raise UnrenderableMessage(d.msg_id, f'its data {e}') from None
+    recv_time_iso = iso(d.recv_time)
+    # A message published to a queue directly is received when it is published: one rendering does.
+    pub_time_iso = d.ext_pub_time or (recv_time_iso if d.pub_time == d.recv_time else iso(d.pub_time))
     return {'msg_id': d.msg_id, 'topic_name': d.topic_name, 'data': data,
             'mime_type': mime, 'priority': d.priority, 'size': d.size, 'has_gd': d.has_gd,
-            'pub_time': d.pub_time, 'pub_time_iso': d.ext_pub_time or iso(d.pub_time),
+            'pub_time': d.pub_time, 'pub_time_iso': pub_time_iso,
             'expiration': expiration_secs(d), 'expiration_time_iso': iso(d.expiration_time),
-            'recv_time_iso': iso(d.recv_time), 'publisher': d.publisher, 'correl_id': d.correl_id,
+            'recv_time_iso': recv_time_iso, 'publisher': d.publisher, 'correl_id': d.correl_id,
             'in_reply_to': d.in_reply_to, 'ext_client_id': d.ext_client_id, 'delivery_count': d.delivery_count,
             'sub_key': sub_key}
 

@@ -69,6 +69,12 @@ def test_every_view_formats_times_the_same_way() -> None:
         assert {k: view[k] for k in expected} == expected
 
 
+def test_a_message_received_when_published_shows_one_time_twice() -> None:
+    d = delivery(recv_time=PUB_TIME)
+    for view in (service_view(d, 'sk.1'), pull_meta(d, 'sk.1', PUB_TIME), push_view(d, 1)):
+        assert view['pub_time_iso'] == view['recv_time_iso'] == '2026-01-01T00:00:00.250000+00:00'
+
+
 def test_the_publishers_own_pub_time_is_shown_verbatim() -> None:
     d = delivery(ext_pub_time='2026-01-02T03:04:05.678+01:00')
     for view in (service_view(d, 'sk.1'), pull_meta(d, 'sk.1', PUB_TIME), push_view(d, 1)):
