@@ -156,7 +156,7 @@ def _setup_postgresql_ping(engine: Engine) -> None:
 
 
 def register_sqlite_adapters() -> None:
-    """Have sqlite3 bind NULL and booleans without the search that costs about 1 µs per such parameter.
+    """Have sqlite3 bind NULL and booleans without a search that cost 0.4 to 1 µs per such parameter here.
 
     sqlite3 binds int, float, str and bytearray directly. Any other parameter goes through its
     adaptation protocol, whose fallback looks ``__adapt__`` up on a class that lacks it: Python then
