@@ -76,9 +76,17 @@ def measure(backend: str, publishers: int, counts: tuple[int, int]) -> dict[str,
         # The two runs are independent, and callgrind uses one core each: run them at once.
         with ThreadPoolExecutor(max_workers=2) as pool:
             low, high = pool.map(lambda n: count_run(backend, publishers, n, out_dir), (small, large))
-    span = large - small
+    return per_message(low, high, large - small)
+
+
+def per_message(low: tuple[int, int], high: tuple[int, int], span: int) -> dict[str, float]:
+    """Instructions per message from the counts of two runs `span` messages apart; ValueError if they make no sense."""
     hub = (high[0] - low[0]) / span
     threads = (high[1] - low[1]) / span
+    if hub <= 0 or threads <= 0:
+        # Start-up is not the same from run to run: with too few messages between the runs, it outweighs them.
+        raise ValueError(f'the run with more messages counted no more instructions (hub {hub:,.0f}, pool threads '
+                         f'{threads:,.0f} per message): make the two counts further apart, like 1000,5000')
     return {'total': hub + threads, 'hub': hub, 'threads': threads}
 
 
@@ -101,7 +109,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit('valgrind is needed: apt-get install valgrind (make bench installs it)')
     rows = []
     for _ in range(args.repeats):
-        row = measure(args.backend, args.publishers, (small, large))
+        try:
+            row = measure(args.backend, args.publishers, (small, large))
+        except ValueError as e:
+            sys.exit(f'bench/instructions.py: {e}')
         rows.append(row)
         print(f"{args.backend}, {args.publishers} publishers: {row['total']:,.0f} instructions per message "
               f"(hub {row['hub']:,.0f}, pool threads {row['threads']:,.0f})", flush=True)
