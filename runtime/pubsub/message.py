@@ -204,6 +204,15 @@ def expiration_secs(d: Delivery) -> int:
     return round(d.expiration_time - d.pub_time)
 
 
+def times_iso(d: Delivery) -> dict[str, str]:
+    """The message's times as every view shows them: pub_time_iso, recv_time_iso and expiration_time_iso."""
+    recv_time_iso = iso(d.recv_time)
+    # A message published to a queue directly is received when it is published: one rendering does.
+    pub_time_iso = d.ext_pub_time or (recv_time_iso if d.pub_time == d.recv_time else iso(d.pub_time))
+    return {'pub_time_iso': pub_time_iso, 'recv_time_iso': recv_time_iso,
+            'expiration_time_iso': iso(d.expiration_time)}
+
+
 def service_view(d: Delivery, sub_key: str, limits: JsonLimits = DEFAULT_LIMITS) -> dict[str, Any]:
     """The message and its metadata as a subscribed service sees it (request.raw_request), or UnrenderableMessage."""
     mime = d.mime_type[:-len(BASE64_SUFFIX)] if d.mime_type.endswith(BASE64_SUFFIX) else d.mime_type
@@ -211,14 +220,10 @@ def service_view(d: Delivery, sub_key: str, limits: JsonLimits = DEFAULT_LIMITS)
         data = decode_data(d.data, d.mime_type, limits)
     except ValueError as e:  # stored past the checks of publish (an older version, an edit, the database itself)
         raise UnrenderableMessage(d.msg_id, f'its data {e}') from None
-    recv_time_iso = iso(d.recv_time)
-    # A message published to a queue directly is received when it is published: one rendering does.
-    pub_time_iso = d.ext_pub_time or (recv_time_iso if d.pub_time == d.recv_time else iso(d.pub_time))
     return {'msg_id': d.msg_id, 'topic_name': d.topic_name, 'data': data,
             'mime_type': mime, 'priority': d.priority, 'size': d.size, 'has_gd': d.has_gd,
-            'pub_time': d.pub_time, 'pub_time_iso': pub_time_iso,
-            'expiration': expiration_secs(d), 'expiration_time_iso': iso(d.expiration_time),
-            'recv_time_iso': recv_time_iso, 'publisher': d.publisher, 'correl_id': d.correl_id,
+            'pub_time': d.pub_time, **times_iso(d), 'expiration': expiration_secs(d),
+            'publisher': d.publisher, 'correl_id': d.correl_id,
             'in_reply_to': d.in_reply_to, 'ext_client_id': d.ext_client_id, 'delivery_count': d.delivery_count,
             'sub_key': sub_key}
 
@@ -228,8 +233,7 @@ def pull_meta(d: Delivery, sub_key: str, now: float, ack_id: str | None = None) 
     meta: dict[str, Any] = {
         'topic_name': d.topic_name, 'size': d.size, 'priority': d.priority,
         'expiration': expiration_secs(d), 'msg_id': d.msg_id, 'sub_key': sub_key,
-        'pub_time_iso': d.ext_pub_time or iso(d.pub_time), 'recv_time_iso': iso(d.recv_time),
-        'expiration_time_iso': iso(d.expiration_time),
+        **times_iso(d),
         'time_since_pub': str(timedelta(seconds=max(0.0, now - d.pub_time))),
         'time_since_recv': str(timedelta(seconds=max(0.0, now - d.recv_time))),
         'delivery_count': d.delivery_count,
@@ -287,8 +291,7 @@ def push_view(d: Delivery, data: Any) -> dict[str, Any]:
     """A message as Zato 4.1 pushes it: its fields at the top level (optional ones only when set)."""
     body: dict[str, Any] = {
         'msg_id': d.msg_id, 'topic_name': d.topic_name, 'data': data, 'priority': d.priority,
-        'expiration': expiration_secs(d), 'pub_time_iso': d.ext_pub_time or iso(d.pub_time),
-        'recv_time_iso': iso(d.recv_time), 'expiration_time_iso': iso(d.expiration_time)}
+        'expiration': expiration_secs(d), **times_iso(d)}
     for name in ('correl_id', 'in_reply_to', 'ext_client_id', 'publisher'):
         value = getattr(d, name)
         if value:
