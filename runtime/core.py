@@ -71,7 +71,7 @@ from runtime.spark.manager import SparkManager
 from runtime.spawn import Spawner
 from runtime.stats import StatsFlusher
 from runtime.store import ServiceStore
-from runtime.sync import Synchronizer
+from runtime.sync import Synchronizer, one_reload_at_a_time
 from runtime.workers import WorkerIdentity, WorkerRegistry
 
 if TYPE_CHECKING:
@@ -297,6 +297,7 @@ class Runtime:
 
     # Shared objects
 
+    @one_reload_at_a_time
     def reload_channels(self) -> None:
         """Rebuild the channel router from the database."""
         with self.engine.connect() as conn:
@@ -311,6 +312,7 @@ class Runtime:
                 _log.error('channel %r skipped: %s', r.name, e)
         self.router = ChannelRouter(channels)
 
+    @one_reload_at_a_time
     def reload_security(self) -> None:
         """Reload Basic Auth definitions from the database."""
         with self.engine.connect() as conn:

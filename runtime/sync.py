@@ -9,11 +9,13 @@ so that it does not wait for its next poll.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import gevent
+from gevent.lock import RLock
 from sqlalchemy import Connection, Engine, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -23,6 +25,28 @@ from runtime.db.models import SyncState
 _log = logging.getLogger(__name__)
 
 T = TypeVar('T')
+M = TypeVar('M', bound=Callable[..., Any])
+
+
+def one_reload_at_a_time(method: M) -> M:
+    """Run a reload method one call at a time per object, so that an older read never replaces a newer one.
+
+    A reload reads the database (other greenlets run meanwhile) and then swaps what it read in; two
+    that overlap (the sync poll's and a change's own) can finish in the other order, and the one that
+    read before a commit would then put back what that commit changed. Serialised, a reload that
+    starts after a commit reads after it and is the last to swap. Reentrant, for a reload that
+    reaches its own method again.
+    """
+    attribute = f'_{method.__name__}_one_at_a_time'
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        lock = self.__dict__.get(attribute)
+        if lock is None:  # no yield from here to setdefault: two greenlets cannot make two locks
+            lock = self.__dict__.setdefault(attribute, RLock())
+        with lock:
+            return method(self, *args, **kwargs)
+    return run  # type: ignore[return-value]
 
 
 def _ensure_row(conn: Connection, key: str) -> None:

@@ -35,6 +35,7 @@ from runtime.files.processor import ChannelContext, Prepare, RunService, StorePr
 from runtime.files.sftp import SftpParams
 from runtime.files.sources import Source, open_source
 from runtime.json_limits import JsonLimits
+from runtime.sync import one_reload_at_a_time
 
 _log = logging.getLogger(__name__)
 
@@ -110,6 +111,7 @@ class FileTransfer:
         for name, item in running.items():
             self._stop_one(name, item, timeout)
 
+    @one_reload_at_a_time
     def reload(self) -> None:
         """Read the channels again; start, restart and stop pollers to match."""
         rows = run_transaction(self._engine, statements.load_channels, write=False)

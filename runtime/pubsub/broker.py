@@ -60,6 +60,7 @@ from runtime.pubsub.subscribers.base import Context, Subscriber
 from runtime.pubsub.sweeper import SWEEPER_LEASE, Sweeper
 from runtime.pubsub.topics import validate_topic_name
 from runtime.pubsub.wakeups import Wakeups
+from runtime.sync import one_reload_at_a_time
 
 _log = logging.getLogger(__name__)
 
@@ -176,6 +177,7 @@ class Broker:
         except Exception as e:
             _log.warning('releasing leases failed: %s', e)
 
+    @one_reload_at_a_time
     def reload(self) -> None:
         """Reload topics and subscriptions from the database."""
         self.registry = run_transaction(self.engine, lambda c: statements.load_registry(c, self.settings), write=False)

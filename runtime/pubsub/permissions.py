@@ -33,7 +33,7 @@ from runtime.db.models import BasicAuthDef, PubSubPermission
 from runtime.errors import ConfigError, InvalidPermission, InvalidTopicName, ObjectNotFound
 from runtime.objects import DELETE, Scope, SectionHandler
 from runtime.pubsub.topics import covers, is_pattern, matches, normalize, validate_pattern
-from runtime.sync import bump
+from runtime.sync import bump, one_reload_at_a_time
 
 if TYPE_CHECKING:
     from runtime.pubsub.registry import SubInfo, TopicInfo
@@ -160,6 +160,7 @@ class Permissions:
         self._grants: dict[str, Grant] = {}
         self._answers: dict[tuple[str, str, str], str | None] = {}
 
+    @one_reload_at_a_time
     def reload(self) -> None:
         """Load every definition's permissions from the database and swap them in whole."""
         if self._engine is None:
