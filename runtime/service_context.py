@@ -12,12 +12,13 @@ use it, so it imports none of them: the invoker is described here by the ``Invok
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import gevent
+
+from runtime.random_ids import random_hex
 
 #: Channel names a service can see in self.channel.
 CHANNEL_INVOKE = 'invoke'
@@ -28,7 +29,7 @@ CHANNEL_REST = 'rest'
 
 def new_cid() -> str:
     """A new correlation id: 24 hex characters of randomness."""
-    return os.urandom(12).hex()
+    return random_hex(12)
 
 
 class Invoker(Protocol):

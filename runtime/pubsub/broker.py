@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -60,6 +59,7 @@ from runtime.pubsub.subscribers.base import Context, Subscriber
 from runtime.pubsub.sweeper import SWEEPER_LEASE, Sweeper
 from runtime.pubsub.topics import validate_topic_name
 from runtime.pubsub.wakeups import Wakeups
+from runtime.random_ids import random_hex
 from runtime.sync import one_reload_at_a_time
 
 _log = logging.getLogger(__name__)
@@ -237,7 +237,7 @@ class Broker:
         if self.sub_allowed is not None and subs:
             subs = [s for s in subs if self.sub_allowed(s, topic)]
         now = time.time()
-        msg_id = MsgId(MSG_ID_PREFIX + os.urandom(12).hex())
+        msg_id = MsgId(MSG_ID_PREFIX + random_hex(12))
         pub = Publication(msg_id=msg_id, topic_id=topic.id, topic_name=topic.name, data=text, mime_type=mime,
                           priority=priority, pub_time=now, expiration_time=now + expiration, publisher=publisher,
                           correl_id=correl_id, in_reply_to=in_reply_to, ext_client_id=ext_client_id, has_gd=gd,

@@ -24,7 +24,6 @@ on the backend's clock: the loop keeps their due times itself.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -38,6 +37,7 @@ from runtime.pubsub.message import MSG_ID_PREFIX, Delivery
 from runtime.pubsub.observers import Observers
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.statements import Settlement
+from runtime.random_ids import random_hex
 from runtime.spawn import Spawner
 
 #: A message's lifetime when put() is given no expiration (the topics' default limit).
@@ -122,7 +122,7 @@ class MemoryQueueBackend:
         pub_time = meta.pop('pub_time', now)
         d = Delivery(entry_id=self._next_entry_id, sub_id=sub_id, delivery_count=0, next_attempt_at=0.0,
                      last_error='', recv_time=now, message_id=self._next_message_id,
-                     msg_id=meta.pop('msg_id', MSG_ID_PREFIX + os.urandom(12).hex()),
+                     msg_id=meta.pop('msg_id', MSG_ID_PREFIX + random_hex(12)),
                      topic_name=topic_name or (sub.pattern if isinstance(sub, SubInfo) else 'test.topic'),
                      data=text, mime_type=mime, priority=priority, pub_time=pub_time,
                      expiration_time=now + (DEFAULT_EXPIRATION_SECS if expiration is None else expiration),

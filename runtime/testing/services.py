@@ -28,7 +28,6 @@ for them to end.
 from __future__ import annotations
 
 import inspect
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from runtime.pubsub.message import MSG_ID_PREFIX, Delivery, MsgId, encode_data, 
 from runtime.pubsub.registry import KIND_PULL, SubInfo
 from runtime.pubsub.statements import new_sub_key
 from runtime.pubsub.topics import matches, validate_pattern
+from runtime.random_ids import random_hex
 from runtime.service import Response, Service
 from runtime.spawn import Spawner
 from runtime.store import ServiceStore
@@ -141,7 +141,7 @@ class _RecordingPubSub:
     def publish(self, topic_or_service: str, data: Any = None, **kwargs: Any) -> MsgId:
         """Record the publication; returns its msg_id (a TypeError for arguments publish does not take)."""
         inspect.signature(PubSubAPI.publish).bind(self, topic_or_service, data, **kwargs)
-        pub = Publication(topic_or_service, data, dict(kwargs), MsgId(MSG_ID_PREFIX + os.urandom(12).hex()),
+        pub = Publication(topic_or_service, data, dict(kwargs), MsgId(MSG_ID_PREFIX + random_hex(12)),
                           self._service.name)
         self._kit.publications.append(pub)
         return MsgId(pub.msg_id)

@@ -40,7 +40,6 @@ so never hand one entry to two callers; SQLite serialises write transactions any
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -61,6 +60,7 @@ from runtime.pubsub.dead_letters import DeadLetterer, Moves
 from runtime.pubsub.message import Delivery, render_pull, service_view
 from runtime.pubsub.registry import KIND_PULL
 from runtime.pubsub.retry import REASON_UNRENDERABLE
+from runtime.random_ids import random_hex
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -167,7 +167,7 @@ def storage_errors() -> Iterator[None]:
 
 def new_ack_id() -> str:
     """A new lease id (128 random bits)."""
-    return ACK_ID_PREFIX + os.urandom(16).hex()
+    return ACK_ID_PREFIX + random_hex(16)
 
 
 def is_ack_id(value: str) -> bool:
