@@ -1,10 +1,10 @@
 """A worker's in-memory copies never go back to an older read of the database.
 
-Two reloads of one copy can overlap: the sync poll's (another worker changed something) and the
-one a change made in this worker runs at once. If the earlier one read before the change was
-committed and finished last, it put back what the change had replaced: seen in CI as a REST
-subscribe answering 404 "subscription not found" for the subscription it had just made, right
-after a WebSocket subscribe in another worker had bumped the sync key.
+Two reloads of one copy can overlap: the sync poll's (it saw the key's version move) and the one
+a change made in this worker runs at once. If the earlier one read before the change was committed
+and finished last, it put back what the change had replaced: seen in CI as a REST subscribe
+answering 404 "subscription not found" for the subscription it had just made, right after a
+WebSocket subscribe had bumped the sync key and the worker's poll was reloading for it.
 
 Each test makes the first reload slow after it read (the pool thread's answer comes back late),
 runs a change with its own reload meanwhile, and checks what is installed once both ended.
