@@ -47,6 +47,10 @@ def test_security_page_creates_edits_and_tests_patterns(admin_page: Any, dash_se
     page.wait_for_selector('#pattern-matches td')
     assert page.inner_text('#pattern-total') == '2 topics match orders.*.'
     assert page.locator('#pattern-matches td').all_inner_texts() == ['orders.created', 'orders.paid']
+    # Spaces alone pass the input's `required`: the page says a pattern is needed (it said nothing).
+    page.fill('#pattern-tester input[name=pattern]', '   ')
+    page.click('#pattern-tester button')
+    poll(lambda: 'Enter a pattern to test' in page.inner_text('#notify'), 10, message='the empty pattern named')
     browser_errors.allow('status of 400')
     page.fill('#pattern-tester input[name=pattern]', 'a**')
     page.click('#pattern-tester button')

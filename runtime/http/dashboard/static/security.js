@@ -123,9 +123,15 @@
   });
 
   onSubmit('pattern-tester', function (form) {
-    state.pattern = form.elements.pattern.value.trim();
+    var pattern = form.elements.pattern.value.trim();
+    if (!pattern) {
+      // Spaces pass the input's `required`; say so rather than leave the last pattern's matches as the answer.
+      Dash.notify('Enter a pattern to test (spaces alone are not one).', 'error');
+      return;
+    }
+    state.pattern = pattern;
     state.patternOffset = 0;
-    if (state.pattern) loadMatches();
+    loadMatches();
   });
 
   loadDefinitions();
