@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from playwright.sync_api import APIResponse, Page, Request, Route, expect
 
 from tests.live_server import LiveServer
@@ -171,3 +172,28 @@ def test_an_older_failure_does_not_show_its_error_over_a_newer_list(dash_server:
     _stays(page, "document.getElementById('services-error').textContent === ''")
     expect(page.locator('#services-table')).to_contain_text('No deployed service matches.')
     assert not _error_banners(page)
+
+
+@pytest.mark.parametrize('list_name', ['topics', 'queues'])
+def test_another_page_of_a_list_that_fails_to_load_says_so(list_name: str, dash_server: LiveServer,
+                                                          dash_page: Callable[..., Page], browser_errors: Any) -> None:
+    # 51 rows: two pages of 50. The queues page lists subscriptions: one pull subscription per topic.
+    if list_name == 'queues':
+        dash_server.admin_json('POST', '/admin/security', 201, json={'name': 'r', 'username': 'r', 'password': 'pw'})
+    for n in range(51):
+        dash_server.admin_json('POST', '/admin/topics', 201, json={'name': f'paged.{n:02d}'})
+        if list_name == 'queues':
+            dash_server.admin_json('POST', '/admin/subscriptions', 201,
+                                   json={'topic': f'paged.{n:02d}', 'kind': 'pull', 'security': 'r'})
+    browser_errors.allow(r'status of 500')
+    page = dash_page(dash_server, 'admin')
+    page.goto(f'/dashboard/{list_name}')
+    next_page = page.locator(f'#{list_name}-pager button:has-text("Next")')
+    expect(next_page).to_be_enabled(timeout=SHORT)
+    page.route(re.compile(rf'/dashboard/api/{list_name}\?.*offset=50'),
+               lambda route: route.fulfill(status=500, content_type='application/json',
+                                           body='{"details": "the second page failed"}'))
+    next_page.click()
+    # The click's own load says what failed (before, its failure went unhandled; only the next poll,
+    # up to 5 s later, showed the bare message).
+    expect(page.locator('#notify .notice.error')).to_contain_text(f'Loading {list_name} failed', timeout=SHORT)

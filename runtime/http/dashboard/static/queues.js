@@ -22,14 +22,19 @@
   const load = Dash.latest(async (fresh) => {
     const page = await fresh(PubSub.api('GET', '/queues' + PubSub.q({ q: search, limit: PAGE, offset })));
     Dash.table(table, page.queues, columns, { empty: search ? 'No queue matches “' + search + '”.' : 'No subscriptions yet.' });
-    Dash.pager(pager, { offset, limit: PAGE, total: page.total }, (o) => { offset = o; load(); });
+    Dash.pager(pager, { offset, limit: PAGE, total: page.total }, (o) => { offset = o; show(); });
   });
 
   document.getElementById('queues-search').addEventListener('submit', (ev) => {
     ev.preventDefault();
     search = input.value.trim();
     offset = 0;
-    load().catch((e) => Dash.notify('Loading queues failed: ' + e.message, 'error'));
+    show();
   });
+  // A load the user asked for (a search, another page) says when it failed; the poll has its own notice.
+  function show() {
+    load().catch((e) => Dash.notify('Loading queues failed: ' + e.message, 'error'));
+  }
+
   Dash.poll(load, 5000);
 })();

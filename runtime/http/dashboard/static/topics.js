@@ -20,14 +20,19 @@
   const load = Dash.latest(async (fresh) => {
     const page = await fresh(PubSub.api('GET', '/topics' + PubSub.q({ q: search, limit: PAGE, offset })));
     Dash.table(table, page.topics, columns, { empty: search ? 'No topic name contains “' + search + '”.' : 'No topics yet.' });
-    Dash.pager(pager, { offset, limit: PAGE, total: page.total }, (o) => { offset = o; load(); });
+    Dash.pager(pager, { offset, limit: PAGE, total: page.total }, (o) => { offset = o; show(); });
   });
 
   document.getElementById('topics-search').addEventListener('submit', (ev) => {
     ev.preventDefault();
     search = input.value.trim();
     offset = 0;
-    load().catch((e) => Dash.notify('Loading topics failed: ' + e.message, 'error'));
+    show();
   });
+  // A load the user asked for (a search, another page) says when it failed; the poll has its own notice.
+  function show() {
+    load().catch((e) => Dash.notify('Loading topics failed: ' + e.message, 'error'));
+  }
+
   Dash.poll(load, 5000);
 })();
