@@ -7,7 +7,8 @@ newer state:
 
 - the topics page: a search answered before the older unfiltered poll answer;
 - the scheduler page: a job deleted, then a poll answer fetched before the delete (the row came back);
-- a stale failure shows no error: neither the topics page's banner nor the services page's error text.
+- a stale failure shows no error: neither the topics page's banner nor the services page's error text;
+- and the other way round, a failure the user caused (the topics or queues page's Next) does show one.
 
 Each test asks for ``dash_server`` before its page, so that the page (still polling) is closed before
 the server stops.
