@@ -8,7 +8,8 @@ newer state:
 - the topics page: a search answered before the older unfiltered poll answer;
 - the scheduler page: a job deleted, then a poll answer fetched before the delete (the row came back);
 - a stale failure shows no error: neither the topics page's banner nor the services page's error text;
-- and the other way round, a failure the user caused (the topics or queues page's Next) does show one.
+- and the other way round, a failure the user caused (Next on the topics, queues or a topic's waiting
+  messages) does show one.
 
 Each test asks for ``dash_server`` before its page, so that the page (still polling) is closed before
 the server stops.
@@ -175,26 +176,44 @@ def test_an_older_failure_does_not_show_its_error_over_a_newer_list(dash_server:
     assert not _error_banners(page)
 
 
-@pytest.mark.parametrize('list_name', ['topics', 'queues'])
+def _fill_two_pages(server: LiveServer, list_name: str) -> None:
+    """51 rows (two pages of 50): topics; one pull subscription per topic; or messages waiting in a topic."""
+    if list_name == 'topic':
+        server.admin_json('POST', '/admin/topics', 201, json={'name': 'paged'})
+        for n in range(51):  # no subscription: they wait in the topic
+            server.admin_json('POST', '/admin/publish', json={'topic': 'paged', 'data': {'n': n}, 'has_gd': True})
+        return
+    if list_name == 'queues':
+        server.admin_json('POST', '/admin/security', 201, json={'name': 'r', 'username': 'r', 'password': 'pw'})
+    for n in range(51):
+        server.admin_json('POST', '/admin/topics', 201, json={'name': f'paged.{n:02d}'})
+        if list_name == 'queues':
+            server.admin_json('POST', '/admin/subscriptions', 201,
+                              json={'topic': f'paged.{n:02d}', 'kind': 'pull', 'security': 'r'})
+
+
+#: list -> (its page, its pager, the API call of its second page, what the notice says)
+PAGED = {
+    'topics': ('/dashboard/topics', '#topics-pager', r'/dashboard/api/topics\?.*offset=50', 'Loading topics failed'),
+    'queues': ('/dashboard/queues', '#queues-pager', r'/dashboard/api/queues\?.*offset=50', 'Loading queues failed'),
+    'topic': ('/dashboard/topics/paged', '#topic-waiting-pager', r'/dashboard/api/topic-messages\?.*after=',
+              'Loading the waiting messages failed'),
+}
+
+
+@pytest.mark.parametrize('list_name', sorted(PAGED))
 def test_another_page_of_a_list_that_fails_to_load_says_so(list_name: str, dash_server: LiveServer,
                                                           dash_page: Callable[..., Page], browser_errors: Any) -> None:
-    # 51 rows: two pages of 50. The queues page lists subscriptions: one pull subscription per topic.
-    if list_name == 'queues':
-        dash_server.admin_json('POST', '/admin/security', 201, json={'name': 'r', 'username': 'r', 'password': 'pw'})
-    for n in range(51):
-        dash_server.admin_json('POST', '/admin/topics', 201, json={'name': f'paged.{n:02d}'})
-        if list_name == 'queues':
-            dash_server.admin_json('POST', '/admin/subscriptions', 201,
-                                   json={'topic': f'paged.{n:02d}', 'kind': 'pull', 'security': 'r'})
+    path, pager, second_page, notice = PAGED[list_name]
+    _fill_two_pages(dash_server, list_name)
     browser_errors.allow(r'status of 500')
     page = dash_page(dash_server, 'admin')
-    page.goto(f'/dashboard/{list_name}')
-    next_page = page.locator(f'#{list_name}-pager button:has-text("Next")')
+    page.goto(path)
+    next_page = page.locator(f'{pager} button:has-text("Next")')
     expect(next_page).to_be_enabled(timeout=SHORT)
-    page.route(re.compile(rf'/dashboard/api/{list_name}\?.*offset=50'),
-               lambda route: route.fulfill(status=500, content_type='application/json',
-                                           body='{"details": "the second page failed"}'))
+    page.route(re.compile(second_page), lambda route: route.fulfill(
+        status=500, content_type='application/json', body='{"details": "the second page failed"}'))
     next_page.click()
-    # The click's own load says what failed (before, its failure went unhandled; only the next poll,
-    # up to 5 s later, showed the bare message).
-    expect(page.locator('#notify .notice.error')).to_contain_text(f'Loading {list_name} failed', timeout=SHORT)
+    # The click's own load says what failed (before, its failure went unhandled; on the lists the poll
+    # reloads, only the next poll, up to 5 s later, showed the bare message).
+    expect(page.locator('#notify .notice.error')).to_contain_text(notice, timeout=SHORT)

@@ -96,7 +96,7 @@
       { offset: index * PAGE, limit: PAGE, total: page.waiting, count: page.messages.length, hasMore: page.next_after !== null },
       (o) => {
         if (o > index * PAGE) waitingCursors.push(page.next_after); else if (waitingCursors.length > 1) waitingCursors.pop();
-        loadWaiting();
+        loadWaiting().catch((e) => Dash.notify('Loading the waiting messages failed: ' + e.message, 'error'));
       });
   });
 
