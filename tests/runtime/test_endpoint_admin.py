@@ -39,7 +39,6 @@ class Calls:
         return call
 
 
-
 @pytest.fixture
 def calls() -> Calls:
     return Calls()

@@ -30,7 +30,6 @@ class Counter:
         self.calls += 1
 
 
-
 @pytest.fixture
 def changed() -> Counter:
     return Counter()

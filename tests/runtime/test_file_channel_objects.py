@@ -42,7 +42,6 @@ file_channel:
 CHANNEL = TOPIC + CHANNEL_ONLY
 
 
-
 @pytest.fixture
 def objects_dir(tmp_path: Path) -> Path:
     path = tmp_path / 'objects'

@@ -52,7 +52,6 @@ _TABLES = {'security': (BasicAuthDef, 'name'), 'channel': (RestChannel, 'name'),
            'subscription': (Subscription, 'pattern')}
 
 
-
 def _applier(tmp_path: Path, engine: Engine, dirs: list[Path] | None = None,
              files: list[Path] | None = None) -> ObjectsApplier:
     settings = make_settings(tmp_path, str(engine.url.render_as_string(hide_password=False)))

@@ -38,7 +38,6 @@ from tests.recorder import Recorder
 TIMEOUT = 30.0  # how long a condition may take under load; met conditions return at once
 
 
-
 def manager(engine: Engine, ttl: float = 60.0, renew: float = 60.0) -> LeaseManager:
     return LeaseManager(engine, ttl, renew)
 

@@ -23,7 +23,6 @@ from runtime.pubsub import queue_admin, statements, topic_admin
 INDEX = 'ix_conduit_message_waiting'
 
 
-
 @contextmanager
 def _captured(engine: Engine) -> Iterator[list[tuple[str, Any]]]:
     """The statements run on engine meanwhile that read or delete waiting messages, with their parameters."""

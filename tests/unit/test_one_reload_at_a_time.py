@@ -13,7 +13,6 @@ class Copy:
     def __init__(self, name: str, log: list[str]) -> None:
         self.name = name
         self.log = log
-        self.depth = 0
 
     @one_reload_at_a_time
     def reload(self, again: bool = False) -> str:
