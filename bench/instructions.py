@@ -15,7 +15,9 @@ commit's batches differ a little from a normal run, and from one run to the next
 the same code have differed by up to 2 %.
 
     .venv/bin/python bench/instructions.py [--backend sqlite] [--publishers 50] [--counts 1000,5000]
-                                           [--repeats 2]
+                                           [--repeats 2] [--without archive,stats,metrics --no-write]
+
+``--without`` is throughput.py's: the same runs with those parts left out, to see what they cost.
 """
 
 from __future__ import annotations
@@ -55,27 +57,28 @@ def _thread_totals(out_dir: Path, prefix: str) -> tuple[int, int]:
     return main, other
 
 
-def count_run(backend: str, publishers: int, messages: int, out_dir: Path) -> tuple[int, int]:
+def count_run(backend: str, publishers: int, messages: int, out_dir: Path,
+              without: str = '') -> tuple[int, int]:
     """Instructions of one throughput.py run of `messages` messages: (main thread, other threads)."""
     prefix = f'cg-{backend}-{publishers}-{messages}.out'
     cmd = ['valgrind', '--tool=callgrind', '--separate-threads=yes', f'--callgrind-out-file={out_dir / prefix}',
            sys.executable, str(common.REPO / 'bench' / 'throughput.py'), '--backends', backend,
            '--publishers', str(publishers), '--count', str(messages), '--seq-count', str(messages),
-           '--rounds', '1', '--no-write']
+           '--rounds', '1', '--no-write', *(['--without', without] if without else [])]
     proc = subprocess.run(cmd, cwd=common.REPO, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(f'throughput.py under callgrind failed ({proc.returncode}):\n{proc.stderr[-2000:]}')
     return _thread_totals(out_dir, prefix)
 
 
-def measure(backend: str, publishers: int, counts: tuple[int, int]) -> dict[str, float]:
+def measure(backend: str, publishers: int, counts: tuple[int, int], without: str = '') -> dict[str, float]:
     """Instructions per message, whole process and by thread, from one pair of runs (run side by side)."""
     small, large = counts
     with tempfile.TemporaryDirectory(prefix='conduit-callgrind-') as tmp:
         out_dir = Path(tmp)
         # The two runs are independent, and callgrind uses one core each: run them at once.
         with ThreadPoolExecutor(max_workers=2) as pool:
-            low, high = pool.map(lambda n: count_run(backend, publishers, n, out_dir), (small, large))
+            low, high = pool.map(lambda n: count_run(backend, publishers, n, out_dir, without), (small, large))
     return per_message(low, high, large - small)
 
 
@@ -97,8 +100,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--publishers', type=int, default=50)
     parser.add_argument('--counts', default='1000,5000', help='the two message counts, smaller first')
     parser.add_argument('--repeats', type=int, default=2)
+    parser.add_argument('--without', default='', help='leave out some of archive,stats,metrics (throughput.py\'s '
+                                                      'option; needs --no-write)')
     parser.add_argument('--no-write', action='store_true', help='print only; do not write bench/results')
     args = parser.parse_args(argv)
+    if args.without and not args.no_write:
+        parser.error('--without needs --no-write: its figures are not those of a server')
     try:
         small, large = (int(n) for n in args.counts.split(','))
     except ValueError:
@@ -110,11 +117,12 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for _ in range(args.repeats):
         try:
-            row = measure(args.backend, args.publishers, (small, large))
+            row = measure(args.backend, args.publishers, (small, large), args.without)
         except ValueError as e:
             sys.exit(f'bench/instructions.py: {e}')
         rows.append(row)
-        print(f"{args.backend}, {args.publishers} publishers: {row['total']:,.0f} instructions per message "
+        left_out = f' without {args.without}' if args.without else ''
+        print(f"{args.backend}, {args.publishers} publishers{left_out}: {row['total']:,.0f} instructions per message "
               f"(hub {row['hub']:,.0f}, pool threads {row['threads']:,.0f})", flush=True)
     if not args.no_write:
         write(rows, args)

@@ -10,6 +10,11 @@ always, until the message is durable (for SQLite: committed with ``synchronous=F
 
     .venv/bin/python bench/throughput.py [--backends sqlite,postgresql] [--publishers 1,50]
                                          [--count 20000] [--seq-count 5000] [--rounds 3]
+                                         [--without archive,stats,metrics --no-write]
+
+``--without`` leaves out parts that watch every message, to see what they cost: the message archive
+(``[archive] enabled = false`` in a server), and the dashboard's statistics and the Prometheus
+metrics (always on in a server: only a benchmark leaves them out).
 """
 
 from gevent import monkey
@@ -39,6 +44,8 @@ DEFAULT_SEQ_COUNT = 5_000
 DEFAULT_ROUNDS = 3
 #: Payload of every message: small JSON, as an integration event would be.
 BODY = 'x' * 50
+#: What --without may leave out.
+OPTIONAL_PARTS = ('archive', 'stats', 'metrics')
 
 
 class _Counter:
@@ -118,11 +125,25 @@ def one_round(rt: TestRuntime, count: int, publishers: int, timeout: float) -> t
     return count / elapsed, cpu / count * 1e6
 
 
-def measure(backend: str, publishers: int, count: int, rounds: int) -> list[tuple[float, float]]:
+def _leave_out(rt: TestRuntime, parts: frozenset[str]) -> None:
+    """Stop the statistics and the metrics from seeing messages and service runs (the archive is a setting)."""
+    if 'stats' in parts:
+        rt.broker.observers.remove(rt.stats)
+        rt.invoker.outcome = None
+    if 'metrics' in parts:
+        rt.broker.observers.remove(rt.metrics.pubsub)
+        rt.invoker.observe = lambda service, secs: None
+
+
+def measure(backend: str, publishers: int, count: int, rounds: int,
+            without: frozenset[str] = frozenset()) -> list[tuple[float, float]]:
     """(msg/s, CPU µs per message) of several rounds against one fresh database."""
     with tempfile.TemporaryDirectory(prefix='conduit-bench-') as tmp, common.database(backend, Path(tmp)) as url:
-        rt = TestRuntime(make_settings(Path(tmp), url))
+        settings = make_settings(Path(tmp), url)
+        settings.archive.enabled = 'archive' not in without
+        rt = TestRuntime(settings)
         rt.start(watch=False)
+        _leave_out(rt, without)
         try:
             rt.deploy(Sink, Source)
             # Warm-up: the implicit topic and subscription, the lease, connections, caches.
@@ -144,14 +165,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--seq-count', type=int, default=DEFAULT_SEQ_COUNT,
                         help='messages per round with one sequential publisher (each waits for its commit)')
     parser.add_argument('--rounds', type=int, default=DEFAULT_ROUNDS)
+    parser.add_argument('--without', default='', help=f'leave out some of {",".join(OPTIONAL_PARTS)} '
+                                                          '(with --no-write: not the figures of a server)')
     parser.add_argument('--no-write', action='store_true', help='print only; do not write bench/results')
     args = parser.parse_args(argv)
+    without = frozenset(filter(None, args.without.split(',')))
+    unknown = sorted(without - set(OPTIONAL_PARTS))
+    if unknown:
+        parser.error(f'--without takes {", ".join(OPTIONAL_PARTS)}, not {", ".join(unknown)}')
+    if without and not args.no_write:
+        parser.error('--without needs --no-write: its figures are not those of a server')
 
     rows = []
     for backend in args.backends.split(','):
         for publishers in (int(p) for p in args.publishers.split(',')):
             count = args.seq_count if publishers == 1 else args.count
-            measured = measure(backend, publishers, count, args.rounds)
+            measured = measure(backend, publishers, count, args.rounds, without)
             rates, cpu = [rate for rate, _ in measured], [us for _, us in measured]
             rows.append({'system': 'conduit', 'broker': backend, 'publishers': publishers, 'count': count,
                          'rates': rates, 'cpu_us_per_message': cpu})

@@ -73,6 +73,11 @@ class Observers:
         self.observers.append(observer)
         self._calls.clear()
 
+    def remove(self, observer: PubSubObserver) -> None:
+        """Unregister an observer; ValueError if it is not registered."""
+        self.observers.remove(observer)
+        self._calls.clear()
+
     def emit(self, method: str, *args: object) -> None:
         """Call method on every observer, in reverse order for after_* methods."""
         calls = self._calls.get(method)

@@ -48,6 +48,12 @@ def test_benchmark_runs(script: str) -> None:
     assert out.strip(), f'bench/{script} printed nothing'
 
 
+def test_throughput_without_the_observers_runs() -> None:
+    out = _run('throughput.py', ['--backends', 'sqlite', '--publishers', '10', '--count', '300', '--rounds', '1',
+                                 '--without', 'archive,stats,metrics'])
+    assert 'sqlite publishers=10' in out
+
+
 def test_metrics_flood_runs() -> None:
     out = _run('metrics_flood.py', ['--requests', '200', '--clients', '2'], writes_results=False)
     assert 'conduit_http_requests_total series' in out

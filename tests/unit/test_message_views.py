@@ -113,6 +113,7 @@ def test_data_that_is_not_json_cannot_be_rendered() -> None:
 def test_iso_is_datetimes_isoformat() -> None:
     rng = random.Random(11)
     stamps = [0.0, 1.0, 0.9999995, 1e9 + 0.0005, -1.5, PUB_TIME, 1_767_225_599.9999996]
+    stamps += [1e9 + micros / 1e6 for micros in (1, 999, 1_000, 1_001, 10_000, 999_000, 999_999)]
     stamps += [rng.uniform(0, 2e9) for _ in range(2_000)]
     for ts in stamps:
         moment = datetime.fromtimestamp(ts, UTC)
