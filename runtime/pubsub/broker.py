@@ -192,9 +192,16 @@ class Broker:
 
     def resolve(self, target: str, publisher: str = '') -> TopicInfo:
         """The topic a publication goes to: a topic by name, else a service's own topic."""
-        topic = self.registry.topic(target) if isinstance(target, str) else None
-        if topic is not None:
-            return topic
+        if isinstance(target, str):
+            registry = self.registry
+            topic = registry.topic(target)
+            if topic is not None:
+                return topic
+            # Publishing to a service whose topic is made, the usual case, in one lookup: what
+            # catalog.ensure_service_topic would find after the checks below.
+            topic = registry.service_topic(target)
+            if topic is not None and self._has_service(target):
+                return topic
         validate_topic_name(target)
         if self._has_service(target):
             return self.catalog.ensure_service_topic(target)
@@ -227,8 +234,9 @@ class Broker:
             expiration = self.settings.default_expiration_secs
         expiration = min(message.check_expiration(expiration), topic.limit_message_expiry)
         text, mime, size = message.stored_data(data, mime_type, self.json_limits, self.settings.max_message_size)
-        message.check_fields(correl_id=(correl_id, 200), in_reply_to=(in_reply_to, 200),
-                             ext_client_id=(ext_client_id, 200), pub_time=(ext_pub_time, 64))
+        if correl_id is not None or in_reply_to is not None or ext_client_id is not None or ext_pub_time is not None:
+            message.check_fields(correl_id=(correl_id, 200), in_reply_to=(in_reply_to, 200),
+                                 ext_client_id=(ext_client_id, 200), pub_time=(ext_pub_time, 64))
         gd = True if topic.is_service_topic else (topic.has_gd if has_gd is None else bool(has_gd))
         # A paused subscription (is_active false) still queues: only its delivery waits.
         subs = self.registry.all_subscribers(topic.name)

@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 
 from runtime import secret_refs
 from runtime.config import PubSubSection
-from runtime.errors import ConfigError
+from runtime.errors import ConfigError, InvalidTopicName
 from runtime.files import naming, writers
-from runtime.pubsub.topics import PatternIndex, normalize
+from runtime.pubsub.topics import PatternIndex, normalize, validate_topic_name
 
 #: Prefix of the topics made for publications to a service.
 SERVICE_TOPIC_PREFIX = '/zato/s/to/'
@@ -64,6 +64,14 @@ def aliased_service(name: str) -> str | None:
     if isinstance(name, str) and len(name) > len(prefix) and name[:len(prefix)].lower() == prefix:
         return name[len(prefix):]
     return None
+
+
+def _is_topic_name(name: str) -> bool:
+    try:
+        validate_topic_name(name)
+    except InvalidTopicName:
+        return False
+    return True
 
 
 def canonical_topic_name(name: str) -> str:
@@ -302,6 +310,13 @@ class Registry:
             self._index.add(s.pattern, s.id)
             if s.kind == KIND_SERVICE and normalize(s.pattern) == normalize(service_topic_name(s.service)):
                 self._service_subs[s.service] = s
+        #: The topics of services that have their topic and implicit subscription, by service name (see
+        #: service_topic). Built once per snapshot: publishing to a service then costs one lookup.
+        self._service_topics: dict[str, TopicInfo] = {}
+        for service in self._service_subs:
+            topic = self.topics.get(normalize(service_topic_name(service)))
+            if topic is not None and _is_topic_name(service):
+                self._service_topics[service] = topic
 
     def topic(self, name: str) -> TopicInfo | None:
         """A topic by name, case-insensitively; ``zato.s.to.<service>`` finds the service's topic."""
@@ -317,6 +332,14 @@ class Registry:
     def all_subscribers(self, topic_name: str) -> list[SubInfo]:
         """Every subscription (paused ones too) whose topic or pattern matches."""
         return [self.subs[i] for i in sorted(self._index.match(topic_name))]
+
+    def service_topic(self, service: str) -> TopicInfo | None:
+        """The topic of a service published to by its name, if it has its topic and implicit subscription.
+
+        None as well for a service whose name is not a valid topic name: publishing to it by that name
+        is refused (InvalidTopicName), whatever subscriptions exist.
+        """
+        return self._service_topics.get(service)
 
     def service_subscription(self, service: str) -> SubInfo | None:
         """The implicit subscription of a service to its own topic."""

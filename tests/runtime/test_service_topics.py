@@ -12,8 +12,9 @@ from sqlalchemy.exc import IntegrityError
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import Subscription
+from runtime.errors import TopicNotFound
 from runtime.pubsub import statements
-from runtime.pubsub.registry import KIND_SERVICE, Registry, service_topic_name
+from runtime.pubsub.registry import KIND_SERVICE, Registry, SubInfo, TopicInfo, service_topic_name
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings
 
@@ -96,3 +97,33 @@ def test_a_worker_that_loses_the_race_uses_the_winners_subscription(
     assert _implicit_subscriptions(rt.engine, sink.name) == [won]
     assert rt.broker.registry.service_subscription(sink.name).id == won  # type: ignore[union-attr]
     rt.broker.publish(sink.name, {'n': 2})
+
+
+def test_a_service_found_by_its_topic_must_still_be_deployed(
+        db_url: str, tmp_path: Path, runtime_factory: Callable[..., TestRuntime]) -> None:
+    # Publishing to a service whose topic is made takes one lookup; an undeployed service is no target.
+    (tmp_path / 'rt').mkdir()
+    sink = _sink(2)
+    rt = runtime_factory(sink, settings=make_settings(tmp_path / 'rt', db_url))
+    rt.broker.publish(sink.name, {'n': 1})
+    assert rt.broker.resolve(sink.name).name == service_topic_name(sink.name)
+    rt.hot_deployer.undeploy(sink.name)
+    with pytest.raises(TopicNotFound):
+        rt.broker.publish(sink.name, {'n': 2})
+    # The topic by its own name is still a topic.
+    assert rt.broker.resolve(service_topic_name(sink.name)).is_service_topic
+
+
+def test_the_registry_knows_the_topic_of_each_service_with_its_subscription() -> None:
+    made = TopicInfo(id=1, name=service_topic_name('shop.order'), is_service_topic=True)
+    alone = TopicInfo(id=2, name=service_topic_name('shop.lonely'), is_service_topic=True)
+    odd = TopicInfo(id=3, name=service_topic_name(' shop.odd'), is_service_topic=True)
+    subs = [SubInfo(id=1, sub_key='sk.1', pattern=made.name, kind=KIND_SERVICE, service='shop.order'),
+            SubInfo(id=2, sub_key='sk.2', pattern='shop.**', kind=KIND_SERVICE, service='shop.any'),
+            SubInfo(id=3, sub_key='sk.3', pattern=odd.name, kind=KIND_SERVICE, service=' shop.odd')]
+    registry = Registry([made, alone, odd], subs)
+    assert registry.service_topic('shop.order') is made
+    assert registry.service_topic('shop.lonely') is None  # a topic, but no implicit subscription
+    assert registry.service_topic('shop.any') is None  # a subscription, but not to its own topic
+    # Not a valid topic name: publishing by it is refused (InvalidTopicName), so it is not found here.
+    assert registry.service_topic(' shop.odd') is None
