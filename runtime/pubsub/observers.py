@@ -1,10 +1,11 @@
 """Pub/sub observers: code that watches the broker without being part of it (metrics, archive).
 
 An observer subclasses ``PubSubObserver`` and overrides the methods it needs; all are no-ops
-here. It is registered with ``broker.observers.add(...)``. Its methods run in the publishing or
-delivering greenlet, so they must be quick (buffer, don't write per call). An exception in an
-observer is logged CRITICAL with its repr and swallowed: a broken observer never changes what is
-delivered. ``after_*`` methods run in reverse order of registration, as Dramatiq's middleware does.
+here. It is registered with ``broker.observers.add(...)`` and unregistered with ``remove``. Its
+methods run in the publishing or delivering greenlet, so they must be quick (buffer, don't write
+per call). An exception in an observer is logged CRITICAL with its repr and swallowed: a broken
+observer never changes what is delivered. ``after_*`` methods run in reverse order of
+registration, as Dramatiq's middleware does.
 
 Each event is emitted from one place: ``after_publish`` by the broker once a publication is
 stored, ``after_deliver`` by the delivery loop for each attempt and by the pulls for what they
