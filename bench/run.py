@@ -4,7 +4,8 @@ Each benchmark runs in a process of its own, one after the other (never two at o
 measure each other), and leaves its section in ``bench/results/``. The report is then put
 together: the machine, a headline table of every performance target with its figure, Conduit side
 by side with Celery and Dramatiq, each benchmark's section with the command that reproduces it,
-and the hand-written notes of ``bench/notes/`` (profiles, bounds, the fault harness).
+and the hand-written notes of ``bench/notes/`` (the targets as measured since, profiles, bounds, the
+fault harness). Whatever is written by hand belongs in ``bench/notes/``: the report is made anew.
 
     .venv/bin/python bench/run.py [--only throughput,peers] [--skip spark_pipeline]
 
@@ -53,6 +54,10 @@ BENCHMARKS: list[tuple[str, str, int]] = [
 
 #: Notes that stand on their own, after the benchmark sections.
 EXTRA_NOTES = ('fault_harness', 'architecture')
+#: Notes that stand on their own right after the headline table: the targets as measured since the last
+#: run of each benchmark, kept by hand, and the runs that measured them. Everything hand-written lives
+#: in bench/notes, so that writing the report keeps it.
+LEAD_NOTES = ('targets', 'scale_targets')
 
 RESULTS_MD = common.REPO / 'bench' / 'RESULTS.md'
 #: The machine and versions of the last run that measured something.
@@ -86,10 +91,28 @@ def _median(rates: list[float]) -> float:
     return common.stats(rates)[1]
 
 
+#: Two benchmarks measured within this much of each other were measured in one `make bench` run.
+SAME_RUN_SECS = 3 * 3600
+
+
+def _measured(data: dict[str, Any]) -> datetime | None:
+    text = data.get('measured_at')
+    try:
+        return datetime.strptime(text, '%Y-%m-%d %H:%M UTC').replace(tzinfo=UTC) if text else None
+    except ValueError:
+        return None
+
+
 def comparison(throughput: dict[str, Any] | None, peers: dict[str, Any] | None) -> tuple[str, list[dict]]:
     """Conduit's end-to-end rate beside Celery's and Dramatiq's, per publisher concurrency."""
     if not throughput or not peers:
         return '', []
+    # A benchmark run alone later (make bench BENCH_ARGS='--only throughput') leaves the other's figures
+    # from an earlier run, perhaps on another day's machine: the table then says so.
+    ours, theirs = _measured(throughput), _measured(peers)
+    one_run = ours is not None and theirs is not None and abs((ours - theirs).total_seconds()) <= SAME_RUN_SECS
+    when = '' if one_run else (f' (Conduit measured {throughput.get("measured_at", "at an unknown time")}, the '
+                               f'peers {peers.get("measured_at", "at an unknown time")})')
     conduit = {(r['broker'], r['publishers']): _median(r['rates']) for r in throughput['rows']}
     # A row whose every round failed (bench/peers.py reports it) has no median: its cells stay empty.
     peer = {(r['system'], r['broker'], bool(r.get('confirms')), r['publishers']):
@@ -121,11 +144,13 @@ def comparison(throughput: dict[str, Any] | None, peers: dict[str, Any] | None) 
             ratio = sqlite / value[0]
             cells.append(f'{ratio:.2f}×')
             summary.append({'figure': f'Conduit SQLite vs {system.title()} on RabbitMQ, {publishers} publisher(s)',
-                            'target': f'≥ {floor:g}×', 'measured': f'{ratio:.2f}×', 'met': ratio >= floor})
+                            'target': f'≥ {floor:g}×', 'measured': f'{ratio:.2f}×{when}', 'met': ratio >= floor})
         lines.append('| ' + ' | '.join(cells) + ' |')
     configs = sorted({f'{s.title()}: {c}' for (s, _, _, _), (_, c) in peer.items() if c})
-    lines += ['', 'Same no-op handler, same message counts and publisher concurrency, measured in the same '
-              '`make bench` run; the rows come from the two sections below. "confirms": publisher confirms on, so '
+    measured = ('measured in the same `make bench` run' if one_run else
+                f'**not measured in one run**{when}: the machine may have run at another speed for each')
+    lines += ['', f'Same no-op handler, same message counts and publisher concurrency, {measured}; the rows come '
+              'from the two sections below. "confirms": publisher confirms on, so '
               'that a send returns only once RabbitMQ has the persistent message, as a Conduit publish returns '
               'only once committed; the ratios are taken against the peers\' defaults (no confirms), their faster '
               'configuration. ¹ This machine\'s Redis keeps nothing on disk (`--save "" --appendonly no`), so '
@@ -137,7 +162,8 @@ def comparison(throughput: dict[str, Any] | None, peers: dict[str, Any] | None) 
 
 def headline(summaries: list[dict]) -> str:
     """Every performance target with its figure."""
-    lines = ['## Performance targets', '', '| figure | target | measured | met |', '|---|---|---|---|']
+    lines = ['## Performance targets: the last run of each benchmark', '', '| figure | target | measured | met |',
+             '|---|---|---|---|']
     for s in summaries:
         met = {True: 'yes', False: '**no**', None: '—'}[s.get('met')]
         lines.append(f"| {s['figure']} | {s['target']} | {s['measured']} | {met} |")
@@ -178,6 +204,8 @@ def write_report(failures: dict[str, str]) -> None:
             summaries += compare_summary
     if compare_md:
         sections.insert(1, compare_md)
+    lead_paths = (common.NOTES_DIR / f'{name}.md' for name in LEAD_NOTES)
+    lead = [path.read_text(encoding='utf-8').rstrip() for path in lead_paths if path.exists()]
     for extra in EXTRA_NOTES:
         note = common.NOTES_DIR / f'{extra}.md'
         if note.exists():
@@ -190,6 +218,7 @@ def write_report(failures: dict[str, str]) -> None:
         'and each section ends with the command that reproduces it.',
         '## Machine\n\n' + _machine().rstrip(),
         headline(summaries),
+        *lead,
         *sections,
     ])
     RESULTS_MD.write_text(report + '\n', encoding='utf-8')
