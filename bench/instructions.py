@@ -11,8 +11,14 @@ pool's threads (SQLite statements and commits, archive writes). Only this proces
 PostgreSQL the server's own work is not in the figure.
 
 Under callgrind the process runs about 50 times slower and its threads one at a time, so the group
-commit's batches differ a little from a normal run, and from one run to the next: repeated runs of
-the same code have differed by up to 2 %.
+commit's batches differ a little from a normal run, and from one run to the next. What a worker
+does by the clock, whatever it delivers (lease renewals, polls, flushes), goes on at its usual pace
+meanwhile, and so counted fifty times as much per message as in a real run: in the counts of
+2026-11-25 and before, about a third of each figure (16 million instructions per second of the
+run, against 360,000 per message). So the runs are made with ``throughput.py --quiet-timers``,
+which puts off what can wait to once a minute, and what is left (lease renewals and the hub's
+own timers, about 2 million per second) is measured in two idle runs of the same runtime, IDLE_SECS
+apart, and taken away in proportion to how much longer the larger round took than the smaller.
 
     .venv/bin/python bench/instructions.py [--backend sqlite] [--publishers 50] [--counts 1000,5000]
                                            [--repeats 2] [--without archive,stats,metrics --no-write]
@@ -29,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -57,40 +64,77 @@ def _thread_totals(out_dir: Path, prefix: str) -> tuple[int, int]:
     return main, other
 
 
-def count_run(backend: str, publishers: int, messages: int, out_dir: Path,
-              without: str = '') -> tuple[int, int]:
-    """Instructions of one throughput.py run of `messages` messages: (main thread, other threads)."""
-    prefix = f'cg-{backend}-{publishers}-{messages}.out'
+#: The two idle runs (see the module docstring), in seconds.
+IDLE_SECS = (10.0, 40.0)
+#: A round's rate as throughput.py prints it.
+_RATE = re.compile(r'publishers=\d+: ([\d,.]+) /')
+
+
+@dataclass(frozen=True)
+class Count:
+    """One run's instructions, by thread, and how long its round (or its idle wait) took."""
+
+    hub: int
+    threads: int
+    secs: float
+
+
+def count_run(backend: str, publishers: int, messages: int, out_dir: Path, without: str = '',
+              idle_secs: float = 0.0) -> Count:
+    """Instructions of one throughput.py run of `messages` messages, or of idle_secs idle."""
+    prefix = f'cg-{backend}-{publishers}-{messages}-{idle_secs:g}.out'
+    what = (['--idle', f'{idle_secs:g}'] if idle_secs else
+            ['--publishers', str(publishers), '--count', str(messages), '--seq-count', str(messages), '--rounds', '1'])
     cmd = ['valgrind', '--tool=callgrind', '--separate-threads=yes', f'--callgrind-out-file={out_dir / prefix}',
-           sys.executable, str(common.REPO / 'bench' / 'throughput.py'), '--backends', backend,
-           '--publishers', str(publishers), '--count', str(messages), '--seq-count', str(messages),
-           '--rounds', '1', '--no-write', *(['--without', without] if without else [])]
+           sys.executable, str(common.REPO / 'bench' / 'throughput.py'), '--backends', backend, *what,
+           '--no-write', '--quiet-timers', *(['--without', without] if without else [])]
     proc = subprocess.run(cmd, cwd=common.REPO, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(f'throughput.py under callgrind failed ({proc.returncode}):\n{proc.stderr[-2000:]}')
-    return _thread_totals(out_dir, prefix)
+    hub, threads = _thread_totals(out_dir, prefix)
+    return Count(hub, threads, idle_secs or round_secs(proc.stdout, messages))
+
+
+def round_secs(stdout: str, messages: int) -> float:
+    """How long the round of a throughput.py run took, from the rate it printed."""
+    found = _RATE.search(stdout)
+    if found is None:
+        raise RuntimeError(f'throughput.py printed no rate:\n{stdout[-2000:]}')
+    return messages / float(found.group(1).replace(',', ''))
 
 
 def measure(backend: str, publishers: int, counts: tuple[int, int], without: str = '') -> dict[str, float]:
-    """Instructions per message, whole process and by thread, from one pair of runs (run side by side)."""
+    """Instructions per message, whole process and by thread, from a pair of rounds and a pair of idle runs."""
     small, large = counts
     with tempfile.TemporaryDirectory(prefix='conduit-callgrind-') as tmp:
         out_dir = Path(tmp)
-        # The two runs are independent, and callgrind uses one core each: run them at once.
+        # The runs are independent, and callgrind uses one core each: two at once.
         with ThreadPoolExecutor(max_workers=2) as pool:
             low, high = pool.map(lambda n: count_run(backend, publishers, n, out_dir, without), (small, large))
-    return per_message(low, high, large - small)
+            idle = list(pool.map(lambda secs: count_run(backend, publishers, 0, out_dir, without, secs), IDLE_SECS))
+    return per_message(low, high, large - small, clock(*idle))
 
 
-def per_message(low: tuple[int, int], high: tuple[int, int], span: int) -> dict[str, float]:
-    """Instructions per message from the counts of two runs `span` messages apart; ValueError if they make no sense."""
-    hub = (high[0] - low[0]) / span
-    threads = (high[1] - low[1]) / span
+def clock(short: Count, long: Count) -> tuple[float, float]:
+    """Instructions per second that the clock alone costs, (hub, pool threads), from two idle runs."""
+    span = long.secs - short.secs
+    return max(0.0, (long.hub - short.hub) / span), max(0.0, (long.threads - short.threads) / span)
+
+
+def per_message(low: Count, high: Count, span: int, per_second: tuple[float, float] = (0.0, 0.0)) -> dict[str, float]:
+    """Instructions per message from two runs `span` messages apart, less what the clock cost over the longer round.
+
+    ValueError if they make no sense.
+    """
+    longer = high.secs - low.secs
+    hub = (high.hub - low.hub - per_second[0] * longer) / span
+    threads = (high.threads - low.threads - per_second[1] * longer) / span
     if hub <= 0 or threads <= 0:
         # Start-up is not the same from run to run: with too few messages between the runs, it outweighs them.
         raise ValueError(f'the run with more messages counted no more instructions (hub {hub:,.0f}, pool threads '
                          f'{threads:,.0f} per message): make the two counts further apart, like 1000,5000')
-    return {'total': hub + threads, 'hub': hub, 'threads': threads}
+    return {'total': hub + threads, 'hub': hub, 'threads': threads, 'clock_per_sec': sum(per_second),
+            'clock_per_message': sum(per_second) * longer / span}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -123,7 +167,9 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
         left_out = f' without {args.without}' if args.without else ''
         print(f"{args.backend}, {args.publishers} publishers{left_out}: {row['total']:,.0f} instructions per message "
-              f"(hub {row['hub']:,.0f}, pool threads {row['threads']:,.0f})", flush=True)
+              f"(hub {row['hub']:,.0f}, pool threads {row['threads']:,.0f}; the clock's "
+              f"{row['clock_per_sec']:,.0f} per second, {row['clock_per_message']:,.0f} per message, taken away)",
+              flush=True)
     if not args.no_write:
         write(rows, args)
 
@@ -139,10 +185,14 @@ def write(rows: list[dict[str, float]], args: argparse.Namespace) -> None:
              '| figure | runs |', '|---|---|',
              f"| whole process | {figures('total')} |",
              f"| the hub's thread: publishers, delivery loops, services | {figures('hub')} |",
-             f"| the thread pool: SQL statements and commits, archive writes | {figures('threads')} |", '',
+             f"| the thread pool: SQL statements and commits, archive writes | {figures('threads')} |",
+             f"| taken away: what the clock cost per second of the runs (idle runs) | {figures('clock_per_sec')} |",
+             '',
              'Counted by valgrind, so they do not move with the machine as CPU time does: the difference '
              f'between runs of {args.counts.replace(",", " and ")} messages, divided by the difference in '
-             'messages (start-up and warm-up cancel out). Only the benchmark\'s process is counted.', '',
+             'messages (start-up and warm-up cancel out), less what the worker does by the clock over the '
+             'longer round (lease renewals, timers; measured in two idle runs, the rest put off by '
+             '`throughput.py --quiet-timers`). Only the benchmark\'s process is counted.', '',
              f'Command: `{cmd}`']
     median = sorted(row['total'] for row in rows)[len(rows) // 2]
     summary = [{'figure': f'instructions per message, {args.backend}, {args.publishers} publishers (callgrind)',

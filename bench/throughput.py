@@ -10,11 +10,22 @@ always, until the message is durable (for SQLite: committed with ``synchronous=F
 
     .venv/bin/python bench/throughput.py [--backends sqlite,postgresql] [--publishers 1,50]
                                          [--count 20000] [--seq-count 5000] [--rounds 3]
-                                         [--without archive,stats,metrics --no-write]
+                                         [--without archive,stats,metrics --no-write] [--quiet-timers]
+                                         [--idle SECS --no-write]
 
 ``--without`` leaves out parts that watch every message, to see what they cost: the message archive
 (``[archive] enabled = false`` in a server), and the dashboard's statistics and the Prometheus
 metrics (always on in a server: only a benchmark leaves them out).
+
+``--quiet-timers`` makes the work a worker does by the clock rather than per message (the 50 ms
+safety-net poll of the queues, the configuration sync, the scheduler's poll, the
+archive's and the statistics' flushes) happen once a minute at most. ``bench/instructions.py`` uses
+it: under valgrind a round takes fifty times as long, and that work then counted as a third of
+what a message seemed to cost. The archive and the statistics still write what they hold when
+the runtime stops. Lease renewals keep their pace (a new subscription's delivery starts with one).
+``--idle SECS`` starts the runtime as for a round, delivers the warm-up message and then waits
+SECS instead of publishing: what the clock alone costs, which ``bench/instructions.py`` takes
+away from its counts.
 """
 
 from gevent import monkey
@@ -34,6 +45,7 @@ from gevent.event import Event  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common  # noqa: E402
+from runtime.config import Settings  # noqa: E402
 from runtime.pubsub import statements  # noqa: E402
 from runtime.service import Service  # noqa: E402
 from runtime.testing import TestRuntime, make_settings  # noqa: E402
@@ -46,6 +58,8 @@ DEFAULT_ROUNDS = 3
 BODY = 'x' * 50
 #: What --without may leave out.
 OPTIONAL_PARTS = ('archive', 'stats', 'metrics')
+#: --quiet-timers: the longest a clock-driven task then waits, in seconds.
+QUIET_SECS = 60.0
 
 
 class _Counter:
@@ -135,12 +149,23 @@ def _leave_out(rt: TestRuntime, parts: frozenset[str]) -> None:
         rt.invoker.observe = lambda service, secs: None
 
 
-def measure(backend: str, publishers: int, count: int, rounds: int,
-            without: frozenset[str] = frozenset()) -> list[tuple[float, float]]:
-    """(msg/s, CPU µs per message) of several rounds against one fresh database."""
+def quiet_timers(settings: Settings) -> None:
+    """Work done by the clock, not per message, once every QUIET_SECS at most (see --quiet-timers)."""
+    settings.pubsub.poll_interval_secs = QUIET_SECS
+    settings.sync.interval_secs = QUIET_SECS
+    settings.scheduler.poll_interval_secs = QUIET_SECS
+    settings.archive.flush_interval_secs = QUIET_SECS
+    settings.stats.flush_interval_secs = QUIET_SECS
+
+
+def measure(backend: str, publishers: int, count: int, rounds: int, without: frozenset[str] = frozenset(),
+            quiet: bool = False, idle_secs: float = 0.0) -> list[tuple[float, float]]:
+    """(msg/s, CPU µs per message) of several rounds against one fresh database (none: idle_secs idle)."""
     with tempfile.TemporaryDirectory(prefix='conduit-bench-') as tmp, common.database(backend, Path(tmp)) as url:
         settings = make_settings(Path(tmp), url)
         settings.archive.enabled = 'archive' not in without
+        if quiet:
+            quiet_timers(settings)
         rt = TestRuntime(settings)
         rt.start(watch=False)
         _leave_out(rt, without)
@@ -151,6 +176,9 @@ def measure(backend: str, publishers: int, count: int, rounds: int,
             rt.invoke('bench.source', {'n': -1, 'body': BODY})
             if not COUNTER.done.wait(30):
                 raise RuntimeError('the warm-up message was not delivered within 30 s')
+            if idle_secs:
+                gevent.sleep(idle_secs)
+                return []
             return [one_round(rt, count, publishers, timeout=max(120.0, count / 100)) for _ in range(rounds)]
         finally:
             rt.stop()
@@ -167,8 +195,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--rounds', type=int, default=DEFAULT_ROUNDS)
     parser.add_argument('--without', default='', help=f'leave out some of {",".join(OPTIONAL_PARTS)} '
                                                           '(with --no-write: not the figures of a server)')
+    parser.add_argument('--quiet-timers', action='store_true',
+                        help='clock-driven work once a minute at most (for bench/instructions.py; needs --no-write)')
+    parser.add_argument('--idle', type=float, default=0.0, metavar='SECS',
+                        help='publish nothing: start, deliver the warm-up message, wait SECS, stop (needs --no-write)')
     parser.add_argument('--no-write', action='store_true', help='print only; do not write bench/results')
     args = parser.parse_args(argv)
+    for flag, given in (('--quiet-timers', args.quiet_timers), ('--idle', args.idle)):
+        if given and not args.no_write:
+            parser.error(f'{flag} needs --no-write: its figures are not those of a server')
     without = frozenset(filter(None, args.without.split(',')))
     unknown = sorted(without - set(OPTIONAL_PARTS))
     if unknown:
@@ -176,11 +211,16 @@ def main(argv: list[str] | None = None) -> None:
     if without and not args.no_write:
         parser.error('--without needs --no-write: its figures are not those of a server')
 
+    if args.idle:
+        for backend in args.backends.split(','):
+            measure(backend, 1, 0, 0, without, args.quiet_timers, idle_secs=args.idle)
+            print(f'{backend}: idle for {args.idle:g} s', flush=True)
+        return
     rows = []
     for backend in args.backends.split(','):
         for publishers in (int(p) for p in args.publishers.split(',')):
             count = args.seq_count if publishers == 1 else args.count
-            measured = measure(backend, publishers, count, args.rounds, without)
+            measured = measure(backend, publishers, count, args.rounds, without, args.quiet_timers)
             rates, cpu = [rate for rate, _ in measured], [us for _, us in measured]
             rows.append({'system': 'conduit', 'broker': backend, 'publishers': publishers, 'count': count,
                          'rates': rates, 'cpu_us_per_message': cpu})

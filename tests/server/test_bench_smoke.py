@@ -48,10 +48,12 @@ def test_benchmark_runs(script: str) -> None:
     assert out.strip(), f'bench/{script} printed nothing'
 
 
-def test_throughput_without_the_observers_runs() -> None:
+def test_throughput_as_instructions_py_runs_it() -> None:
+    # bench/instructions.py runs it under valgrind (too slow here): these are its options.
     out = _run('throughput.py', ['--backends', 'sqlite', '--publishers', '10', '--count', '300', '--rounds', '1',
-                                 '--without', 'archive,stats,metrics'])
+                                 '--without', 'archive,stats,metrics', '--quiet-timers'])
     assert 'sqlite publishers=10' in out
+    assert 'idle for 0.5 s' in _run('throughput.py', ['--backends', 'sqlite', '--idle', '0.5', '--quiet-timers'])
 
 
 def test_metrics_flood_runs() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.instructions import _thread_totals, per_message
+from bench.instructions import Count, _thread_totals, clock, per_message, round_secs
 
 
 def _write(directory: Path, name: str, total: int | None) -> None:
@@ -33,9 +33,25 @@ def test_a_thread_file_without_a_summary_is_an_error_naming_it(tmp_path: Path) -
 
 
 def test_per_message_is_the_difference_over_the_messages_between_the_runs() -> None:
-    assert per_message((1000, 500), (5000, 2500), 4) == {'total': 1500.0, 'hub': 1000.0, 'threads': 500.0}
+    row = per_message(Count(1000, 500, 2.0), Count(5000, 2500, 6.0), 4)
+    assert (row['total'], row['hub'], row['threads']) == (1500.0, 1000.0, 500.0)
+
+
+def test_what_the_clock_cost_over_the_longer_round_is_taken_away() -> None:
+    # 100 and 20 instructions per idle second; the larger round took 10 s more: 1,000 and 200 are not the messages'.
+    per_second = clock(Count(500, 100, 10.0), Count(2500, 500, 30.0))
+    assert per_second == (100.0, 20.0)
+    row = per_message(Count(1000, 500, 5.0), Count(6000, 2700, 15.0), 4, per_second)
+    assert (row['hub'], row['threads']) == (1000.0, 500.0)
+    assert (row['clock_per_sec'], row['clock_per_message']) == (120.0, 300.0)
+
+
+def test_a_round_lasts_its_messages_over_the_rate_it_printed() -> None:
+    assert round_secs('sqlite publishers=50: 1,250 / 1,250 / 1,250 msg/s, CPU 9 / 9 / 9 µs per message', 5000) == 4.0
+    with pytest.raises(RuntimeError, match='no rate'):
+        round_secs('Traceback ...', 5000)
 
 
 def test_runs_too_close_to_tell_apart_are_refused() -> None:
     with pytest.raises(ValueError, match='further apart'):
-        per_message((5000, 500), (4000, 600), 10)
+        per_message(Count(5000, 500, 1.0), Count(4000, 600, 1.0), 10)
