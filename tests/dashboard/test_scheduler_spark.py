@@ -105,6 +105,9 @@ def test_a_job_is_made_run_now_paused_resumed_and_edited(dash_server: LiveServer
     expect(_job_row(page, 'ping.hourly')).to_have_count(1, timeout=SHORT)
     page.get_by_role('button', name='ping.hourly', exact=True).click()
     page.get_by_role('button', name='Delete', exact=True).click()
+    # The page asks for the job no more once Delete is confirmed, but a poll of it already on its way
+    # may be answered after the delete, and the browser logs that 404 (seen once in CI, under load).
+    browser_errors.allow(r'status of 404 .*/dashboard/api/jobs/ping\.hourly(/runs)?(\?|\))')
     page.get_by_role('dialog').get_by_role('button', name='Delete').click()
     expect(page.locator('#notify')).to_contain_text('Deleted job ping.hourly', timeout=SHORT)
     expect(page.locator('#jobs-table')).to_contain_text('No jobs yet', timeout=SHORT)

@@ -132,12 +132,20 @@
 
   async function remove(name) {
     if (!await Dash.confirm('Delete job ' + name + ' and its run history?', {ok: 'Delete'})) return;
+    // No poll asks for the job while it is being deleted (its answer would be a 404), and one already
+    // on its way is outrun by this empty load: its 404 is not shown as "Could not load job".
+    const selected = state.selected;
+    if (selected === name) {
+      state.selected = null;
+      loadJob();
+    }
     try {
       await Dash.api('DELETE', jobPath(name));
       Dash.notify('Deleted job ' + name + '.', 'ok');
-      closeJob();
+      if (selected === name) closeJob();
     } catch (e) {
       Dash.notify('Could not delete job ' + name + ': ' + e.message, 'error');
+      if (selected === name && state.selected === null) state.selected = name;
     }
     await loadJobs();
   }
