@@ -86,6 +86,16 @@ DEMO_OBJECTS_DIR = 'config/demo'
 FILE_TRANSFER_CHANNEL = 'file-transfer'
 
 
+def idle_in_transaction_secs(settings: Settings) -> float:
+    """How long PostgreSQL lets a session of this server sit inside a transaction: the lease time.
+
+    A worker stuck that long has stopped trusting its leases anyway (they lapse after
+    ``lease_ttl_secs``); past it, the database ends the session, so that the rows it locked do not
+    keep another worker from taking its leases over (``runtime.db.engine.idle_transaction_options``).
+    """
+    return settings.pubsub.lease_ttl_secs
+
+
 def prepare_database(settings: Settings, demo: bool = False) -> None:
     """Migrate the schema and apply object files once, before workers start."""
     engine = make_engine(settings.database_url, pool_size=1, dead_client_secs=settings.database.dead_client_secs)
@@ -133,7 +143,8 @@ class Runtime:
         self.engine = engine or make_engine(settings.database_url, pool_size=db.pool_size,
                                             sqlite_synchronous=db.sqlite_synchronous,
                                             sqlite_busy_timeout_ms=db.sqlite_busy_timeout_ms,
-                                            dead_client_secs=db.dead_client_secs)
+                                            dead_client_secs=db.dead_client_secs,
+                                            idle_in_transaction_secs=idle_in_transaction_secs(settings))
         self.spawner = Spawner()
         spawn = self.spawner.spawn
         self.store = ServiceStore()

@@ -44,11 +44,12 @@ def objects_apply(ctx: click.Context, files: tuple[Path, ...], dry_run: bool, de
     """Apply object files (default: the configured directory) to the database."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from runtime.core import make_objects_applier
+    from runtime.core import idle_in_transaction_secs, make_objects_applier
     from runtime.db.engine import make_engine
     from runtime.db.migrate import upgrade
     settings = ctx.obj['settings']
-    engine = make_engine(settings.database_url, pool_size=1, dead_client_secs=settings.database.dead_client_secs)
+    engine = make_engine(settings.database_url, pool_size=1, dead_client_secs=settings.database.dead_client_secs,
+                         idle_in_transaction_secs=idle_in_transaction_secs(settings))
     try:
         applier = make_objects_applier(settings, engine, demo, list(files) if files else None)
         applier.actor = f'conduit objects apply ({getpass.getuser()})'

@@ -83,14 +83,31 @@ def dead_link_params(secs: float) -> dict[str, str]:
     }
 
 
+def idle_transaction_options(secs: float) -> str:
+    """The libpq ``options`` by which PostgreSQL ends a session idle inside a transaction for ``secs``.
+
+    A process stopped in the middle of a transaction (SIGSTOP, a frozen virtual machine, a hub
+    blocked by a long call) keeps its connection: the kernel still answers for it, so neither TCP
+    nor ``dead_client_secs`` notice, and the rows it locked stay locked. A lease row so locked could
+    never be taken over by another worker (``LeaseManager._take`` skips locked rows), however long
+    ago the lease expired. With this, the server ends such a session after ``secs``, its locks go
+    with it, and the stopped process finds its connection closed when it goes on. Time a statement
+    runs does not count, only time the server waits for the client's next statement.
+    """
+    return f'-c idle_in_transaction_session_timeout={max(1, int(secs * 1000))}'
+
+
 def make_engine(url: str, pool_size: int = 10, sqlite_synchronous: str = 'FULL',
-                sqlite_busy_timeout_ms: int = 10000, dead_client_secs: float = 0.0, **kwargs: Any) -> Engine:
+                sqlite_busy_timeout_ms: int = 10000, dead_client_secs: float = 0.0,
+                idle_in_transaction_secs: float = 0.0, **kwargs: Any) -> Engine:
     """Create an engine configured for the runtime.
 
     Bound parameters are hidden from SQLAlchemy's error messages: they may hold password hashes,
     sub_keys or message data, and database errors end up in logs. On PostgreSQL, a
     ``dead_client_secs`` above 0 adds ``dead_link_params`` to the URL's query, where every
-    connection made from the URL finds them (the LISTEN connection of ``runtime.pubsub.wakeups`` too).
+    connection made from the URL finds them (the LISTEN connection of ``runtime.pubsub.wakeups`` too),
+    and an ``idle_in_transaction_secs`` above 0 has the server end a session that sits that long
+    inside a transaction (``idle_in_transaction_session_timeout``; see ``idle_transaction_options``).
     """
     url = normalize_url(url)
     try:
@@ -116,10 +133,14 @@ def make_engine(url: str, pool_size: int = 10, sqlite_synchronous: str = 'FULL',
     if parsed.get_backend_name() != 'postgresql':
         raise ConfigError('database.url', f'unsupported database {parsed.get_backend_name()!r}; '
                                           f'use sqlite:/// or postgresql://')
-    if dead_client_secs > 0:
-        params = dead_link_params(dead_client_secs)
-        if given := parsed.query.get('options'):
-            params['options'] = f'{given if isinstance(given, str) else " ".join(given)} {params["options"]}'
+    params = dead_link_params(dead_client_secs) if dead_client_secs > 0 else {}
+    given = parsed.query.get('options')
+    given = (given if isinstance(given, str) else ' '.join(given)) if given else ''
+    if idle_in_transaction_secs > 0:
+        # First, so that the URL's own -c of the same setting, if any, comes later and wins.
+        given = f'{idle_transaction_options(idle_in_transaction_secs)} {given}'.strip()
+    if given or params:
+        params['options'] = f'{given} {params.get("options", "")}'.strip()
         parsed = parsed.update_query_dict({k: v for k, v in params.items()
                                            if k == 'options' or k not in parsed.query})
     engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, hide_parameters=True, **kwargs)

@@ -1,4 +1,4 @@
-"""[database] dead_client_secs: the connection parameters that make both ends give up on a cut link.
+"""[database] dead_client_secs and the lease time: the connection parameters that end a cut or stuck client's session.
 
 The behaviour on a real cut link (a network namespace whose cable is pulled) is proven by
 tests/reliability/test_cluster.py; this checks what a connection gets, against the machine's PostgreSQL.
@@ -6,11 +6,15 @@ tests/reliability/test_cluster.py; this checks what a connection gets, against t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psycopg
 import pytest
 from sqlalchemy import text
 
+from runtime.core import Runtime
 from runtime.db.engine import make_engine
+from runtime.testing import make_settings
 
 
 @pytest.mark.parametrize('db_backend', ['postgresql'])
@@ -50,6 +54,31 @@ def test_options_given_in_the_url_are_kept(db_url: str) -> None:
     try:
         with engine.connect() as conn:
             assert conn.execute(text('SHOW statement_timeout')).scalar() == '12345ms'
+            assert conn.execute(text('SHOW tcp_user_timeout')).scalar() == '4000'
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize('db_backend', ['postgresql'])
+def test_a_runtimes_sessions_may_sit_in_a_transaction_for_the_lease_time(db_url: str, tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, db_url)
+    settings.pubsub.lease_ttl_secs = 7.0
+    rt = Runtime(settings)
+    try:
+        with rt.engine.connect() as conn:
+            assert conn.execute(text('SHOW idle_in_transaction_session_timeout')).scalar() == '7s'
+    finally:
+        rt.engine.dispose()
+
+
+@pytest.mark.parametrize('db_backend', ['postgresql'])
+def test_an_idle_in_transaction_limit_given_in_the_url_wins(db_url: str) -> None:
+    sep = '&' if '?' in db_url else '?'
+    engine = make_engine(f'{db_url}{sep}options=-c%20idle_in_transaction_session_timeout%3D60000', pool_size=1,
+                         dead_client_secs=4, idle_in_transaction_secs=2)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text('SHOW idle_in_transaction_session_timeout')).scalar() == '1min'
             assert conn.execute(text('SHOW tcp_user_timeout')).scalar() == '4000'
     finally:
         engine.dispose()

@@ -14,8 +14,11 @@ from typing import Any
 import gevent
 import pytest
 from sqlalchemy import Engine, func, select, update
+from sqlalchemy.exc import DBAPIError
 
 from runtime.db.blocking import run_transaction
+from runtime.db.engine import make_engine
+from runtime.db.migrate import upgrade
 from runtime.db.models import DeadLetter, Lease, QueueEntry
 from runtime.errors import LeaseLost
 from runtime.pubsub.broker import lease_name
@@ -150,6 +153,34 @@ def test_postgresql_a_takeover_waits_for_a_settlement_that_passed_its_check(engi
         check_fence(conn, fence)  # a settles under the lease: the row is locked until it commits
         assert b.refresh({'x'}) == (set(), set())  # b skips it rather than take it under a's settlement
     assert b.refresh({'x'}) == ({'x'}, set())
+
+
+def test_postgresql_a_holder_stopped_inside_a_transaction_does_not_keep_its_leases(db_url: str,
+                                                                                  db_backend: str) -> None:
+    # A worker stopped (SIGSTOP, a frozen VM, a hung process) in the middle of its lease refresh keeps the
+    # rows of its leases locked: the kernel keeps its connection alive, so without a limit on how long a
+    # session may sit idle in a transaction no other worker could take them over (seen in CI: a worker
+    # stopped under load kept its 15 leases until it was let go on).
+    if db_backend != 'postgresql':
+        pytest.skip('SQLite: a stopped process holds the whole database\'s write lock, by design of SQLite')
+    stopped = make_engine(db_url, pool_size=2, idle_in_transaction_secs=1.0)
+    other = make_engine(db_url, pool_size=2)
+    try:
+        upgrade(stopped)
+        a, b = manager(stopped, ttl=1.0), manager(other, ttl=1.0)
+        a.refresh({'x'})
+        with stopped.connect() as conn:
+            conn.begin()
+            # What a's refresh does first; then a stops, its transaction open.
+            conn.execute(update(Lease).where(Lease.owner == a.owner).values(expires_at=time.time() + 1.0))
+            wait_until(lambda: b.refresh({'x'})[0] == {'x'}, timeout=TIMEOUT, message='b holding the lease')
+            assert lease_row(other, 'x').owner == b.owner
+            with pytest.raises(DBAPIError) as ended:  # a, let go on, finds its session ended by the database
+                conn.execute(select(Lease.name))
+            assert ended.value.connection_invalidated
+    finally:
+        stopped.dispose()
+        other.dispose()
 
 
 # Fair shares

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, delete, func, select, update
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from runtime.db.blocking import run_transaction
@@ -158,7 +158,12 @@ def storage_errors() -> Iterator[None]:
     """Turn a database that cannot be reached (or is locked) into StorageUnavailable (503)."""
     try:
         yield
-    except (OperationalError, InterfaceError, PoolTimeout) as e:
+    except (OperationalError, InterfaceError, PoolTimeout, DBAPIError) as e:
+        # Any other driver error is a fault of its own; a session the server ended (one idle inside a
+        # transaction too long, after a stall: runtime.db.engine.idle_transaction_options) is not.
+        if isinstance(e, DBAPIError) and not isinstance(e, (OperationalError, InterfaceError)) \
+                and not e.connection_invalidated:
+            raise
         # The class name only: a driver's message may quote statement parameters, i.e. message data.
         cause = type(getattr(e, 'orig', None) or e).__name__
         _log.error('database unavailable: %s', cause)
