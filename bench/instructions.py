@@ -13,12 +13,15 @@ PostgreSQL the server's own work is not in the figure.
 Under callgrind the process runs about 50 times slower and its threads one at a time, so the group
 commit's batches differ a little from a normal run, and from one run to the next. What a worker
 does by the clock, whatever it delivers (lease renewals, polls, flushes), goes on at its usual pace
-meanwhile, and so counted fifty times as much per message as in a real run: in the counts of
-2026-11-25 and before, about a third of each figure (16 million instructions per second of the
-run, against 360,000 per message). So the runs are made with ``throughput.py --quiet-timers``,
-which puts off what can wait to once a minute, and what is left (lease renewals and the hub's
-own timers, about 2 million per second) is measured in two idle runs of the same runtime, IDLE_SECS
-apart, and taken away in proportion to how much longer the larger round took than the smaller.
+meanwhile, and so counted fifty times as much per message as in a real run (an idle worker counts
+16 million instructions per second under callgrind, most of them the subscription poll every 50 ms).
+In the counts of 2026-11-25 and before that was 7 to 20 % of each figure, more on a slower machine:
+on 2026-11-29 one commit counted 480,701 with the clock and 445,052 without it, and 526,000-575,000
+against 449,000-472,000 on a machine half as fast earlier that day. So the runs are made with
+``throughput.py --quiet-timers``, which puts off what can wait to once a minute, and what is left
+(lease renewals and the hub's own timers, about 2 million per second) is measured in two idle runs
+of the same runtime, IDLE_SECS apart, and taken away in proportion to how much longer the larger
+round took than the smaller.
 
     .venv/bin/python bench/instructions.py [--backend sqlite] [--publishers 50] [--counts 1000,5000]
                                            [--repeats 2] [--without archive,stats,metrics --no-write]
