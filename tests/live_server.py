@@ -133,12 +133,22 @@ interval_secs = 0.2
                     return self.start(timeout, taken_port_retries - 1)
                 raise RuntimeError(f'server exited with {self.proc.returncode}:\n{self.log()}')
             try:
-                if requests.get(self.url + '/health', timeout=1).status_code == 200:
+                if requests.get(self.url + '/health', timeout=1).status_code == 200 and self._listening(logged):
                     return self
             except requests.RequestException:
                 pass
             time.sleep(0.05)
         raise RuntimeError(f'server did not answer within {timeout} s:\n{self.log()}')
+
+    def _listening(self, logged: int) -> bool:
+        """Whether this server's own log, after its first `logged` characters, says it listens on its port.
+
+        A /health answer alone can come from another test process's server on the same port, in the
+        moment before this one finds the port taken and exits (CI: the test then met a refused
+        connection once that other server stopped).
+        """
+        return any('Listening at:' in line and f':{self.port} (' in line
+                   for line in self.log()[logged:].splitlines())
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""

@@ -1,4 +1,6 @@
+import http.server
 import socket
+import threading
 
 
 def test_server_answers_health_and_ping(server):
@@ -60,3 +62,35 @@ def test_a_test_server_whose_port_was_taken_meanwhile_starts_on_another(server_f
         server.start()
     assert server.port != taken
     assert server.request('GET', '/health').json()['is_ok'] is True
+
+
+class _Impostor(http.server.BaseHTTPRequestHandler):
+    """Another test's server: answers every GET 200."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        body = b'{"is_ok": true}'
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+
+def test_a_test_server_does_not_take_another_servers_health_answer_for_its_own(server_factory):
+    # CI: another test process's server held the port; it answered this server's /health before
+    # this one found the port taken and exited, so the test went on against a server that then
+    # stopped (connection refused).
+    server = server_factory()
+    taken = server.port
+    impostor = http.server.HTTPServer(('127.0.0.1', taken), _Impostor)
+    thread = threading.Thread(target=impostor.serve_forever, daemon=True)
+    thread.start()
+    try:
+        server.start()
+    finally:
+        impostor.shutdown()
+        impostor.server_close()
+    assert server.port != taken
+    assert server.invoke('conduit.ping')['pong'] is True
