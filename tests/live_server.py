@@ -133,22 +133,25 @@ interval_secs = 0.2
                     return self.start(timeout, taken_port_retries - 1)
                 raise RuntimeError(f'server exited with {self.proc.returncode}:\n{self.log()}')
             try:
-                if requests.get(self.url + '/health', timeout=1).status_code == 200 and self._listening(logged):
+                if requests.get(self.url + '/health', timeout=1).status_code == 200 and self._claimed_port():
                     return self
             except requests.RequestException:
                 pass
             time.sleep(0.05)
         raise RuntimeError(f'server did not answer within {timeout} s:\n{self.log()}')
 
-    def _listening(self, logged: int) -> bool:
-        """Whether this server's own log, after its first `logged` characters, says it listens on its port.
+    def _claimed_port(self) -> bool:
+        """Whether this server's own process got past its claim of the port: only then does it write its pidfile.
 
         A /health answer alone can come from another test process's server on the same port, in the
-        moment before this one finds the port taken and exits (CI: the test then met a refused
+        seconds before this one finds the port taken and exits (CI: the test then met a refused
         connection once that other server stopped).
         """
-        return any('Listening at:' in line and f':{self.port} (' in line
-                   for line in self.log()[logged:].splitlines())
+        assert self.proc is not None
+        try:
+            return (self.base / 'var' / 'conduit.pid').read_text().strip() == str(self.proc.pid)
+        except OSError:
+            return False
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""
