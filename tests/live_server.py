@@ -14,6 +14,8 @@ from typing import Any
 
 import requests
 
+from runtime.config import ServerSection
+
 #: The repository's root, whose services/ every test server deploys.
 REPO = Path(__file__).resolve().parent.parent
 
@@ -149,7 +151,7 @@ interval_secs = 0.2
         """
         assert self.proc is not None
         try:
-            return (self.base / 'var' / 'conduit.pid').read_text().strip() == str(self.proc.pid)
+            return (self.base / ServerSection().pidfile).read_text().strip() == str(self.proc.pid)
         except OSError:
             return False
 

@@ -134,13 +134,14 @@ def make_engine(url: str, pool_size: int = 10, sqlite_synchronous: str = 'FULL',
         raise ConfigError('database.url', f'unsupported database {parsed.get_backend_name()!r}; '
                                           f'use sqlite:/// or postgresql://')
     params = dead_link_params(dead_client_secs) if dead_client_secs > 0 else {}
-    given = parsed.query.get('options')
-    given = (given if isinstance(given, str) else ' '.join(given)) if given else ''
-    if idle_in_transaction_secs > 0:
-        # First, so that the URL's own -c of the same setting, if any, comes later and wins.
-        given = f'{idle_transaction_options(idle_in_transaction_secs)} {given}'.strip()
-    if given or params:
-        params['options'] = f'{given} {params.get("options", "")}'.strip()
+    # In this order, so that a later -c of the same setting wins: the URL's own over the idle limit.
+    options = [idle_transaction_options(idle_in_transaction_secs)] if idle_in_transaction_secs > 0 else []
+    if given := parsed.query.get('options'):
+        options.append(given if isinstance(given, str) else ' '.join(given))
+    if 'options' in params:
+        options.append(params['options'])
+    if options:
+        params['options'] = ' '.join(options)
         parsed = parsed.update_query_dict({k: v for k, v in params.items()
                                            if k == 'options' or k not in parsed.query})
     engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, hide_parameters=True, **kwargs)

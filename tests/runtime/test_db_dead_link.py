@@ -10,11 +10,20 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
 from runtime.core import Runtime
 from runtime.db.engine import make_engine
 from runtime.testing import make_settings
+
+
+def _shown(engine: Engine, *names: str) -> list[str]:
+    """What a connection of the engine's shows of the named settings; the engine disposed of."""
+    try:
+        with engine.connect() as conn:
+            return [conn.execute(text(f'SHOW {name}')).scalar() for name in names]
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.parametrize('db_backend', ['postgresql'])
@@ -39,36 +48,21 @@ def test_dead_client_secs_reaches_both_ends_of_every_connection(db_url: str) -> 
 
 @pytest.mark.parametrize('db_backend', ['postgresql'])
 def test_without_dead_client_secs_connections_keep_the_systems_defaults(db_url: str) -> None:
-    engine = make_engine(db_url, pool_size=1)
-    try:
-        with engine.connect() as conn:
-            assert conn.execute(text('SHOW tcp_user_timeout')).scalar() == '0'
-    finally:
-        engine.dispose()
+    assert _shown(make_engine(db_url, pool_size=1), 'tcp_user_timeout') == ['0']
 
 
 @pytest.mark.parametrize('db_backend', ['postgresql'])
 def test_options_given_in_the_url_are_kept(db_url: str) -> None:
     sep = '&' if '?' in db_url else '?'
     engine = make_engine(f'{db_url}{sep}options=-c%20statement_timeout%3D12345', pool_size=1, dead_client_secs=4)
-    try:
-        with engine.connect() as conn:
-            assert conn.execute(text('SHOW statement_timeout')).scalar() == '12345ms'
-            assert conn.execute(text('SHOW tcp_user_timeout')).scalar() == '4000'
-    finally:
-        engine.dispose()
+    assert _shown(engine, 'statement_timeout', 'tcp_user_timeout') == ['12345ms', '4000']
 
 
 @pytest.mark.parametrize('db_backend', ['postgresql'])
 def test_a_runtimes_sessions_may_sit_in_a_transaction_for_the_lease_time(db_url: str, tmp_path: Path) -> None:
     settings = make_settings(tmp_path, db_url)
     settings.pubsub.lease_ttl_secs = 7.0
-    rt = Runtime(settings)
-    try:
-        with rt.engine.connect() as conn:
-            assert conn.execute(text('SHOW idle_in_transaction_session_timeout')).scalar() == '7s'
-    finally:
-        rt.engine.dispose()
+    assert _shown(Runtime(settings).engine, 'idle_in_transaction_session_timeout') == ['7s']
 
 
 @pytest.mark.parametrize('db_backend', ['postgresql'])
@@ -76,9 +70,4 @@ def test_an_idle_in_transaction_limit_given_in_the_url_wins(db_url: str) -> None
     sep = '&' if '?' in db_url else '?'
     engine = make_engine(f'{db_url}{sep}options=-c%20idle_in_transaction_session_timeout%3D60000', pool_size=1,
                          dead_client_secs=4, idle_in_transaction_secs=2)
-    try:
-        with engine.connect() as conn:
-            assert conn.execute(text('SHOW idle_in_transaction_session_timeout')).scalar() == '1min'
-            assert conn.execute(text('SHOW tcp_user_timeout')).scalar() == '4000'
-    finally:
-        engine.dispose()
+    assert _shown(engine, 'idle_in_transaction_session_timeout', 'tcp_user_timeout') == ['1min', '4000']

@@ -158,11 +158,12 @@ def storage_errors() -> Iterator[None]:
     """Turn a database that cannot be reached (or is locked) into StorageUnavailable (503)."""
     try:
         yield
-    except (OperationalError, InterfaceError, PoolTimeout, DBAPIError) as e:
-        # Any other driver error is a fault of its own; a session the server ended (one idle inside a
-        # transaction too long, after a stall: runtime.db.engine.idle_transaction_options) is not.
-        if isinstance(e, DBAPIError) and not isinstance(e, (OperationalError, InterfaceError)) \
-                and not e.connection_invalidated:
+    except (DBAPIError, PoolTimeout) as e:
+        # Of the driver's errors, only these mean the database is out of reach: operational and interface
+        # errors, and a session the server ended (one idle inside a transaction too long, after a stall:
+        # runtime.db.engine.idle_transaction_options). Any other is a fault of its own.
+        if isinstance(e, DBAPIError) and not (isinstance(e, (OperationalError, InterfaceError))
+                                              or e.connection_invalidated):
             raise
         # The class name only: a driver's message may quote statement parameters, i.e. message data.
         cause = type(getattr(e, 'orig', None) or e).__name__
