@@ -192,7 +192,8 @@ class Runtime:
                                    registry=lambda: self.broker.registry, reload=self.broker.reload,
                                    owner=self.broker.leases.owner, want_delivery=self.broker.want_delivery,
                                    release_delivery=self.broker.release_delivery,
-                                   heartbeat_secs=settings.pubsub.lease_renew_secs)
+                                   heartbeat_secs=settings.pubsub.lease_renew_secs,
+                                   max_per_definition=settings.websocket.max_subscriptions_per_definition)
         # The broker's registry is replaced by every reload: the layers read it afresh each time.
         self.topic_admin = TopicAdmin(self.engine, lambda: self.broker.registry, self.broker.reload)
         self.queue_admin = QueueAdmin(self.engine, lambda: self.broker.registry, self.broker.reload)
@@ -335,6 +336,8 @@ class Runtime:
 
     def make_app(self, **kwargs: Any) -> falcon.App:
         """The falcon WSGI app over this runtime's parts (kwargs go to falcon.App)."""
+        sessions = SessionStore(self.engine, self.settings.dashboard.session_ttl_secs,
+                                self.settings.dashboard.idle_timeout_secs)
         admin = AdminParts(
             settings=self.settings, database=self.engine.url.get_backend_name(),
             recorded_services=partial(recorded_names, self.engine), catalog=self.catalog, broker=self.broker,
@@ -344,15 +347,13 @@ class Runtime:
             store=self.store, invoker=self.invoker, hot_deployer=self.hot_deployer, scheduler=self.scheduler,
             spark=self.spark, security=self.security, audit=self.audit_log, synchronizer=self.synchronizer,
             recent_publications=self.metrics.recent_publications, channel_count=lambda: len(self.router.channels),
-            demo=self.demo, insight=self.insight, deploy_history=self.deploy_history)
+            demo=self.demo, insight=self.insight, deploy_history=self.deploy_history, dashboard_sessions=sessions)
         rest = RestParts(settings=self.settings, security=self.security, permissions=self.permissions,
                          broker=self.broker, catalog=self.catalog, store=self.store)
         parts = AppParts(settings=self.settings, database_answers=partial(database_answers, self.engine),
                          store=self.store, invoker=self.invoker,
                          security=self.security, router=lambda: self.router, metrics=self.metrics, admin=admin,
-                         pubsub_rest=rest, ws_hub=self.ws_hub,
-                         sessions=SessionStore(self.engine, self.settings.dashboard.session_ttl_secs,
-                                               self.settings.dashboard.idle_timeout_secs))
+                         pubsub_rest=rest, ws_hub=self.ws_hub, sessions=sessions)
         return make_app(parts, **kwargs)
 
     # Pub/sub

@@ -12,6 +12,7 @@ import click
 
 from runtime.cli import (
     channels,
+    dashboard,
     file_channels,
     jobs,
     objects,
@@ -31,6 +32,6 @@ __all__ = ['main']
 for _command in (server.start, server.stop, server.status, services.invoke, services.deploy, services.undeploy,
                  services.services, jobs.job, spark.spark, topics.topic, subscriptions.sub, queues.queue,
                  queues.dlq, topics.publish, pubsub.pubsub, security.sec, channels.channel,
-                 file_channels.file_channel, objects.objects, objects.audit):
+                 file_channels.file_channel, objects.objects, objects.audit, dashboard.dashboard):
     main.add_command(_command)
 objects.add_detach_options({name: cmd for name, cmd in main.commands.items() if isinstance(cmd, click.Group)})

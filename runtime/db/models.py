@@ -505,6 +505,28 @@ class DashboardSession(Base):
     #: Absolute end of the session, whatever its activity.
     expires_at: Mapped[float] = mapped_column(Float, index=True)
     last_seen_at: Mapped[float] = mapped_column(Float)
+    #: The ``DashboardCredential.generation`` of its role at sign-in: a session of an older one has ended.
+    credential: Mapped[str] = mapped_column(String(64), default='', server_default='')
+
+
+class DashboardCredential(Base):
+    """The password the dashboard's admin or viewer signs in with now, as a hash, and its generation.
+
+    Each worker checks its configured password against ``password_hash`` when it starts; when it no
+    longer matches (or the user name changed), the row gets a new hash and a new random
+    ``generation``, which ends every session signed in with the one before.
+    """
+
+    __tablename__ = 'conduit_dashboard_credential'
+
+    #: 'admin' or 'viewer'.
+    role: Mapped[str] = mapped_column(String(16), primary_key=True)
+    username: Mapped[str] = mapped_column(String(200))
+    #: scrypt hash with a random salt (runtime.security.hash_password): never the password.
+    password_hash: Mapped[str] = mapped_column(String(400))
+    #: Random; new at every change of the password or user name.
+    generation: Mapped[str] = mapped_column(String(64))
+    changed_at: Mapped[float] = mapped_column(Float)
 
 
 class WorkerRow(Base):

@@ -125,8 +125,14 @@ def make_app(parts: AppParts, **kwargs: Any) -> falcon.App:
     http = parts.settings.http
     throttle = auth.SignInThrottle(http.auth_max_failures, http.auth_failure_window_secs)
     failures_log = FailedSignInLog(parts.settings.logging.auth_failures_per_minute)
-    admin_hash = hash_password(admin_password(parts.settings, create=True))
+    admin_secret = admin_password(parts.settings, create=True)
+    admin_hash = hash_password(admin_secret)
     gate = SessionGate(parts.sessions) if parts.sessions is not None and parts.settings.dashboard.enabled else None
+    if gate is not None and parts.sessions is not None:
+        # A session signed in with another password than this worker's (a restart with a new one) has ended.
+        parts.sessions.bind_credentials({
+            'admin': (parts.settings.admin.username, admin_secret),
+            'viewer': (parts.settings.dashboard.viewer_username, viewer_password(parts.settings, create=True))})
     route_auth = auth.RouteAuth(_admin_credentials(parts.settings, admin_hash), parts.security, throttle, failures_log,
                                 dashboard=gate)
     # Metrics first: its process_response times every request, those the others refuse too.

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tests.dashboard.conftest import PHONE, BrowserErrors
+import requests
+
+from tests.dashboard.conftest import PHONE, VIEWER_PASSWORD, VIEWER_USER, BrowserErrors
 from tests.live_server import LiveServer, poll
 
 
@@ -112,6 +114,20 @@ def test_the_audit_page_lists_the_changes_made_here(admin_page: Any, dash_server
     assert page.inner_text('#audit-list .empty') == 'No change matches these filters.'
 
 
+def test_the_security_page_ends_every_session(admin_page: Any, dash_server: LiveServer) -> None:
+    other = requests.Session()
+    assert other.post(dash_server.url + '/dashboard/sign-in', allow_redirects=False, timeout=10,
+                      data={'username': VIEWER_USER, 'password': VIEWER_PASSWORD}).status_code == 303
+    page = admin_page
+    page.goto(dash_server.url + '/dashboard/security')
+    page.click('#end-sessions')
+    page.click('dialog button:has-text("End every session")')
+    page.wait_for_url('**/dashboard/sign-in**')
+    assert other.get(dash_server.url + '/dashboard/', allow_redirects=False, timeout=10).status_code == 303
+    entries = dash_server.request('GET', '/admin/audit?kind=dashboard', auth=dash_server.admin).json()['entries']
+    assert [(e['action'], e['source']) for e in entries] == [('end-sessions', 'dashboard')]
+
+
 def test_the_viewer_sees_no_change_controls(viewer_page: Any, dash_server: LiveServer) -> None:
     assert dash_server.request('POST', '/admin/security', auth=dash_server.admin,
                                json={'name': 'seen.def', 'username': 'seen', 'password': 'pw-123456'}).ok
@@ -121,7 +137,7 @@ def test_the_viewer_sees_no_change_controls(viewer_page: Any, dash_server: LiveS
     page.goto(dash_server.url + '/dashboard/security')
     page.click('button[aria-label="Open seen.def"]')
     page.wait_for_selector('#def-details:not([hidden])')
-    for selector in ('#def-create', '#def-toggle', '#def-password', '#def-permissions button'):
+    for selector in ('#def-create', '#def-toggle', '#def-password', '#def-permissions button', '#end-sessions'):
         assert page.locator(selector).count() == 0, selector
     assert page.get_attribute('#permission-lines', 'readonly') is not None
     page.goto(dash_server.url + '/dashboard/channels')

@@ -85,7 +85,8 @@ def test_every_route_is_documented_with_schemas(server: LiveServer) -> None:
     paths = doc['paths']
     for expected in ('/health', '/metrics', '/openapi.json', '/admin/topics', '/admin/topics/{name}',
                      '/admin/queues/{sub_id}/messages/{msg_id}', '/admin/security/{name}/password',
-                     '/admin/channels/{name}', '/admin/jobs', '/admin/spark/jobs', '/pubsub/topic/{topic}'):
+                     '/admin/channels/{name}', '/admin/jobs', '/admin/spark/jobs', '/pubsub/topic/{topic}',
+                     '/admin/dashboard/sessions'):
         assert expected in paths, expected
     for path, ops in paths.items():
         for method, op in ops.items():

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from runtime.audit import AuditLog
     from runtime.channel_admin import ChannelAdmin
     from runtime.config import Settings
+    from runtime.dashboard_sessions import SessionStore
     from runtime.deploy_history import DeployHistory
     from runtime.files.admin import FileChannelAdmin
     from runtime.hot_deploy import HotDeployer
@@ -95,3 +96,5 @@ class AdminParts:
     insight: Insight | None = None
     #: The deployment history and the sources of deployed services (None: not available).
     deploy_history: DeployHistory | None = None
+    #: The dashboard's sessions, to list and end them (None: not available).
+    dashboard_sessions: SessionStore | None = None

@@ -14,6 +14,7 @@ import falcon
 from runtime.db.models import BasicAuthDef, FileChannelRow, Job, PubSubPermission, RestChannel, Subscription, Topic
 from runtime.http.admin import (
     audit,
+    dashboard_sessions,
     dead_letters,
     file_channels,
     insight,
@@ -94,6 +95,7 @@ ROUTES: tuple[tuple[str, type[AdminResource]], ...] = (
     ('/admin/file-channels/{name}', file_channels.FileChannelResource),
     ('/admin/file-channels/{name}/runs', file_channels.FileChannelRunsResource),
     ('/admin/audit', audit.AuditResource),
+    ('/admin/dashboard/sessions', dashboard_sessions.DashboardSessionsResource),
     ('/admin/detach', audit.DetachResource),
 )
 
@@ -168,6 +170,7 @@ def declare_writes() -> None:
         queues.QueueMessageDeadLetterResource: 'dead-letter', dead_letters.DeadLettersRedriveResource: 'redrive',
         dead_letters.DeadLettersDeleteResource: 'delete',
         spark.SparkJobsResource: 'submit', spark.SparkJobKillResource: 'kill',
+        dashboard_sessions.DashboardSessionsResource: 'end-sessions',
     }
     for cls, action in actions.items():
         cls.audit_action = action

@@ -2,7 +2,8 @@
 
 ``RouteAuth`` (runtime.http.auth) calls ``SessionGate.check`` after routing. A request passes when:
 
-- it carries the ``conduit_session`` cookie of a live session (else a page answers 303 to the
+- it carries the ``conduit_session`` cookie of a live session, signed in with the admin's or
+  viewer's password of now (runtime.dashboard_sessions; else a page answers 303 to the
   sign-in form, with the page to come back to in ``next``, and anything else 401 JSON);
 - for an unsafe method (anything but GET, HEAD, OPTIONS): its ``Origin`` (or, without one, its
   ``Referer``) names this server when it is sent at all; it carries the session's CSRF token in the

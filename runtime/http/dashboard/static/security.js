@@ -104,6 +104,18 @@
     }).catch(function (e) { Dash.notify(verb + ' ' + def.name + ' failed: ' + e.message, 'error'); });
   });
 
+  var endSessions = $('end-sessions');
+  if (endSessions) endSessions.addEventListener('click', function () {
+    Dash.confirm('End every dashboard session? Everybody signed in, you too, must sign in again.',
+                 {ok: 'End every session', danger: true}).then(function (yes) {
+      if (!yes) return;
+      // The full path: Dash.api takes a path under /dashboard/ as it is, and this route is /dashboard/api/dashboard/...
+      return Dash.api('DELETE', '/dashboard/api/dashboard/sessions').then(function () {
+        window.location.assign('/dashboard/sign-in');
+      });
+    }).catch(function (e) { Dash.notify('Ending the sessions failed: ' + e.message, 'error'); });
+  });
+
   var loadMatches = Dash.latest(function (fresh) {
     var query = new URLSearchParams({pattern: state.pattern, limit: String(PAGE), offset: String(state.patternOffset)});
     return fresh(Dash.api('GET', '/pubsub/topic-matches?' + query)).then(function (answer) {
