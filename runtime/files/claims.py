@@ -18,7 +18,8 @@ have distinct host names (containers: set one each).
 Ages compare the claimer's clock with the checker's: servers sharing a directory need clocks in
 step to well within the claim timeout (NTP), or a live claim may be taken over early.
 
-Names that Conduit itself makes in a directory — claims, ``write_atomic``'s temporary files and
+Names that Conduit itself makes in a directory — claims, parked files
+(``a.csv.conduit-parked.<unix time>``: its move was refused), ``write_atomic``'s temporary files and
 ``.error.json`` reports — are never taken as new files (``is_internal``).
 """
 
@@ -33,6 +34,10 @@ from runtime.files.source_base import TEMP_MARK
 
 #: What separates a file's own name from its claim.
 CLAIM_MARK = '.conduit-claim.'
+
+#: What marks a parked file: one whose move (after action or error directory) was refused. It is
+#: never taken again, by any server, until an operator renames it back to its name.
+PARKED_MARK = '.conduit-parked.'
 
 #: The suffix of the report written next to a file that failed.
 ERROR_REPORT_SUFFIX = '.error.json'
@@ -118,6 +123,6 @@ def is_stale(claim: Claim, now: float, timeout_secs: float) -> bool:
 
 
 def is_internal(name: str) -> bool:
-    """Whether a file name (or path) is one Conduit made: a claim, a temporary file or an error report."""
+    """Whether a name (or path) is one Conduit made: a claim, a parked file, a temporary file or an error report."""
     name = name.rpartition('/')[2]
-    return TEMP_MARK in name or name.endswith(ERROR_REPORT_SUFFIX) or is_claim(name)
+    return TEMP_MARK in name or PARKED_MARK in name or name.endswith(ERROR_REPORT_SUFFIX) or is_claim(name)

@@ -63,6 +63,7 @@ from runtime.errors import (
     FileParseError,
     FileTransferError,
     MessageTooLarge,
+    SourceUnavailable,
     StorageUnavailable,
     TopicFull,
 )
@@ -189,6 +190,9 @@ class FileProcessor:
         #: processing, so that two processings in one process (a poller restarted while a file of the
         #: old one still runs) never pass each other's compare-and-set of the run's progress.
         self.run_owner = f'{ctx.owner}{RUN_OWNER_MARK}{secrets.token_hex(4)}'
+        #: The run row of this processing, and for a skipped one the records of the done run it points at.
+        self._run_id: int | None = None
+        self._skipped_records: int | None = None
 
     @property
     def _label(self) -> str:
@@ -286,7 +290,9 @@ class FileProcessor:
             return 'check', running, Counter()
         latest = runs[0] if runs else None
         if latest is not None and latest.state == statements.DONE and not ch.reprocess_same:
-            statements.insert_run(conn, channel=ch.name, file_name=entry.path, size=self.size, mtime=entry.mtime,
+            self._skipped_records = latest.records_done
+            self._run_id = statements.insert_run(
+                                  conn, channel=ch.name, file_name=entry.path, size=self.size, mtime=entry.mtime,
                                   content_hash=self.content_hash, state=statements.SKIPPED, owner=self.run_owner,
                                   error=f'same content as {latest.file_name} (run #{latest.id})')
             return SKIPPED, latest, Counter()
@@ -335,7 +341,8 @@ class FileProcessor:
             statements.lock_channel(conn, ch.name)
             if not statements.is_new(conn, ch.name, self.content_hash, self.entry.path):
                 raise _NotNew
-            statements.insert_run(conn, channel=ch.name, file_name=self.entry.path, size=self.size,
+            self._run_id = statements.insert_run(
+                                  conn, channel=ch.name, file_name=self.entry.path, size=self.size,
                                   mtime=self.entry.mtime, content_hash=self.content_hash, state=statements.DONE,
                                   owner=self.run_owner, records_done=count, published=len(pubs))
         try:
@@ -365,6 +372,7 @@ class FileProcessor:
 
     def _process(self, run: RunInfo, known: Counter[str], started: float) -> str:
         ch = self.ch
+        self._run_id = run.id
         start = run.records_done
         progress = _Progress(records_done=start, published=run.published, invoked=run.invoked)
         digests = Counter(known)  # consumed as records match; `known` stays whole for the failure path
@@ -539,8 +547,7 @@ class FileProcessor:
             source.write_atomic(f'{moved}{claims.ERROR_REPORT_SUFFIX}', [body])
             self._remove_marker()
         except (*_TRANSIENT, ValueError) as e:
-            _log.error('%s: the failed file could not be moved to %s (%s); its claim stays until taken over',
-                       self._label, ch.error_dir, _reason(e))
+            self._not_moved(f'moving the failed file to {ch.error_dir}', e, f'{failed.reason}; then ')
         return FAILED
 
     def _published_digests(self, known: Counter[str], at_index: int) -> Counter[str]:
@@ -586,8 +593,36 @@ class FileProcessor:
                 if moved is not None:
                     self.ctx.left(moved, self.size, self.entry.mtime)
         except (*_TRANSIENT, ValueError) as e:
-            _log.error('%s: processed, but the %s action failed (%s); its claim stays until taken over (the '
-                       'content is then skipped)', self._label, ch.after, _reason(e))
+            self._not_moved(f'processed, but the {ch.after} action', e)
+
+    def _not_moved(self, doing: str, e: BaseException, before: str = '') -> None:
+        """A refused move parks the file (one ERROR line, the run failed); trouble that passes leaves the claim."""
+        if isinstance(e, (SourceUnavailable, StorageUnavailable)):
+            _log.error('%s: %s failed (%s); the file stays claimed and is taken again at a later poll (the content '
+                       'is then skipped)', self._label, doing, _reason(e))
+            return
+        parked = f'{self.entry.path}{claims.PARKED_MARK}{int(time.time())}'
+        try:
+            done = self.ctx.source.rename(self.claim_path, parked)
+        except Exception as park_error:  # noqa: BLE001 - said in the one line below
+            done, why = False, _reason(park_error)
+        else:
+            why = 'the claim vanished or the name is taken'
+        if not done:
+            _log.error('%s: %s failed (%s), and the file could not be parked (%s); it stays claimed and is taken '
+                       'again at a later poll', self._label, doing, _reason(e), why)
+            return
+        error = (f'{before}{doing} failed: {_reason(e)}; the file is parked as {parked} and not taken again until '
+                 f'it is renamed back to {self.entry.name}')
+        recorded = ''
+        if self._run_id is not None:
+            try:
+                self.ctx.store_prepared([], lambda conn: statements.park_run(
+                    conn, self._run_id, error=error, records_done=self._skipped_records))
+            except Exception as store_error:  # noqa: BLE001 - said in the one line below
+                recorded = f' (its run could not be marked failed: {_reason(store_error)})'
+        _log.error('%s: %s failed (%s); parked as %s, not taken again until an operator renames it back to %s%s',
+                   self._label, doing, _reason(e), parked, self.entry.name, recorded)
 
     def _place(self, target: str) -> tuple[Source, str, str]:
         """(source, the claim's path there, target's path there) for a target relative to the directory or absolute."""

@@ -49,7 +49,7 @@ from paramiko.sftp import CMD_CLOSE, CMD_NAME, CMD_OPENDIR, CMD_READDIR, SFTPErr
 from paramiko.sftp_attr import SFTPAttributes
 
 from runtime import secret_refs
-from runtime.errors import ConfigError, SourceMissing, SourceUnavailable
+from runtime.errors import ConfigError, LinkRefused, SourceMissing, SourceUnavailable
 from runtime.files.sftp_params import SftpParams, check_params, load_private_key, parse_host_key, sftp_label
 from runtime.files.source_base import Entry, clean_path, split_path, temp_name
 
@@ -358,16 +358,12 @@ class SftpSource:
             except FileNotFoundError:
                 pass
 
-    def makedirs(self, path: str) -> None:
-        """Create the directory path and its missing parents; the root itself must exist."""
-        rel = clean_path(path, allow_root=True)
+    def make_root(self) -> None:
+        """Create the root directory and its missing parents: the configured path, links on it followed."""
         with self._session('creating a directory') as sftp:
-            root = self._lstat(sftp, self.root)
-            if root is None or not stat_mode.S_ISDIR(root.st_mode or 0):
-                raise SourceMissing(self.label)
-            current = self.root
-            for part in rel.split('/') if rel else []:
-                current = posixpath.join(current, part)
+            current = '/' if self.root.startswith('/') else ''
+            for part in [p for p in self.root.split('/') if p]:
+                current = posixpath.join(current, part) if current else part
                 try:
                     attr = sftp.stat(current)
                 except FileNotFoundError:
@@ -382,12 +378,23 @@ class SftpSource:
                 if not stat_mode.S_ISDIR(attr.st_mode or 0):
                     raise NotADirectoryError(20, 'Not a directory', current)
 
+    def makedirs(self, path: str) -> None:
+        """Create the directory path and its missing parents; the root itself must exist; no link followed."""
+        rel = clean_path(path, allow_root=True)
+        with self._session('creating a directory') as sftp:
+            self._walk(sftp, rel, create=True)
+
     def write_atomic(self, path: str, chunks: Iterable[bytes]) -> None:
-        """Write chunks to a temporary file beside path, then rename it over path (posix-rename)."""
+        """Write chunks to a temporary file beside path, then rename it over path (posix-rename); no link followed."""
         rel = clean_path(path)
-        remote, temp = self._remote(rel), self._remote(temp_name(rel))
+        directory, name = split_path(rel)
         with self._session('writing a file') as sftp:
+            where = self._walk(sftp, directory, create=False)
+            remote = posixpath.join(where, name)
+            temp = posixpath.join(where, split_path(temp_name(rel))[1])
             try:
+                # 'x' is SSH_FXF_EXCL: O_EXCL on the server, which never follows a link at that name; the
+                # rename replaces whatever the final name is (a link there is replaced, not followed).
                 f = sftp.open(temp, 'wx')
             except FileNotFoundError:
                 raise self._missing_dir(rel) from None
@@ -404,6 +411,46 @@ class SftpSource:
                     except Exception:  # noqa: BLE001 - the first error is the one to report
                         pass
                 raise
+
+    def _walk(self, sftp: paramiko.SFTPClient, rel: str, *, create: bool) -> str:
+        """The remote path of directory rel below the root, each component checked with lstat first.
+
+        A component that is a link is refused (LinkRefused), a missing one made (create) or
+        SourceMissing. SFTP has no requests relative to an open directory, so this is a check
+        before use: what happens between the check and the write is bounded by the server
+        account's permissions. The root itself is taken as configured (an operator's link there
+        is followed).
+        """
+        try:
+            root = sftp.stat(self.root)
+        except FileNotFoundError:
+            raise SourceMissing(self.label) from None
+        if not stat_mode.S_ISDIR(root.st_mode or 0):
+            raise SourceMissing(self.label)
+        current = self.root
+        done: list[str] = []
+        for part in rel.split('/') if rel else []:
+            current = posixpath.join(current, part)
+            done.append(part)
+            shown = '/'.join(done)
+            attr = self._lstat(sftp, current)
+            if attr is None:
+                if not create:
+                    raise SourceMissing(self.label, shown)
+                try:
+                    sftp.mkdir(current)
+                except OSError:
+                    if not self._alive():
+                        raise
+                attr = self._lstat(sftp, current)  # made now, or meanwhile by someone else
+                if attr is None:
+                    raise SourceMissing(self.label, shown)
+            mode = attr.st_mode or 0
+            if stat_mode.S_ISLNK(mode):
+                raise LinkRefused(self.label, shown)
+            if not stat_mode.S_ISDIR(mode):
+                raise NotADirectoryError(20, 'Not a directory', shown)
+        return current
 
     def close(self) -> None:
         """Close the connection; the next call opens a new one."""

@@ -62,11 +62,14 @@ class Source(Protocol):
     def remove(self, path: str) -> None:
         """Remove the file at path; a missing file is fine."""
 
+    def make_root(self) -> None:
+        """Create the root directory itself and its missing parents (links on the configured path followed)."""
+
     def makedirs(self, path: str) -> None:
-        """Create the directory path and its missing parents (like ``mkdir -p``)."""
+        """Create the directory path and its missing parents (like ``mkdir -p``); LinkRefused at a link."""
 
     def write_atomic(self, path: str, chunks: Iterable[bytes]) -> None:
-        """Write the file under a temporary name beside it, then replace path with it."""
+        """Write the file under a temporary name beside it, then replace path with it; LinkRefused at a link."""
 
     def close(self) -> None:
         """Release connections and handles; the source may be used again afterwards."""

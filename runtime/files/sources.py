@@ -18,7 +18,15 @@ protocol (``runtime.files.source_base``) and behave the same:
 - ``write_atomic`` writes ``.<name>.conduit-tmp-<random>`` beside the target and renames it over the
   target, so a reader never sees half a file; the temporary file is removed if anything fails. The
   target's directory must exist (``makedirs`` first): a missing one raises ``SourceMissing`` rather
-  than being created, since a missing root usually means a mount that is not there.
+  than being created, since a missing root usually means a mount that is not there (``make_root``
+  makes the root itself, for file subscribers).
+- ``makedirs`` and ``write_atomic`` never follow a symbolic link below the root, even one that
+  would stay inside it: a link raises ``LinkRefused`` naming it. Locally each directory is opened
+  relative to the one before with O_NOFOLLOW and the file is created and renamed relative to its
+  directory's descriptor, so a link swapped in while a write runs is refused too; over SFTP each
+  component is checked with lstat before use (the protocol has nothing relative to an open
+  directory). A link at the final name is replaced by the file (a rename replaces the link, never
+  what it points to). The root itself is taken as configured: a link there is the operator's.
 - A file that is gone raises ``FileNotFoundError`` from ``open_read`` and ``replace``; other
   operating-system errors (permissions) propagate as ``OSError``. Connection trouble (SFTP only)
   raises ``SourceUnavailable``.
@@ -37,7 +45,7 @@ import stat as stat_mode
 from collections.abc import Collection, Iterable
 from typing import BinaryIO
 
-from runtime.errors import SourceMissing
+from runtime.errors import LinkRefused, SourceMissing
 from runtime.files.sftp import SftpParams, SftpSource
 from runtime.files.source_base import Entry, Source, clean_path, is_utf8_name, split_path, temp_name
 
@@ -47,6 +55,10 @@ _log = logging.getLogger(__name__)
 
 #: Read buffer of local files.
 READ_BUFFER_BYTES = 64 * 1024
+
+#: How directories are opened to walk a path; the walk adds O_NOFOLLOW below the root.
+_CLOEXEC = getattr(os, 'O_CLOEXEC', 0)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
@@ -103,19 +115,20 @@ class LocalSource:
 
     # Paths
 
-    def _full(self, path: str, *, allow_root: bool = False, whole: bool = False) -> str:
+    def _full(self, path: str, *, allow_root: bool = False) -> str:
         """The real path for a relative one, after checking it stays inside the root.
 
         The directory part is resolved (symbolic links followed) and must lie within the root's
-        own resolved path; with whole, the last component too (for makedirs).
+        own resolved path. (Writing and making directories walk the path without links instead:
+        ``_open_dir``.)
         """
         rel = clean_path(path, allow_root=allow_root)
         full = os.path.join(self.root, rel) if rel else self.root
         # A name directly in the root has the root itself as its directory: nothing to resolve (the
         # two realpath calls were an eighth of a small file's processing time).
-        if rel and ('/' in rel or whole):
+        if '/' in rel:
             root_real = os.path.realpath(self.root)
-            checked = os.path.realpath(full if whole else os.path.dirname(full))
+            checked = os.path.realpath(os.path.dirname(full))
             if checked != root_real and not checked.startswith(root_real.rstrip('/') + '/'):
                 raise ValueError(f'source path {path!r} leads outside {self.label} through a symbolic link')
         return full
@@ -235,54 +248,98 @@ class LocalSource:
         except FileNotFoundError:
             pass
 
+    def make_root(self) -> None:
+        """Create the root directory and its missing parents: the configured path, links on it followed."""
+        os.makedirs(self.root, exist_ok=True)
+
     def makedirs(self, path: str) -> None:
-        """Create the directory path and its missing parents; the root itself must exist."""
-        full = self._full(path, allow_root=True, whole=True)
-        if not os.path.isdir(self.root):
-            raise SourceMissing(self.label)
-        os.makedirs(full, exist_ok=True)
+        """Create the directory path and its missing parents; the root itself must exist; no link followed."""
+        rel = clean_path(path, allow_root=True)
+        os.close(self._open_dir(rel, create=True))
 
     def write_atomic(self, path: str, chunks: Iterable[bytes]) -> None:
-        """Write chunks to a temporary file beside path, fsync it, and rename it over path."""
+        """Write chunks to a temporary file beside path, fsync it, and rename it over path; no link followed."""
         rel = clean_path(path)
-        full = self._full(rel)
-        temp = self._full(temp_name(rel))
+        directory, name = split_path(rel)
+        temp = split_path(temp_name(rel))[1]
+        dir_fd = self._open_dir(directory, create=False)
         try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0),
-                         0o666)
-        except (FileNotFoundError, NotADirectoryError):
-            raise self._missing_dir(rel) from None
-        try:
-            with os.fdopen(fd, 'wb') as f:
-                for chunk in chunks:
-                    f.write(chunk)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temp, full)
-        except BaseException:
+            # O_EXCL with O_CREAT never follows a link at the temporary name; the rename below
+            # replaces whatever the final name is (a link planted there is replaced, not followed).
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o666,
+                         dir_fd=dir_fd)
             try:
-                os.unlink(temp)
+                with os.fdopen(fd, 'wb') as f:
+                    for chunk in chunks:
+                        f.write(chunk)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                try:
+                    os.unlink(temp, dir_fd=dir_fd)
+                except OSError:
+                    pass
+                raise
+            # The rename is durable only once the directory itself is synced; some filesystems refuse it.
+            try:
+                os.fsync(dir_fd)
             except OSError:
                 pass
+        finally:
+            os.close(dir_fd)
+
+    def _open_dir(self, rel: str, *, create: bool) -> int:
+        """A descriptor of directory rel below the root, reached one component at a time without links.
+
+        Each step opens the next component relative to the descriptor of the one before with
+        O_NOFOLLOW, so a link planted anywhere below the root — before the call or while it runs —
+        is refused (LinkRefused), never followed. The root itself is opened as configured (an
+        operator's link there is followed). create: make missing components (mkdir -p).
+        """
+        try:
+            fd = os.open(self.root, _DIR_FLAGS)
+        except (FileNotFoundError, NotADirectoryError):
+            raise SourceMissing(self.label) from None
+        done: list[str] = []
+        try:
+            for part in rel.split('/') if rel else []:
+                done.append(part)
+                step = self._open_child(fd, part, '/'.join(done), create)
+                os.close(fd)
+                fd = step
+        except BaseException:
+            os.close(fd)
             raise
-        _fsync_dir(os.path.dirname(full))
+        return fd
+
+    def _open_child(self, parent: int, name: str, shown: str, create: bool) -> int:
+        """The descriptor of directory name in parent (made if missing and create); never through a link."""
+        for _ in range(2):
+            try:
+                return os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent)
+            except FileNotFoundError:
+                if not create:
+                    raise SourceMissing(self.label, shown) from None
+                try:
+                    os.mkdir(name, 0o777, dir_fd=parent)
+                except FileExistsError:
+                    pass  # made meanwhile, by another worker or as a planted link: the open tells
+            except OSError as e:
+                # O_NOFOLLOW gives ELOOP, and with O_DIRECTORY ENOTDIR, for a link.
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    try:
+                        is_link = stat_mode.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
+                    except OSError:
+                        is_link = False
+                    if is_link:
+                        raise LinkRefused(self.label, shown) from None
+                    raise NotADirectoryError(errno.ENOTDIR, 'Not a directory', shown) from None
+                raise
+        raise SourceMissing(self.label, shown)  # made, then removed again before it could be opened
 
     def close(self) -> None:
         """Nothing to release for a local directory."""
-
-
-def _fsync_dir(directory: str) -> None:
-    # The rename is durable only once the directory itself is synced; some filesystems refuse it.
-    try:
-        fd = os.open(directory or '.', os.O_RDONLY | getattr(os, 'O_DIRECTORY', 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def open_source(directory: str, sftp: SftpParams | None) -> Source:

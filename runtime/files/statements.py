@@ -166,6 +166,19 @@ def fail_run(conn: Connection, run_id: int, owner: str, *, records_done: int, pu
         conn.execute(insert(FileDigest), [{'run_id': run_id, 'digest': d, 'count': n} for d, n in digests.items()])
 
 
+def park_run(conn: Connection, run_id: int, *, error: str, records_done: int | None = None) -> None:
+    """Mark a run failed with why its file was parked (its after action or error move was refused).
+
+    A done run keeps its records_done, so a drop of the same content later resumes after its last
+    record and publishes nothing again; a skipped run is given the records_done of the done run it
+    pointed at for the same reason.
+    """
+    values: dict[str, object] = {'state': FAILED, 'finished_at': time.time(), 'error': error[:MAX_ERROR_CHARS]}
+    if records_done is not None:
+        values['records_done'] = records_done
+    conn.execute(update(FileRun).where(FileRun.id == run_id).values(**values))
+
+
 def failed_digests(conn: Connection, channel: str, file_name: str, exclude_run: int) -> Counter[str]:
     """The digests of records that earlier failed runs of a file name published, as a multiset."""
     rows = conn.execute(select(FileDigest.digest, FileDigest.count).join(FileRun, FileRun.id == FileDigest.run_id)

@@ -32,7 +32,7 @@ from runtime.files.manager import FileTransfer
 from runtime.json_limits import JsonLimits
 from runtime.pubsub.message import decode_data
 from runtime.service import Service
-from runtime.testing import TestRuntime, make_settings, wait_until
+from runtime.testing import TestRuntime, admin_client, make_settings, wait_until
 from tests.recorder import Recorder
 from tests.sshd import SshServer
 
@@ -697,3 +697,36 @@ def test_a_file_whose_name_is_too_long_to_claim_is_logged_once_and_the_others_go
     assert data_of(rt, 'names') == [{'n': 'short'}]
     assert files_in(tmp_path / 'in') == [long_name]
     assert len([r for r in caplog.records if 'cannot be claimed' in r.getMessage()]) == 1
+
+
+@pytest.mark.parametrize('case', ['processed', 'errors'])
+def test_a_file_whose_move_is_refused_is_parked_once_and_shown_failed(
+        make_rt: Callable[..., TestRuntime], tmp_path: Path, caplog: pytest.LogCaptureFixture, case: str) -> None:
+    # Issue 33, defect 6: a processed or errors directory that is a link out of the tree refuses the
+    # move; the file must not be taken again at every poll (one run row, one log line).
+    rt = make_rt()
+    topic_with_pull(rt, 'parked')
+    inbox, outside = tmp_path / 'in', tmp_path / 'outside'
+    inbox.mkdir()
+    outside.mkdir()
+    os.symlink(outside, inbox / case)
+    with caplog.at_level(logging.WARNING, logger='runtime.files'):
+        store_channel(rt, 'parked', inbox, topics=['parked'], after='move', move_to='processed/{name}',
+                      error_dir='errors')
+        path = drop(inbox, 'a.json', '{"n": 1}' if case == 'processed' else '{"n": ')
+        wait_until(gone(path), TIMEOUT, message='the file taken')
+        poller = rt.file_transfer.pollers()['parked']
+        polls = poller.polls
+        wait_until(lambda: poller.polls >= polls + 5, TIMEOUT, message='more polls')
+    [run] = runs(rt, 'parked')
+    assert run.state == 'failed' and 'symbolic link' in run.error and 'parked as a.json.conduit-parked.' in run.error
+    assert list(outside.iterdir()) == []
+    [parked] = [n for n in files_in(inbox) if n not in (case,)]
+    assert parked.startswith('a.json.conduit-parked.'), files_in(inbox)
+    lines = [r for r in caplog.records if 'a.json' in r.getMessage() and r.levelno >= logging.ERROR]
+    assert len(lines) == 1 and 'parked as' in lines[0].getMessage(), [r.getMessage() for r in caplog.records]
+    assert 'until taken over' not in caplog.text
+    assert data_of(rt, 'parked') == ([{'n': 1}] if case == 'processed' else [])
+    # The admin API shows it.
+    answer = admin_client(rt).simulate_get('/admin/file-channels/parked/runs').json
+    assert [(r['state'], 'parked as' in r['error']) for r in answer['runs']] == [('failed', True)]

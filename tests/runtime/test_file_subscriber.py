@@ -13,6 +13,7 @@ import io
 import itertools
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from click.testing import CliRunner
 from runtime import cli as cli_module
 from runtime.cli import subscriptions as sub_cli
 from runtime.config import Settings
-from runtime.errors import ConfigError, FileTargetUnreachable
+from runtime.errors import ConfigError, FileTargetUnreachable, FileWriteFailed
 from runtime.pubsub.hooks import DeliveryHook
 from runtime.pubsub.message import Delivery
 from runtime.pubsub.registry import DeliveryOptions, SubInfo
@@ -638,3 +639,42 @@ def test_an_sftp_server_with_another_host_key_is_never_written_to(make_rt: Calla
     wait_until(lambda: files(out), TIMEOUT, message='a file')
     drained(rt, ok)
     assert list(files(out).values()) == [b'{"n":2}\n']
+
+
+# A link planted in the target is never followed (issue 33, defect 2)
+
+
+@pytest.mark.parametrize('template, planted', [('{topic}/{date}-{time}-{seq}.{ext}', 'payroll.run'),
+                                               ('link/{msg_id}.{ext}', 'link')])
+@pytest.mark.parametrize('kind', ['local', 'sftp'])
+def test_a_link_planted_in_the_target_is_refused_and_nothing_is_written_elsewhere(
+        tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, kind: str, template: str, planted: str) -> None:
+    if kind == 'sftp':
+        server: SshServer = request.getfixturevalue('sshd')
+        for name, value in server.secret_env.items():
+            monkeypatch.setenv(name, value)
+        out = server.root / 'outbox'
+        elsewhere = server.root / 'elsewhere'
+        url = f'sftp://{server.username}@{server.host}:{server.port}{out}'
+        options = DeliveryOptions(file_name=template, file_format='jsonl', file_private_key=server.key_reference,
+                                  file_host_key=server.host_key_line)
+    else:
+        out, elsewhere = tmp_path / 'outbox', tmp_path / 'elsewhere'
+        url = f'file://{out}'
+        options = DeliveryOptions(file_name=template, file_format='jsonl')
+    out.mkdir()
+    elsewhere.mkdir()
+    os.symlink(elsewhere, out / planted)  # planted by whoever collects the files
+    sub = SubInfo(1, 'sk', 'payroll.run', 'file', push_url=url, options=options)
+    writer = FileDeliverer(lambda s, d: {'data': d.payload()})
+    caplog.set_level(logging.WARNING)
+    for _ in range(2):
+        [outcome] = writer.deliver_batch(sub, [delivery('zpsm-link', {'v': 1}, topic='payroll.run')])
+        assert not outcome.ok and isinstance(outcome.error, FileWriteFailed)
+        assert f"'{planted}' is a symbolic link" in str(outcome.error), outcome.error
+    writer.close()
+    assert list(elsewhere.iterdir()) == []
+    assert [p.name for p in out.iterdir()] == [planted]
+    warnings = [r for r in caplog.records if 'symbolic link' in r.getMessage()]
+    assert len(warnings) == 1 and sub.label in warnings[0].getMessage()

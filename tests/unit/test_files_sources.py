@@ -18,10 +18,12 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from runtime.errors import SourceMissing
+from runtime.errors import LinkRefused, SourceMissing
+from runtime.files import sftp as sftp_module
 from runtime.files import sources
 from runtime.files.source_base import TEMP_MARK
 from runtime.files.sources import Entry, LocalSource, Source, open_source
@@ -383,3 +385,87 @@ def test_claims_racing_between_processes_have_exactly_one_winner_each(local: Src
 
 def test_entry_is_a_value() -> None:
     assert Entry('a/b', 'b', 1, 2.0) == Entry('a/b', 'b', 1, 2.0)
+
+
+# Writing never follows a link below the root (issue 33, defect 2): local and over SFTP
+
+
+def test_writing_through_a_planted_link_on_a_subdirectory_is_refused(src: Src, tmp_path: Path) -> None:
+    outside = tmp_path / 'elsewhere'
+    outside.mkdir()
+    os.symlink(outside, src.dir / 'payroll.run')  # as {topic}/... would reach it
+    with pytest.raises(LinkRefused, match="'payroll.run' is a symbolic link"):
+        src.source.write_atomic('payroll.run/2026-01-01-000000-1.jsonl', [b'x'])
+    with pytest.raises(LinkRefused, match="'payroll.run'"):
+        src.source.makedirs('payroll.run/deeper')
+    assert list(outside.iterdir()) == []
+
+
+def test_a_link_deeper_down_and_one_that_stays_inside_are_refused_too(src: Src, tmp_path: Path) -> None:
+    outside = tmp_path / 'elsewhere'
+    outside.mkdir()
+    (src.dir / 'a').mkdir()
+    os.symlink(outside, src.dir / 'a' / 'link')
+    (src.dir / 'inside').mkdir()
+    os.symlink(src.dir / 'inside', src.dir / 'alias')
+    with pytest.raises(LinkRefused, match="'a/link'"):
+        src.source.write_atomic('a/link/m.json', [b'x'])
+    with pytest.raises(LinkRefused, match="'alias'"):
+        src.source.write_atomic('alias/m.json', [b'x'])
+    assert list(outside.iterdir()) == [] and list((src.dir / 'inside').iterdir()) == []
+
+
+def test_a_link_at_the_final_name_is_replaced_not_followed(src: Src, tmp_path: Path) -> None:
+    victim = tmp_path / 'victim.txt'
+    victim.write_bytes(b'precious')
+    os.symlink(victim, src.dir / 'out.json')
+    src.source.write_atomic('out.json', [b'new'])
+    assert not (src.dir / 'out.json').is_symlink() and (src.dir / 'out.json').read_bytes() == b'new'
+    assert victim.read_bytes() == b'precious'
+
+
+def test_a_link_planted_at_the_temporary_name_is_refused(src: Src, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    victim = tmp_path / 'victim.txt'
+    victim.write_bytes(b'precious')
+    monkeypatch.setattr(sources, 'temp_name', lambda rel: '.out.json' + TEMP_MARK + 'guessed')
+    monkeypatch.setattr(sftp_module, 'temp_name', lambda rel: '.out.json' + TEMP_MARK + 'guessed')
+    os.symlink(victim, src.dir / ('.out.json' + TEMP_MARK + 'guessed'))
+    with pytest.raises(OSError):
+        src.source.write_atomic('out.json', [b'new'])
+    assert victim.read_bytes() == b'precious' and not (src.dir / 'out.json').exists()
+
+
+def test_the_root_itself_may_be_a_link_and_make_root_makes_it(src: Src, tmp_path: Path) -> None:
+    real = tmp_path / 'real-out'
+    real.mkdir()
+    os.symlink(real, tmp_path / 'linked-out')
+    kind = open_source(str(tmp_path / 'linked-out'), getattr(src.source, 'params', None))
+    kind.makedirs('sub')
+    kind.write_atomic('sub/m.json', [b'x'])
+    assert (real / 'sub' / 'm.json').read_bytes() == b'x'
+    missing = open_source(str(tmp_path / 'new' / 'dir'), getattr(src.source, 'params', None))
+    missing.make_root()
+    missing.write_atomic('m.json', [b'y'])
+    assert (tmp_path / 'new' / 'dir' / 'm.json').read_bytes() == b'y'
+    kind.close()
+    missing.close()
+
+
+def test_a_directory_swapped_for_a_link_between_writes_is_refused(local: Src, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    outside = tmp_path / 'elsewhere'
+    outside.mkdir()
+    local.source.makedirs('sub')
+    real_open = os.open
+
+    def swapping_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        # Swap 'sub' for a link at the last moment before the write walks to it.
+        if path == 'sub' and (local.dir / 'sub').is_dir() and not (local.dir / 'sub').is_symlink():
+            (local.dir / 'sub').rmdir()
+            os.symlink(outside, local.dir / 'sub')
+        return real_open(path, flags, *args, **kwargs)
+    monkeypatch.setattr(os, 'open', swapping_open)
+    with pytest.raises(LinkRefused, match="'sub'"):
+        local.source.write_atomic('sub/m.json', [b'x'])
+    assert list(outside.iterdir()) == []

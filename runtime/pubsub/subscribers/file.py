@@ -27,9 +27,15 @@ What is written (``runtime.files.writers``):
   a template without ``{msg_id}`` makes later files replace earlier ones of the same name.
 
 Each file is written under a temporary name in the same directory and renamed onto its name when
-complete (``Source.write_atomic``): a reader never sees half a file. The target directory is made
-(like ``mkdir -p``, its parents too) before the first file, and again after a failed write; so
-the source is opened at ``/`` and the target directory is a path within it.
+complete (``Source.write_atomic``): a reader never sees half a file. The source is opened at the
+target directory, which is made (like ``mkdir -p``, its parents too) before the first file and
+again after a failed write. The target directory is the operator's and is used as configured (a
+link there is followed); below it no symbolic link is ever followed, neither to a subdirectory of
+the template nor at the file's own name: whoever can write into the target (the partner who
+collects the files) could otherwise plant ``outbox/payroll -> /etc`` and have the server write
+there. A path through a link is refused (``LinkRefused``), logged once as a WARNING naming the
+subscription, and fails the message like any write that cannot be done (retried, then
+dead-lettered). A link at the final name itself is replaced by the file, as a rename does.
 
 Failures: a message that cannot be rendered in the format (a CSV row that is not a flat object,
 data that is not JSON within the limits) is dead-lettered at once (``UnrenderableMessage``); the
@@ -62,6 +68,7 @@ from runtime.errors import (
     FileRenderError,
     FileTargetUnreachable,
     FileWriteFailed,
+    LinkRefused,
     SourceMissing,
     UnrenderableMessage,
 )
@@ -92,11 +99,14 @@ class Target(Protocol):
 
     label: str
 
+    def make_root(self) -> None:
+        """mkdir -p of the target directory itself."""
+
     def makedirs(self, path: str) -> None:
-        """mkdir -p, relative to the target directory."""
+        """mkdir -p, relative to the target directory, never through a link."""
 
     def write_atomic(self, path: str, chunks: Iterable[bytes]) -> None:
-        """Write a file under a temporary name, then rename it onto path."""
+        """Write a file under a temporary name, then rename it onto path, never through a link."""
 
     def close(self) -> None:
         """Close the connection, if any."""
@@ -271,8 +281,10 @@ class FileDeliverer:
         self._open = open_target
         self._target: Target | None = None
         self._target_key: tuple[str, ...] = ()
-        #: Directories (relative to '/') made since the target was opened or last failed.
+        #: Directories (relative to the target, '' for itself) made since it was opened or last failed.
         self._made: set[str] = set()
+        #: Reasons of links refused that were logged already.
+        self._warned: set[str] = set()
         #: The target and CSV columns of the options last seen (parsing a host key is not free).
         self._parsed: tuple[tuple[str, DeliveryOptions], FileTarget, tuple[str, ...]] | None = None
 
@@ -320,28 +332,40 @@ class FileDeliverer:
         chunks: Iterable[bytes] = ([file.as_is] if file.as_is is not None
                                    else writers.file_body(opts.file_format, file.items, columns,
                                                           array=opts.file_per == 'batch'))
-        # Relative to '/', where the source is opened: the target directory itself may have to be made.
-        full = posixpath.join(target.directory.strip('/'), path) if target.directory.strip('/') else path
         try:
             source = self._source(target, opts)
-            directory = posixpath.dirname(full)
+            if not self._made:
+                source.make_root()  # the operator's directory, as configured
+                self._made.add('')
+            directory = posixpath.dirname(path)
             if directory not in self._made:
-                source.makedirs(directory)
+                source.makedirs(directory)  # below it, never through a link
                 self._made.add(directory)
-            source.write_atomic(full, chunks)
+            source.write_atomic(path, chunks)
         except gevent.GreenletExit:
             raise
         except Exception as e:
             self._made.clear()  # the directory may have gone: make it again before the next file
-            raise _write_error(target, path, e) from e
+            error = _write_error(target, path, e)
+            if isinstance(e, LinkRefused):
+                self._refused(sub, error)
+            raise error from e
         _log.debug('%s: %d message(s) written to %s/%s', sub.label, len(file.outcomes), target.label, path)
+
+    def _refused(self, sub: SubInfo, error: FileWriteFailed) -> None:
+        """One WARNING per link refused (a planted link is worth an operator's look, not a line per retry)."""
+        if error.reason not in self._warned:
+            self._warned.add(error.reason)
+            _log.warning('%s: %s; the message is not written elsewhere: it is retried, then dead-lettered', sub.label,
+                         error)
 
     def _source(self, target: FileTarget, opts: DeliveryOptions) -> Target:
         """The open target (one connection kept between batches), opened again when it changed."""
         key = (target.label, opts.file_password, opts.file_private_key, opts.file_host_key, opts.file_known_hosts)
         if self._target is None or key != self._target_key:
             self.close()
-            self._target = self._open('/', target.sftp)
+            # Rooted at the target directory: every path below it is walked without following links.
+            self._target = self._open(target.directory, target.sftp)
             self._target_key = key
         return self._target
 
