@@ -344,6 +344,18 @@ class SubscriptionNotFound(ConduitError, LookupError):
         super().__init__(f'{what} not found')
 
 
+class SubscriptionLimitReached(ConduitError):
+    """A security definition holds the most subscriptions of a kind it may; it must remove one first."""
+
+    http_status = 409
+
+    def __init__(self, security: str, kind: str, limit: int, setting: str) -> None:
+        self.security = security
+        self.limit = limit
+        super().__init__(f'security definition {security!r} holds {limit} {kind} subscriptions, the most it may '
+                         f'({setting} = {limit}); unsubscribe one, or resume one with its sub_key')
+
+
 # Configuration
 
 
@@ -599,6 +611,17 @@ class SourceUnavailable(FileTransferError, ConnectionError):
         self.label = label
         self.reason = reason
         super().__init__(f'{label}: {reason}')
+
+
+class LinkRefused(FileTransferError, ValueError):
+    """A path below a file source's directory passes through a symbolic link, which is never followed there."""
+
+    def __init__(self, label: str, component: str) -> None:
+        self.label = label
+        self.component = component
+        self.reason = (f'{component!r} is a symbolic link; links below {label} are never followed '
+                       f'(one could lead outside it)')
+        super().__init__(f'{label}: {self.reason}')
 
 
 # File subscribers

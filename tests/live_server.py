@@ -116,7 +116,9 @@ interval_secs = 0.2
         # Tests send wrong credentials on purpose from one address: the sign-in throttle (tested on
         # its own) would answer them 429.
         env = {**os.environ, 'CONDUIT_CONFIG': str(self.base / 'config' / 'server.toml'),
-               'CONDUIT_HTTP_AUTH_MAX_FAILURES': '0', **self.env}
+               'CONDUIT_HTTP_AUTH_MAX_FAILURES': '0', 'CONDUIT_HTTP_AUTH_MAX_FAILURES_PER_USER': '0',
+               # Tests push to receivers on this machine, which the outbound policy refuses by default.
+               'CONDUIT_PUBSUB_PUSH_ALLOW_HOSTS': '127.0.0.0/8,::1,localhost', **self.env}
         env.pop('CONDUIT_DATABASE_URL', None)
         logged = self.log_path.stat().st_size if self.log_path.exists() else 0
         log = open(self.log_path, 'ab')

@@ -118,8 +118,13 @@ class Catalog:
     # Subscriptions
 
     def subscribe(self, pattern: str, kind: str = KIND_SERVICE, *, service: str = '', security: str = '',
-                  push_url: str = '', options: dict[str, Any] | None = None, origin: str = 'api') -> SubInfo:
-        """Subscribe to a topic or pattern; messages the topics held for a subscriber are handed over."""
+                  push_url: str = '', options: dict[str, Any] | None = None, origin: str = 'api',
+                  check: Callable[[Connection], None] | None = None) -> SubInfo:
+        """Subscribe to a topic or pattern; messages the topics held for a subscriber are handed over.
+
+        ``check(conn)``, when given, runs first in the transaction that inserts the subscription (a
+        limit counted there is counted with the insert); whatever it raises refuses the subscription.
+        """
         validate_pattern(pattern)
         if kind not in KINDS or kind not in self._subscribers:
             raise ConfigError('subscription', f'kind must be one of {", ".join(KINDS)}, not {kind!r}')
@@ -130,6 +135,8 @@ class Catalog:
 
         def work(conn: Connection) -> str:
             # Topics only: loading every subscription here too made each subscribe cost O(subscriptions) twice.
+            if check is not None:
+                check(conn)
             registry = statements.load_topics(conn)
             _sub_id, sub_key = statements.create_subscription(conn, registry, pattern, kind, service=service,
                                                          security=security, push_url=push_url, options=options,

@@ -11,6 +11,7 @@ import json
 import logging
 import secrets
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +134,21 @@ def hand_over_backlog(conn: Connection, sub_id: int, topic_ids: list[int]) -> in
     conn.execute(update(Message).where(Message.id.in_([r.id for r in rows])).values(in_topic=False))
     notify_subscribers(conn, {sub_id})
     return len(rows)
+
+
+def count_subscriptions(conn: Connection, kind: str, security: str) -> int:
+    """How many subscriptions of a kind a security definition holds, counted under a lock held to the commit.
+
+    Two workers subscribing for one definition at once must not both count one short of a limit and
+    both insert: SQLite's write transactions (BEGIN IMMEDIATE) already exclude each other; PostgreSQL
+    takes a transaction-scoped advisory lock keyed on the kind and definition, so the second count
+    waits for the first insert's commit (each statement sees what was committed before it began).
+    """
+    if conn.dialect.name == 'postgresql':
+        key = zlib.crc32(f'conduit_subscriptions:{kind}:{security}'.encode()) - 2**31
+        conn.exec_driver_sql('SELECT pg_advisory_xact_lock(%s)', (key,))
+    return conn.execute(select(func.count()).select_from(Subscription).where(
+        Subscription.kind == kind, Subscription.security == security)).scalar_one()
 
 
 def subscription_exists(conn: Connection, sub_key: str) -> bool:

@@ -31,7 +31,7 @@ import gevent.lock
 from sqlalchemy import Connection, Engine
 
 from runtime.db.blocking import run_transaction
-from runtime.errors import ConfigError, InvalidTopicName, SubscriptionNotFound
+from runtime.errors import ConfigError, InvalidTopicName, SubscriptionLimitReached, SubscriptionNotFound
 from runtime.pubsub import statements
 from runtime.pubsub.registry import KIND_WEBSOCKET
 from runtime.spawn import killed
@@ -66,12 +66,14 @@ class WebSocketHub:
     ``owner`` is this worker's lease-owner id; ``want_delivery`` asks for the leases to be refreshed
     now and ``release_delivery(sub_id)`` stops a subscription's delivery loop here and hands its lease
     back (both the broker's); ``registry`` and ``reload`` are the broker's registry and its reload.
+    ``max_per_definition`` is the most WebSocket subscriptions one security definition may hold
+    (``[websocket] max_subscriptions_per_definition``; 0: no limit).
     """
 
     def __init__(self, engine: Engine, attachments: Attachments, *, catalog: Catalog,
                  registry: Callable[[], Registry], reload: Callable[[], None], owner: str,
                  want_delivery: Callable[[], None], release_delivery: Callable[[int], None],
-                 heartbeat_secs: float) -> None:
+                 heartbeat_secs: float, max_per_definition: int = 200) -> None:
         self._engine = engine
         self._attachments = attachments
         self._catalog = catalog
@@ -81,6 +83,7 @@ class WebSocketHub:
         self._want_delivery = want_delivery
         self._release_delivery = release_delivery
         self._heartbeat_secs = heartbeat_secs
+        self.max_per_definition = max_per_definition
         #: When each subscription attached here was last active (attach, ack), for whoever asks.
         self.last_activity: dict[int, float] = {}
         #: The row lock of each subscription someone is using (forgotten once nobody holds it).
@@ -91,11 +94,24 @@ class WebSocketHub:
     def subscribe(self, security: str, pattern: str, window: int) -> SubInfo:
         """A new WebSocket subscription of a security definition, delivering window messages at a time.
 
-        ConfigError when the pattern is not a valid topic name or pattern.
+        ConfigError when the pattern is not a valid topic name or pattern; SubscriptionLimitReached (409)
+        when the definition holds max_per_definition subscriptions already. Subscriptions outlive their
+        connections (until the sweeper finds them inactive), and each is one more queue row written per
+        publication to its topics: without a limit one credential could make them by the thousand.
+        Resuming one (``find``, then ``attach``) makes none and is never refused by it.
         """
+        limit = self.max_per_definition
+
+        def check(conn: Connection) -> None:
+            # In the inserting transaction, under a lock (statements.count_subscriptions): concurrent
+            # subscribes of one definition on any workers cannot overshoot the limit together.
+            if statements.count_subscriptions(conn, KIND_WEBSOCKET, security) >= limit:
+                raise SubscriptionLimitReached(security, 'WebSocket', limit,
+                                               '[websocket] max_subscriptions_per_definition')
         try:
             return self._catalog.subscribe(pattern, KIND_WEBSOCKET, security=security,
-                                           options={'delivery_batch_size': window})
+                                           options={'delivery_batch_size': window},
+                                           check=check if limit > 0 else None)
         except InvalidTopicName as e:
             raise ConfigError('subscription', str(e)) from None
 

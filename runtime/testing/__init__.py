@@ -83,6 +83,8 @@ def make_settings(base_dir: Path, db_url: str | None = None) -> Settings:
     settings.hot_deploy.dir = str(base_dir / 'hot-deploy')
     settings.objects.dir = str(base_dir / 'objects')
     settings.admin.password = 'test-admin-password'
+    # Tests push to receivers on this machine, which the outbound policy refuses by default.
+    settings.pubsub.push_allow_hosts = '127.0.0.0/8,::1,localhost'
     return settings
 
 

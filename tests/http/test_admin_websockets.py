@@ -21,9 +21,10 @@ from typing import Any
 import gevent.event
 import pytest
 
+from runtime.errors import SubscriptionLimitReached
 from runtime.pubsub import statements
 from runtime.pubsub.registry import KIND_WEBSOCKET
-from runtime.testing import AppClient, TestRuntime, admin_client
+from runtime.testing import AppClient, TestRuntime, admin_client, make_settings
 from runtime.timefmt import iso
 
 
@@ -87,6 +88,14 @@ def test_the_list_shows_every_client_field_filters_and_totals_and_never_a_sub_ke
     answer = _ok(client.simulate_get('/admin/pubsub/websockets'))
     assert [v['sub_id'] for v in answer['websockets']] == [1, 2, 3]
     assert answer['totals'] == {'subscriptions': 3, 'connected': 2}
+    # Per definition (the most first), with the limit subscribe is refused at.
+    assert answer['definitions'] == [{'security': 'browser', 'subscriptions': 2, 'connected': 1},
+                                     {'security': 'mobile', 'subscriptions': 1, 'connected': 1}]
+    assert answer['max_per_definition'] == 200
+    # ?connected= filters the list, not the per-definition count (that is what the limit counts).
+    filtered = _ok(client.simulate_get('/admin/pubsub/websockets', query_string='connected=false&security=browser'))
+    assert filtered['totals'] == {'subscriptions': 1, 'connected': 0}
+    assert filtered['definitions'] == [{'security': 'browser', 'subscriptions': 2, 'connected': 1}]
     assert 'sk.secret' not in json.dumps(answer)
     busy = answer['websockets'][2]
     assert busy['security'] == 'browser' and busy['pattern'] == 'orders.**' and busy['is_active'] is True
@@ -204,6 +213,37 @@ def test_the_admin_api_makes_websocket_subscriptions_for_a_security_definition(c
     assert made['subscription']['client']['connected'] is False
     listed = _ok(client.simulate_get('/admin/pubsub/websockets'))['websockets']
     assert [(v['sub_id'], v['window'], v['connected']) for v in listed] == [(made['subscription']['id'], 25, False)]
+
+
+def test_a_definition_holds_at_most_max_subscriptions_per_definition_even_subscribing_at_once(
+        runtime_factory: Callable[..., TestRuntime], db_url: str, tmp_path: Any) -> None:
+    settings = make_settings(tmp_path / 'limited', db_url)
+    settings.websocket.max_subscriptions_per_definition = 4
+    (tmp_path / 'limited').mkdir()
+    rt = runtime_factory(db_url=db_url, settings=settings)
+    client = admin_client(rt)
+    _ok(client.simulate_post('/admin/topics', json={'name': 'orders.created'}), 201)
+    # Ten at once, each in its own transaction (on PostgreSQL on its own connection): exactly four are made.
+    jobs = [gevent.spawn(rt.ws_hub.subscribe, 'browser', 'orders.created', 10) for _ in range(10)]
+    gevent.joinall(jobs, timeout=60)
+    made = [j.value for j in jobs if j.successful()]
+    refused = [j.exception for j in jobs if not j.successful()]
+    assert len(made) == 4 and len(refused) == 6
+    for e in refused:
+        assert isinstance(e, SubscriptionLimitReached) and e.http_status == 409, repr(e)
+        assert "'browser'" in str(e) and 'max_subscriptions_per_definition = 4' in str(e)
+    # Another definition has its own four; subscriptions of other kinds do not count.
+    rt.catalog.subscribe('orders.created', 'pull', security='browser')
+    assert rt.ws_hub.subscribe('mobile', 'orders.created', 10).security == 'mobile'
+    answer = _ok(client.simulate_get('/admin/pubsub/websockets'))
+    assert answer['definitions'] == [{'security': 'browser', 'subscriptions': 4, 'connected': 0},
+                                     {'security': 'mobile', 'subscriptions': 1, 'connected': 0}]
+    assert answer['max_per_definition'] == 4
+    # Room again once one is removed.
+    rt.ws_hub.unsubscribe(made[0])
+    assert rt.ws_hub.subscribe('browser', 'orders.created', 10).security == 'browser'
+    with pytest.raises(SubscriptionLimitReached):
+        rt.ws_hub.subscribe('browser', 'orders.created', 10)
 
 
 def test_limit_sub_inactivity_is_a_topic_attribute(client: AppClient) -> None:

@@ -5,7 +5,9 @@ which worker (``owner``, the worker's lease-owner id), the client's address, its
 unacked messages it may hold), the unacked messages it holds, its queue depth and its last
 activity (times as UNIX seconds and ISO 8601, and ``idle_secs``). ``?security=`` keeps one
 security definition's, ``?connected=true|false`` those with or without a client attached;
-``totals`` counts what is listed.
+``totals`` counts what is listed. ``definitions`` counts each security definition's subscriptions
+(``?security=`` applies, ``?connected=`` does not: the count is what the limit is checked against),
+and ``max_per_definition`` is that limit (``[websocket] max_subscriptions_per_definition``; 0: none).
 
 The rows are what the workers last wrote (``runtime.pubsub.queue_admin.QueueAdmin.websocket_clients``
 says how fresh). No sub_key is shown: it is a secret, given once to the client that subscribed
@@ -15,6 +17,7 @@ says how fresh). No sub_key is shown: it is a secret, given once to the client t
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import falcon
 
@@ -36,10 +39,14 @@ class WebSocketsResource(AdminResource):
         params=[query('security', string(200), 'Only the subscriptions of this security definition'),
                 query('connected', BOOL, 'Only those with a client attached (true) or without one (false)')],
         response={'websockets': arr(WEBSOCKET),
-                  'totals': obj({'subscriptions': INT, 'connected': INT}, required=['subscriptions', 'connected'])})}
+                  'totals': obj({'subscriptions': INT, 'connected': INT}, required=['subscriptions', 'connected']),
+                  'definitions': arr(obj({'security': string(200), 'subscriptions': INT, 'connected': INT},
+                                         required=['security', 'subscriptions', 'connected'])),
+                  'max_per_definition': INT})}
 
     def __init__(self, parts: AdminParts) -> None:
         self._queues = parts.queue_admin
+        self._limit = parts.settings.websocket.max_subscriptions_per_definition
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         security = req.get_param('security')
@@ -48,6 +55,15 @@ class WebSocketsResource(AdminResource):
                                            'without control characters')
         connected = req.get_param_as_bool('connected')
         now = time.time()
-        views = [websocket_view(c, now) for c in self._queues.websocket_clients(security, connected)]
+        clients = self._queues.websocket_clients(security)
+        definitions: dict[str, dict[str, Any]] = {}
+        for c in clients:
+            counts = definitions.setdefault(c['security'], {'security': c['security'], 'subscriptions': 0,
+                                                           'connected': 0})
+            counts['subscriptions'] += 1
+            counts['connected'] += bool(c['connected'])
+        views = [websocket_view(c, now) for c in clients if connected is None or c['connected'] == connected]
         resp.media = {'is_ok': True, 'websockets': views,
-                      'totals': {'subscriptions': len(views), 'connected': sum(v['connected'] for v in views)}}
+                      'totals': {'subscriptions': len(views), 'connected': sum(v['connected'] for v in views)},
+                      'definitions': sorted(definitions.values(), key=lambda d: (-d['subscriptions'], d['security'])),
+                      'max_per_definition': self._limit}

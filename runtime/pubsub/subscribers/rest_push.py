@@ -28,6 +28,17 @@ batches); gevent's monkey patching, which every worker applies, makes it coopera
 session ignores proxy variables and ``~/.netrc``, so a request goes exactly where it is configured,
 with exactly the configured credentials.
 
+Outbound policy: a push_url may not target a loopback (127.0.0.0/8, ::1, ``localhost``), link-local
+(169.254.0.0/16, the cloud metadata address 169.254.169.254 among them; fe80::/10), unspecified
+(0.0.0.0, ::) or multicast address, unless ``[pubsub] push_allow_hosts`` lists the host (a name, an
+address or a CIDR; ``*``: any); private ranges (10/8, 172.16/12, 192.168/16, fc00::/7) are allowed.
+It is checked when a subscription is made (ConfigError naming push_url and the reason) and again on
+every connection, against the address the name resolved to (a name that resolves, or is rebound, to
+127.0.0.1 is refused): the socket is closed before a byte is sent, and the delivery fails as any
+unreachable endpoint does (``PushUnreachable``, "refused by the outbound policy"). A URL under
+``/admin`` on a loopback or unspecified address (this server's own admin API) is refused whatever
+push_allow_hosts says. Redirects are never followed, so none can lead to a refused address.
+
 Topic and subscription hook services run per message before the request, as for service
 subscribers: a message a hook deletes is acked without being sent; one it skips (or whose hook
 fails) is not sent and is retried, and with ``err_should_block`` nothing after it is sent either.
@@ -41,14 +52,19 @@ the rest of the batch is sent without it, whatever ``err_should_block`` says.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import gevent
 import requests
+import urllib3.connection
+import urllib3.connectionpool
+from requests.adapters import HTTPAdapter
 
 from runtime import json_limits, secret_refs
 from runtime.errors import ConfigError, PushFailed, PushUnreachable, UnrenderableMessage
@@ -71,8 +87,99 @@ _SCHEMES = ('http', 'https')
 Prepare = Callable[[SubInfo, Delivery], dict[str, Any] | None]
 
 
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class OutboundPolicy:
+    """Which addresses a push request may go to: none loopback, link-local, unspecified or multicast,
+    unless allowed by name or network (``[pubsub] push_allow_hosts``, comma-separated; ``*``: any)."""
+
+    def __init__(self, allow_hosts: str = '') -> None:
+        self.allow_any = False
+        self.names: set[str] = set()
+        self.networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+        for item in (i.strip() for i in allow_hosts.split(',')):
+            if not item:
+                continue
+            if item == '*':
+                self.allow_any = True
+                continue
+            try:
+                self.networks.append(ipaddress.ip_network(item.strip('[]'), strict=False))
+            except ValueError:
+                self.names.add(item.lower().rstrip('.'))
+
+    @staticmethod
+    def denied_reason(address: IPAddress) -> str | None:
+        """Why the policy refuses an address by default, or None for an allowed one."""
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        for test, what in ((address.is_unspecified, 'unspecified'), (address.is_loopback, 'loopback'),
+                           (address.is_link_local, 'link-local (cloud metadata among them)'),
+                           (address.is_multicast, 'multicast')):
+            if test:
+                return f'{address} is a {what} address'
+        return None
+
+    def _allowed(self, host: str, address: IPAddress | None) -> bool:
+        if self.allow_any or host.lower().rstrip('.') in self.names:
+            return True
+        return address is not None and any(address in n for n in self.networks if n.version == address.version)
+
+    def check_url(self, url: str, where: str) -> None:
+        """ConfigError naming push_url when the URL's host is refused by the policy (names resolve later)."""
+        parts = urlsplit(url)
+        host = (parts.hostname or '').rstrip('.')
+        try:
+            address: IPAddress | None = ipaddress.ip_address(host)
+        except ValueError:
+            address = None
+        local = host.lower() == 'localhost' or host.lower().endswith('.localhost')
+        reason = self.denied_reason(address) if address is not None else (
+            f'{host} is a loopback name' if local else None)
+        if reason is None:
+            return
+        path = '/' + unquote(parts.path).lower().lstrip('/')
+        if (path == '/admin' or path.startswith('/admin/')) and (local or (address is not None and (
+                address.is_loopback or address.is_unspecified))):
+            raise ConfigError(where, f'push_url must not target this server\'s admin API ({host}, /admin)')
+        if not self._allowed(host, address):
+            raise ConfigError(where, f'push_url is refused by the outbound policy: {reason}; '
+                                     f'list the host in [pubsub] push_allow_hosts to allow it')
+
+    def check_peer(self, host: str, peer: str, path: str) -> str | None:
+        """Why a connection made to peer (the address host resolved to) is refused, or None."""
+        address = ipaddress.ip_address(peer.split('%')[0])
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        reason = self.denied_reason(address)
+        if reason is None:
+            return None
+        path = '/' + unquote(path).lower().lstrip('/')
+        if (path == '/admin' or path.startswith('/admin/')) and (address.is_loopback or address.is_unspecified):
+            return f'{host} resolved to {address}: this server\'s admin API'
+        if self._allowed(host, address):
+            return None
+        return f'{host} resolved to {reason} (not in [pubsub] push_allow_hosts)'
+
+
+#: The policy of this process: set from [pubsub] push_allow_hosts when the broker starts.
+_policy = OutboundPolicy()
+
+
+def set_outbound_policy(policy: OutboundPolicy) -> None:
+    """Make policy the one every push_url check and push connection of this process applies."""
+    global _policy
+    _policy = policy
+
+
+def outbound_policy() -> OutboundPolicy:
+    """The outbound policy of this process."""
+    return _policy
+
+
 def check_push_url(url: str, where: str) -> None:
-    """ConfigError unless url is an absolute http(s) URL without credentials in it."""
+    """ConfigError unless url is an absolute http(s) URL without credentials, allowed by the outbound policy."""
     if not isinstance(url, str) or not url:
         raise ConfigError(where, 'a REST push subscription needs push_url')
     try:
@@ -85,6 +192,47 @@ def check_push_url(url: str, where: str) -> None:
     if '@' in parts.netloc:
         # It would be stored in the database and shown in logs: Basic Auth goes in push_username/push_password.
         raise ConfigError(where, 'push_url must not contain credentials; use push_username and push_password')
+    _policy.check_url(url, where)
+
+
+def _checked_socket(conn: urllib3.connection.HTTPConnection, sock: socket.socket) -> socket.socket:
+    """sock, unless the address it connected to is refused by the policy (then closed, before any byte)."""
+    try:
+        peer = sock.getpeername()[0]
+        reason = _policy.check_peer(conn.host, peer, '')
+    except (OSError, ValueError):
+        reason = None
+    if reason is not None:
+        sock.close()
+        # A builtin OSError with its text: requests turns it into a ConnectionError, PushUnreachable shows it.
+        raise OSError(13, f'refused by the outbound policy: {reason}')
+    return sock
+
+
+class _CheckedHTTPConnection(urllib3.connection.HTTPConnection):
+    def _new_conn(self) -> socket.socket:
+        return _checked_socket(self, super()._new_conn())
+
+
+class _CheckedHTTPSConnection(urllib3.connection.HTTPSConnection):
+    def _new_conn(self) -> socket.socket:
+        return _checked_socket(self, super()._new_conn())
+
+
+class _CheckedHTTPPool(urllib3.connectionpool.HTTPConnectionPool):
+    ConnectionCls = _CheckedHTTPConnection
+
+
+class _CheckedHTTPSPool(urllib3.connectionpool.HTTPSConnectionPool):
+    ConnectionCls = _CheckedHTTPSConnection
+
+
+class _CheckedAdapter(HTTPAdapter):
+    """requests' adapter whose connections are checked against the outbound policy once connected."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {'http': _CheckedHTTPPool, 'https': _CheckedHTTPSPool}
 
 
 def shown_url(url: str) -> str:
@@ -213,6 +361,8 @@ class PushDeliverer:
         if self._session is None:
             session = requests.Session()
             session.trust_env = False
+            for prefix in ('http://', 'https://'):
+                session.mount(prefix, _CheckedAdapter())
             self._session = session
         return self._session
 
