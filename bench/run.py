@@ -40,6 +40,7 @@ BENCHMARKS: list[tuple[str, str, int]] = [
     ('rest', 'rest.py', 600),
     ('slow_clients', 'slow_clients.py', 300),
     ('sign_in_flood', 'sign_in_flood.py', 400),
+    ('websocket_hostile', 'websocket_hostile.py', 400),
     ('backlog', 'backlog.py', 900),
     ('patterns', 'patterns.py', 600),
     ('spark_pipeline', 'spark_pipeline.py', 600),

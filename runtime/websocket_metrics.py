@@ -6,20 +6,30 @@ tools). This module imports nothing of Conduit, so any layer may depend on it wi
 itself to prometheus_client or to the metrics' database reads.
 
 The frame counter's ``action`` label takes only the values in ``FRAME_ACTIONS``: anything else a
-client sends counts as ``INVALID_ACTION``, so that no client can add series.
+client sends counts as ``INVALID_ACTION``, so that no client can add series. Two more values count
+the frames that closed a connection for breaking a limit: ``RATE_LIMITED`` (more frames per second
+than allowed, 1008) and ``TOO_LARGE`` (a message over the size allowed, 1009).
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ['FRAME_ACTIONS', 'INVALID_ACTION', 'NoWebSocketMetrics', 'WebSocketMetrics', 'frame_action']
+__all__ = ['FRAME_ACTIONS', 'INVALID_ACTION', 'RATE_LIMITED', 'TOO_LARGE', 'NoWebSocketMetrics', 'WebSocketMetrics',
+           'frame_action']
 
 #: Label of a frame that is not one of the protocol's client actions (not JSON, unknown action, binary...).
 INVALID_ACTION = 'invalid'
 
+#: Label of the frame that closed its connection for coming faster than the connection's frame rate allows.
+RATE_LIMITED = 'rate_limited'
+
+#: Label of the frame that closed its connection for making a message larger than the connection allows.
+TOO_LARGE = 'too_large'
+
 #: Every value the frames counter's action label may take.
-FRAME_ACTIONS = frozenset(('hello', 'publish', 'subscribe', 'ack', 'unsubscribe', 'ping', INVALID_ACTION))
+FRAME_ACTIONS = frozenset(('hello', 'publish', 'subscribe', 'ack', 'unsubscribe', 'ping', INVALID_ACTION,
+                           RATE_LIMITED, TOO_LARGE))
 
 
 def frame_action(action: object) -> str:

@@ -27,6 +27,7 @@ SMALL = {
     'invoke.py': ['--rounds', '1', '--number', '1000'],
     'slow_clients.py': ['--sockets', '50', '--seconds', '2'],
     'sign_in_flood.py': ['--clients', '4', '--seconds', '2'],
+    'websocket_hostile.py': ['--sockets', '50', '--floods', '2', '--seconds', '1'],
     'websockets.py': ['--quick'],
     'file_transfer.py': ['--quick'],
     'dashboard.py': ['--quick', '--requests', '2'],

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 
 import gevent
 import pytest
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, Pong, TextMessage
 
-from runtime.http.websocket.connection import Closed, TimedOut, WsConnection
+from runtime.http.websocket.connection import FRAMES_PER_TURN, Closed, Limits, TimedOut, WsConnection
 
 
 class Peer:
@@ -44,10 +45,11 @@ def pair():
     b.close()
 
 
-def server(sock: socket.socket, **kw: float) -> WsConnection:
-    opts = {'max_message_bytes': 1000, 'ping_interval_secs': 60.0, 'dead_peer_secs': 120.0}
+def server(sock: socket.socket, max_message_bytes: int = 1000, **kw: float) -> WsConnection:
+    opts = {'ping_interval_secs': 60.0, 'dead_peer_secs': 120.0}
     opts.update(kw)
-    return WsConnection(sock, label='test', **opts)  # type: ignore[arg-type]
+    return WsConnection(sock, label='test', limits=Limits(max_message_bytes=max_message_bytes),
+                        **opts)  # type: ignore[arg-type]
 
 
 def test_text_messages_both_ways_and_fragments_joined(pair):
@@ -152,3 +154,83 @@ def test_peer_vanishing_ends_the_connection(pair):
     with pytest.raises(Closed) as e:
         conn.receive(timeout=5)
     assert e.value.code == 1006
+
+
+def _watcher(probe: Callable[[], int]) -> tuple[set[int], gevent.Greenlet]:
+    """A greenlet that notes what probe says at each turn it gets: the reader's progress other greenlets see."""
+    seen: set[int] = set()
+
+    def run() -> None:
+        while True:
+            seen.add(probe())
+            gevent.sleep(0)
+    return seen, gevent.spawn(run)
+
+
+def test_reader_lets_others_run_between_many_messages_of_one_read(pair):
+    conn, peer = server(pair[0]), Peer(pair[1])
+    count = 20 * FRAMES_PER_TURN
+    pair[1].sendall(b''.join(peer.ws.send(TextMessage(data='x')) for _ in range(count)))
+    assert conn.receive(timeout=5) == 'x'  # one read takes them all
+    received = [1]
+    seen, watcher = _watcher(lambda: received[0])
+    try:
+        for _ in range(count - 1):
+            assert conn.receive(timeout=5) == 'x'
+            received[0] += 1
+    finally:
+        watcher.kill()
+    assert len(seen) >= 10
+
+
+def test_reader_lets_others_run_within_a_message_of_many_fragments(pair):
+    conn, peer = server(pair[0], max_message_bytes=100_000), Peer(pair[1])
+    count = 20 * FRAMES_PER_TURN
+    pair[1].sendall(b''.join(peer.ws.send(TextMessage(data='x', message_finished=False)) for _ in range(count))
+                    + peer.ws.send(TextMessage(data='!', message_finished=True)))
+    # Other greenlets see the message grow: the reader let them run while parsing the fragments of one read.
+    seen, watcher = _watcher(lambda: len(conn._parts))
+    try:
+        assert conn.receive(timeout=5) == 'x' * count + '!'
+    finally:
+        watcher.kill()
+    assert len(seen) >= 10  # not one turn at the wait for the socket, then none while its thousand frames are parsed
+
+
+def test_frames_past_the_rate_close_1008_continuations_and_pings_counted(pair):
+    conn, peer = WsConnection(pair[0], limits=Limits(max_message_bytes=1000, frames_per_sec=0.5, frame_burst=5),
+                              ping_interval_secs=60, dead_peer_secs=120, label='test'), Peer(pair[1])
+    for _ in range(3):
+        peer.send(Ping(payload=b'p'))
+    for _ in range(3):
+        peer.send(TextMessage(data='x', message_finished=False))
+    with pytest.raises(Closed) as e:
+        conn.receive(timeout=5)
+    assert e.value.code == 1008 and 'frames per second' in e.value.reason
+    close = [ev for ev in peer.events() if isinstance(ev, CloseConnection)]
+    while not close:
+        close = [ev for ev in peer.events() if isinstance(ev, CloseConnection)]
+    assert close[0].code == 1008
+
+
+def test_frame_header_announcing_more_than_the_limit_is_refused_before_its_payload(pair):
+    conn = WsConnection(pair[0], limits=Limits(max_message_bytes=100, check_headers=True),
+                        ping_interval_secs=60, dead_peer_secs=120, label='test')
+    # A masked text frame announcing 1 MiB (mask 0: the payload reads as sent), of which 10 bytes come.
+    pair[1].sendall(b'\x81\xff' + (1 << 20).to_bytes(8, 'big') + b'\x00' * 4 + b'x' * 10)
+    with pytest.raises(Closed) as e:
+        conn.receive(timeout=5)
+    assert e.value.code == 1009
+
+
+def test_limits_set_after_a_message_apply_to_the_next_one_read_with_it(pair):
+    conn, peer = WsConnection(pair[0], limits=Limits(max_message_bytes=100, check_headers=True, frame_burst=2,
+                                                     frames_per_sec=0.1),
+                              ping_interval_secs=60, dead_peer_secs=120, label='test'), Peer(pair[1])
+    # A hello and a larger message, more frames than the first limits' burst, all in one write.
+    pair[1].sendall(peer.ws.send(TextMessage(data='hello')) + peer.ws.send(TextMessage(data='y' * 500))
+                    + b''.join(peer.ws.send(TextMessage(data='z')) for _ in range(5)))
+    assert conn.receive(timeout=5) == 'hello'
+    conn.set_limits(Limits(max_message_bytes=1000))
+    assert conn.receive(timeout=5) == 'y' * 500
+    assert [conn.receive(timeout=5) for _ in range(5)] == ['z'] * 5

@@ -8,20 +8,34 @@ honest while it waits: every ``ping_interval`` it sends a ping, and a peer that 
 even a pong — for ``dead_peer_secs`` is dropped (shut down, no closing handshake: it is not there).
 The socket keeps the worker's send timeout, so one write that a client does not take in time
 closes the connection instead of holding a greenlet.
+
+What a peer may send is bounded by its ``Limits``, which the session tightens before sign-in and
+loosens after it: the largest message (enforced as its bytes arrive, and before sign-in already at
+each frame's header, before its payload is read), how much is read from the socket at a time, and
+how many frames per second (a token bucket; more closes the connection with 1008). Every frame
+counts, continuation and control frames too. Frames are taken from wsproto one at a time, as the
+session asks for messages, so a limit set after a message applies to the very next frame; and
+every ``FRAMES_PER_TURN`` frames the reader yields to the other greenlets, so that a connection
+sending thousands of tiny frames in one read does not hold the worker.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import math
 import socket
+import sys
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import gevent.lock
 from gevent.socket import wait_read
 from wsproto.connection import Connection, ConnectionState, ConnectionType
-from wsproto.events import BytesMessage, CloseConnection, Ping, Pong, TextMessage
+from wsproto.events import BytesMessage, CloseConnection, Event, Ping, TextMessage
+
+from runtime.websocket_metrics import RATE_LIMITED, TOO_LARGE, NoWebSocketMetrics, WebSocketMetrics
 
 _log = logging.getLogger(__name__)
 
@@ -43,6 +57,25 @@ DRAIN_BYTES = 16 * 1024 * 1024
 #: Longest a closing frame may take to send: the peer may be the reason the connection ends.
 CLOSE_SEND_TIMEOUT_SECS = 2.0
 
+#: Frames (wsproto events) the reader works through before it lets the other greenlets run.
+FRAMES_PER_TURN = 50
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a peer may send: the largest message, bytes read at a time, frames per second and their burst."""
+
+    max_message_bytes: int
+    #: Bytes asked of the socket at a time (a recv buffer of this size is allocated for each read).
+    read_size: int = READ_SIZE
+    #: The token bucket of frames: refilled at frames_per_sec, holding at most frame_burst.
+    frames_per_sec: float = math.inf
+    frame_burst: float = math.inf
+    #: Check the header of each frame of the next message against max_message_bytes as it arrives.
+    check_headers: bool = False
+    #: At most this much of what the peer still sends is read (and dropped) after this side closes.
+    drain_bytes: int = DRAIN_BYTES
+
 
 class Closed(Exception):
     """The connection ended: the close code and reason (1006 when the peer vanished without one)."""
@@ -57,36 +90,103 @@ class TimedOut(Exception):
     """No whole message arrived within the time given to ``receive``."""
 
 
+class _HeaderScan:
+    """The payload lengths announced by the frame headers of a byte stream, as its bytes arrive (RFC 6455 §5.2).
+
+    It follows the frames of one message only: once a data frame with FIN has been seen, it stops.
+    """
+
+    def __init__(self) -> None:
+        self._head = bytearray()
+        self._skip = 0
+        self.done = False
+
+    def feed(self, data: bytes) -> int:
+        """The largest payload a frame header in data announces (0 when none or when done)."""
+        biggest, i, n = 0, 0, len(data)
+        while i < n and not self.done:
+            if self._skip:
+                taken = min(self._skip, n - i)
+                self._skip -= taken
+                i += taken
+                continue
+            head = self._head
+            need = self._header_length()
+            while len(head) < need and i < n:
+                head.append(data[i])
+                i += 1
+                need = self._header_length()
+            if len(head) < need:
+                break
+            length = head[1] & 0x7F
+            if length == 126:
+                length = int.from_bytes(head[2:4], 'big')
+            elif length == 127:
+                length = int.from_bytes(head[2:10], 'big')
+            biggest = max(biggest, length)
+            # A data frame (opcode below 8) with FIN ends the message; control frames come between fragments.
+            self.done = bool(head[0] & 0x80) and not head[0] & 0x08
+            self._skip = length
+            self._head = bytearray()
+        return biggest
+
+    def _header_length(self) -> int:
+        head = self._head
+        if len(head) < 2:
+            return 2
+        length = head[1] & 0x7F
+        return 2 + (2 if length == 126 else 8 if length == 127 else 0) + (4 if head[1] & 0x80 else 0)
+
+
 class WsConnection:
     """A server-side WebSocket connection on a connected (gevent) socket."""
 
-    def __init__(self, sock: socket.socket, *, max_message_bytes: int, ping_interval_secs: float,
-                 dead_peer_secs: float, label: str = '') -> None:
+    def __init__(self, sock: socket.socket, *, limits: Limits, ping_interval_secs: float, dead_peer_secs: float,
+                 label: str = '', counters: WebSocketMetrics | None = None) -> None:
         self._sock = sock
         self._ws = Connection(ConnectionType.SERVER)
-        self._max = max_message_bytes
         self._ping_interval = ping_interval_secs
         self._dead_after = dead_peer_secs
         self.label = label
+        self._counters = counters or NoWebSocketMetrics()
         self._lock = gevent.lock.Semaphore()
-        self._messages: deque[str] = deque()
+        #: wsproto's events of what was read, taken one at a time (None: everything read is handled).
+        self._events: Iterator[Event] | None = None
         self._parts: list[str] = []
         self._size = 0
         self._closed: Closed | None = None
         self.last_heard = time.monotonic()
         self._last_ping = self.last_heard
+        #: Frames handled since the reader last let the other greenlets run.
+        self._turn = 0
+        self.set_limits(limits)
 
     @property
     def closed(self) -> bool:
         """Whether the connection has ended (no more frames go either way)."""
         return self._closed is not None
 
+    @property
+    def limits(self) -> Limits:
+        """What the peer may send now."""
+        return self._limits
+
+    def set_limits(self, limits: Limits) -> None:
+        """From the next frame on, the peer may send this much (its token bucket starts full)."""
+        self._limits = limits
+        self._tokens = limits.frame_burst
+        self._refilled = time.monotonic()
+        self._scan = _HeaderScan() if limits.check_headers else None
+
     # Reading
 
     def receive(self, timeout: float | None = None) -> str:
         """The next whole text message; Closed when the connection ends, TimedOut past timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._messages:
+        while True:
+            message = self._next_message()
+            if message is not None:
+                return message
             if self._closed is not None:
                 raise self._closed
             now = time.monotonic()
@@ -97,7 +197,7 @@ class WsConnection:
                 wait = min(wait, deadline - now)
             try:
                 wait_read(self._sock.fileno(), timeout=max(wait, 0.001))
-                data = self._sock.recv(READ_SIZE)
+                data = self._sock.recv(self._limits.read_size)
             except (TimeoutError, BlockingIOError):
                 continue
             except OSError as e:
@@ -108,9 +208,12 @@ class WsConnection:
                 self._end(Closed(1006, 'the peer closed the TCP connection without a closing frame'))
                 continue
             self.last_heard = time.monotonic()
+            self._turn = 0  # waiting for the socket let the others run
+            if self._scan is not None and self._scan.feed(data) > self._limits.max_message_bytes:
+                self._too_large(' (its frame header announced more)')
+                continue
             self._ws.receive_data(data)
-            self._handle_events()
-        return self._messages.popleft()
+            self._events = self._ws.events()
 
     def _tick(self, now: float) -> float:
         """Ping when due, drop a silent peer; how long the reader may wait before the next tick."""
@@ -124,27 +227,63 @@ class WsConnection:
             self._send_bytes(lambda: self._ws.send(Ping(payload=b'')))
         return min(self._last_ping + self._ping_interval, self.last_heard + self._dead_after) - now
 
-    def _handle_events(self) -> None:
-        for event in self._ws.events():
+    def _next_message(self) -> str | None:
+        """Handle the frames read so far up to the end of the next whole message; None if none is complete."""
+        while self._events is not None and self._closed is None:
+            event = next(self._events, None)
+            if event is None:
+                self._events = None
+                return None
+            self._turn += 1
+            if self._turn >= FRAMES_PER_TURN:
+                # A read may hold thousands of tiny frames: the others (the hub, /health) get their turn.
+                self._turn = 0
+                gevent.sleep(0)
+                if self._closed is not None:
+                    return None
             if isinstance(event, TextMessage):
+                if event.frame_finished and not self._take_frame():
+                    return None
                 self._size += len(event.data.encode('utf-8', 'surrogatepass'))
-                if self._size > self._max:
-                    self.close(MESSAGE_TOO_BIG, f'message over {self._max} bytes')
-                    return
+                if self._size > self._limits.max_message_bytes:
+                    self._too_large()
+                    return None
                 self._parts.append(event.data)
                 if event.message_finished:
-                    self._messages.append(''.join(self._parts))
+                    message = ''.join(self._parts)
                     self._parts, self._size = [], 0
+                    return message
             elif isinstance(event, BytesMessage):
                 self.close(UNSUPPORTED_DATA, 'binary frames are not accepted: send JSON text frames')
-                return
-            elif isinstance(event, Ping):
-                self._send_bytes(lambda event=event: self._ws.send(event.response()))
-            elif isinstance(event, Pong):
-                pass  # last_heard is set by any bytes at all
             elif isinstance(event, CloseConnection):
                 self._peer_closed(event)
-                return
+            elif not self._take_frame():
+                return None
+            elif isinstance(event, Ping):
+                self._send_bytes(lambda event=event: self._ws.send(event.response()))
+            # A Pong needs nothing: last_heard is set by any bytes at all.
+        return None
+
+    def _take_frame(self) -> bool:
+        """Count one frame against the token bucket; False (and the connection closed, 1008) when it is empty."""
+        limits = self._limits
+        if limits.frames_per_sec == math.inf:
+            return True
+        now = time.monotonic()
+        self._tokens = min(limits.frame_burst, self._tokens + (now - self._refilled) * limits.frames_per_sec)
+        self._refilled = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return True
+        self._counters.websocket_frame(RATE_LIMITED)
+        _log.info('websocket %s: more than %g frames per second: closed', self.label, limits.frames_per_sec)
+        self.close(POLICY_VIOLATION, f'more than {limits.frames_per_sec:g} frames per second '
+                                     f'(burst {limits.frame_burst:g}): send fewer, larger frames')
+        return False
+
+    def _too_large(self, how: str = '') -> None:
+        self._counters.websocket_frame(TOO_LARGE)
+        self.close(MESSAGE_TOO_BIG, f'message over {self._limits.max_message_bytes} bytes{how}')
 
     def _peer_closed(self, event: CloseConnection) -> None:
         if self._ws.state is ConnectionState.REMOTE_CLOSING:
@@ -195,14 +334,14 @@ class WsConnection:
         except OSError:
             return
         deadline = time.monotonic() + DRAIN_SECS
-        left = DRAIN_BYTES
+        left = self._limits.drain_bytes
         while left > 0:
             wait = deadline - time.monotonic()
             if wait <= 0:
                 return
             try:
                 wait_read(self._sock.fileno(), timeout=wait)
-                data = self._sock.recv(READ_SIZE)
+                data = self._sock.recv(self._limits.read_size)
             except (TimeoutError, OSError):
                 return
             if not data:
@@ -235,3 +374,50 @@ class WsConnection:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+#: After a connection ends, how long before this process's free heap memory is handed back to the system;
+#: more connections ending meanwhile are covered by the same trim.
+TRIM_DELAY_SECS = 1.0
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, or None where there is none (another C library, another system)."""
+    if not sys.platform.startswith('linux'):
+        return None
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim  # type: ignore[no-any-return]
+
+
+class MemoryReturn:
+    """Hands the heap memory freed by ended connections back to the system, at most once per TRIM_DELAY_SECS.
+
+    glibc keeps what a process frees for its own later use, and fragments of many freed buffers need
+    not add up to a top of the heap it would give back by itself: a burst of connections would leave
+    the worker that much bigger for good.
+    """
+
+    def __init__(self) -> None:
+        self._trim = _malloc_trim()
+        self._due = False
+
+    def connection_ended(self) -> None:
+        """A connection's buffers were freed: trim soon (one trim for every connection ending until then)."""
+        if self._trim is None or self._due:
+            return
+        self._due = True
+        gevent.spawn_later(TRIM_DELAY_SECS, self._run)
+
+    def _run(self) -> None:
+        self._due = False
+        assert self._trim is not None
+        self._trim(0)
+
+
+#: The worker's one MemoryReturn.
+memory_return = MemoryReturn()

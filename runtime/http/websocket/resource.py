@@ -6,7 +6,7 @@ import falcon
 
 from runtime.errors import ConduitError
 from runtime.http.auth import CALLER, CALLER_REALM
-from runtime.http.websocket.connection import WsConnection
+from runtime.http.websocket.connection import WsConnection, memory_return
 from runtime.http.websocket.handshake import (
     TAKEN_OVER_KEY,
     UPGRADED_KEY,
@@ -15,7 +15,7 @@ from runtime.http.websocket.handshake import (
     check_origin,
     client_key,
 )
-from runtime.http.websocket.session import Session, SignIn, WebSocketParts
+from runtime.http.websocket.session import Session, SignIn, WebSocketParts, hello_limits, signed_in_limits
 
 #: Where the gunicorn worker puts the client's socket in the WSGI environ.
 SOCKET_KEY = 'gunicorn.socket'
@@ -74,9 +74,10 @@ class WebSocketResource:
         except OSError:
             return
         settings = self._parts.settings
-        conn = WsConnection(sock, max_message_bytes=settings.max_frame_bytes,
-                            ping_interval_secs=settings.ping_interval_secs, dead_peer_secs=settings.dead_peer_secs,
-                            label=peer)
+        # Until its hello succeeds, a client may send no more than a hello takes (docs/SECURITY.md).
+        limits = hello_limits(settings) if caller is None else signed_in_limits(settings)
+        conn = WsConnection(sock, limits=limits, ping_interval_secs=settings.ping_interval_secs,
+                            dead_peer_secs=settings.dead_peer_secs, label=peer, counters=self._parts.counters)
         upgraded = req.env.get(UPGRADED_KEY)
         if upgraded is not None:
             upgraded.add(conn)
@@ -85,3 +86,4 @@ class WebSocketResource:
         finally:
             if upgraded is not None:
                 upgraded.discard(conn)
+            memory_return.connection_ended()
