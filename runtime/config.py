@@ -131,9 +131,14 @@ class HttpSection:
     #: Whether /metrics and /openapi.json answer without the admin credentials.
     metrics_public: bool = False
     openapi_public: bool = False
-    #: Failed sign-ins from one client address within auth_failure_window_secs before it gets 429 (0: off).
+    #: Failed sign-ins of one user name from one client address within auth_failure_window_secs
+    #: before that pair gets 429 (0: off); other names from the same address keep their own budget.
     auth_max_failures: int = 10
+    #: Failed sign-ins of one user name from all addresses together in the window before it gets 429 (0: off).
+    auth_max_failures_per_user: int = 100
     auth_failure_window_secs: float = 60.0
+    #: Buckets of each of the throttle's two fixed-size tables (12 bytes each; more: fewer shared buckets).
+    auth_throttle_buckets: int = 65536
 
 
 @dataclass
@@ -148,6 +153,15 @@ class WebSocketSection:
     dead_peer_secs: float = 60.0
     #: Largest message a client may send (a larger one closes the connection with 1009).
     max_frame_bytes: int = 6 * 1024 * 1024
+    #: Before its hello succeeds a client may send a message (and a frame) of at most this size (else 1009),
+    #: and this much is read from its socket at a time.
+    hello_max_bytes: int = 4096
+    #: Frames per second (continuation and control frames too) a client may send, a token bucket of this
+    #: burst; more closes the connection with 1008. Before sign-in, and once signed in.
+    hello_frames_per_sec: float = 10.0
+    hello_frame_burst: int = 50
+    frames_per_sec: float = 5000.0
+    frame_burst: int = 10000
     #: Unacknowledged messages per subscription: the default and the most a client may ask for.
     default_window: int = 100
     max_window: int = 1000
@@ -155,6 +169,9 @@ class WebSocketSection:
     ack_deadline_secs: float = 30.0
     #: Subscriptions one connection may hold.
     max_subscriptions: int = 100
+    #: WebSocket subscriptions one security definition may hold in all, attached or not (they outlive their
+    #: connections; each is one more queue row per publication); past it subscribe answers 409 (0: no limit).
+    max_subscriptions_per_definition: int = 200
     #: Origins (scheme://host[:port], comma-separated; '*' = any) whose browsers may authenticate with
     #: the Basic Auth header; a browser from any other origin must authenticate with the hello frame.
     allowed_origins: str = ''
@@ -230,6 +247,10 @@ class PubSubSection:
     group_commit_max: int = 1000
     #: PostgreSQL: send a commit of publications, takes and acks as one query (one round trip); off, one per statement.
     one_trip_commits: bool = True
+    #: Hosts a REST push_url may target although the outbound policy refuses loopback, link-local
+    #: (cloud metadata), unspecified and multicast addresses: names, addresses or CIDRs, comma-separated;
+    #: '*': any. Private ranges (10/8, 172.16/12, 192.168/16) are always allowed.
+    push_allow_hosts: str = ''
     #: Status codes of the REST pub/sub API: "zato" (Zato 4.1's: 401 for a missing permission or
     #: subscription, 200 for unsubscribing when not subscribed) or "http" (403, 404 and 404).
     rest_status_codes: str = 'zato'
@@ -529,6 +550,9 @@ def load_settings(path: Path | str | None = None, env: dict[str, str] | None = N
     if not settings.pubsub.queue_vacuum_dead_rows >= 1:
         raise ConfigError('[pubsub] queue_vacuum_dead_rows',
                           f'must be at least 1, not {settings.pubsub.queue_vacuum_dead_rows!r}')
+    if not settings.websocket.max_subscriptions_per_definition >= 0:
+        raise ConfigError('[websocket] max_subscriptions_per_definition',
+                          f'must be 0 (no limit) or more, not {settings.websocket.max_subscriptions_per_definition!r}')
     ft = settings.file_transfer
     if not ft.claim_timeout_secs >= 1:
         raise ConfigError('[file_transfer] claim_timeout_secs', f'must be at least 1, not {ft.claim_timeout_secs!r}')

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
-from runtime import secret_refs, zato_keys
+from runtime import secret_refs, user_names, zato_keys
 from runtime.audit import record_file_changes
 from runtime.channels import Channel, parse_methods
 from runtime.db.engine import transaction
@@ -207,6 +207,13 @@ def apply_security(conn: Connection, items: list[dict[str, Any]], scope: Scope) 
         if owner is not None and owner != item['name']:
             raise ConfigError(f'{item["_file"]} [security] {item["name"]!r}',
                               f'username {item["username"]!r} is already used by {owner!r}')
+        if old is None or old.username != str(item['username']):
+            # Only a new or renamed user name: one stored before the look-alike rule keeps working.
+            others = [r.username for r in existing.values() if r.name != item['name']]
+            others += [str(i['username']) for i in items if i['name'] != item['name']]
+            refused = user_names.problem(str(item['username']), others, user_names.RESERVED_USERNAMES)
+            if refused is not None:
+                raise ConfigError(f'{item["_file"]} [security] {item["name"]!r}', refused)
         values = {'username': str(item['username']), 'realm': str(item.get('realm') or 'Conduit'),
                   'is_active': bool(item.get('is_active', True))}
         if old is None or not verify_password(item['_password'], old.password_hash):

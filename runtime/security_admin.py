@@ -15,13 +15,23 @@ from typing import Any
 import gevent
 from sqlalchemy import Connection, Engine, delete, func, insert, or_, select, update
 
+from runtime import user_names
 from runtime.checked_write import write_checked
 from runtime.db.blocking import run_transaction
 from runtime.db.models import BasicAuthDef, RestChannel, Subscription
-from runtime.errors import ObjectExists, ObjectInUse, ObjectNotFound
+from runtime.errors import BadRequest, ObjectExists, ObjectInUse, ObjectNotFound
 from runtime.objects import SECURITY_KEY
 from runtime.pubsub import permissions
 from runtime.security import hash_password
+
+
+def _username_problem(conn: Connection, username: str, own_name: str | None) -> BadRequest | None:
+    query = select(BasicAuthDef.username)
+    if own_name is not None:
+        query = query.where(BasicAuthDef.name != own_name)
+    found = user_names.problem(username, conn.execute(query).scalars().all(),
+                                 user_names.RESERVED_USERNAMES)
+    return BadRequest(found) if found is not None else None
 
 
 def _hash(password: str) -> str:
@@ -79,6 +89,9 @@ class SecurityAdmin:
             for column, kind in (('name', 'security definition'), ('username', 'username')):
                 if conn.execute(select(BasicAuthDef.id).where(getattr(BasicAuthDef, column) == values[column])).first():
                     return ObjectExists(kind, values[column])
+            refused = _username_problem(conn, values['username'], None)
+            if refused is not None:
+                return refused
             conn.execute(insert(BasicAuthDef).values(**values))
             return None
         write_checked(self._engine, SECURITY_KEY, work, self._reload, ObjectExists('security definition',
@@ -92,6 +105,12 @@ class SecurityAdmin:
                                                                  BasicAuthDef.name != name)).first()
             if taken:
                 return ObjectExists('username', values['username'])
+            stored = conn.execute(select(BasicAuthDef.username).where(BasicAuthDef.name == name)).scalar()
+            # A stored name that predates the look-alike rule keeps working: only a new name is checked.
+            if stored != values['username']:
+                refused = _username_problem(conn, values['username'], name)
+                if refused is not None:
+                    return refused
             conn.execute(update(BasicAuthDef).where(BasicAuthDef.name == name).values(**values))
             return None
         write_checked(self._engine, SECURITY_KEY, work, self._reload, ObjectExists('username', values['username']))

@@ -123,7 +123,8 @@ class HealthResource:
 def make_app(parts: AppParts, **kwargs: Any) -> falcon.App:
     """Build the WSGI app of a started runtime's parts (kwargs go to falcon.App)."""
     http = parts.settings.http
-    throttle = auth.SignInThrottle(http.auth_max_failures, http.auth_failure_window_secs)
+    throttle = auth.SignInThrottle(http.auth_max_failures, http.auth_failure_window_secs,
+                                   http.auth_max_failures_per_user, http.auth_throttle_buckets)
     failures_log = FailedSignInLog(parts.settings.logging.auth_failures_per_minute)
     admin_secret = admin_password(parts.settings, create=True)
     admin_hash = hash_password(admin_secret)

@@ -77,18 +77,19 @@ class SignInPage:
         username = form.get('username', '').strip()[:MAX_FIELD_CHARS]
         password = form.get('password', '')
         try:
-            self._parts.throttle.check(client)
+            self._parts.throttle.check(client, username)
         except TooManyRequests as e:
             resp.set_header('Retry-After', str(e.retry_after_secs))
-            self._form(resp, target, f'Too many failed sign-ins from this address: try again in '
+            self._form(resp, target, f'Too many failed sign-ins for this user name: try again in '
                                      f'{e.retry_after_secs} s.', username, falcon.HTTP_429)
             return
         role = self._role(username, password)
         if role is None:
-            self._parts.throttle.failed(client)
+            self._parts.throttle.failed(client, username)
             self._parts.failures_log.record(client, _basic(username, ''), req.method, req.path)
             self._form(resp, target, WRONG, username)
             return
+        self._parts.throttle.succeeded(client, username)
         sessions = self._parts.sessions
         sessions.purge_expired()
         token, _ = sessions.create(username, role, client)

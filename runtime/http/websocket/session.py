@@ -10,7 +10,9 @@ reported delivered (and so leave the queue); the rest go back with their attempt
 
 Every frame a client sends is bounded before it is parsed (``WsConnection``) and checked field by
 field; a wrong one is answered ``error {id, status, details}`` with REST's statuses and the
-connection stays up. Before authentication only ``hello`` is accepted.
+connection stays up. Before authentication only ``hello`` is accepted, and the connection is held to
+``hello_limits`` (a few KiB, a few frames per second); the hello's success loosens them to
+``signed_in_limits``.
 """
 
 from __future__ import annotations
@@ -45,7 +47,15 @@ from runtime.http.pubsub_rest import (
     subscription_topic,
 )
 from runtime.http.signin_log import FailedSignInLog
-from runtime.http.websocket.connection import POLICY_VIOLATION, Closed, TimedOut, WsConnection
+from runtime.http.websocket.connection import (
+    DRAIN_BYTES,
+    POLICY_VIOLATION,
+    READ_SIZE,
+    Closed,
+    Limits,
+    TimedOut,
+    WsConnection,
+)
 from runtime.invoke import new_cid
 from runtime.json_limits import JsonLimits
 from runtime.pubsub.delivery import Outcome
@@ -78,6 +88,23 @@ MAX_USERNAME_CHARS = 200
 MAX_PASSWORD_CHARS = 1024
 
 
+#: What an unauthenticated client's peer may still send after its connection is closed (read and dropped).
+HELLO_DRAIN_BYTES = 256 * 1024
+
+
+def hello_limits(settings: WebSocketSection) -> Limits:
+    """What a client may send before its hello succeeds: a hello's worth (a frame header announcing more is refused)."""
+    return Limits(max_message_bytes=settings.hello_max_bytes, read_size=max(1024, settings.hello_max_bytes),
+                  frames_per_sec=settings.hello_frames_per_sec, frame_burst=settings.hello_frame_burst,
+                  check_headers=True, drain_bytes=HELLO_DRAIN_BYTES)
+
+
+def signed_in_limits(settings: WebSocketSection) -> Limits:
+    """What an authenticated client may send."""
+    return Limits(max_message_bytes=settings.max_frame_bytes, read_size=READ_SIZE,
+                  frames_per_sec=settings.frames_per_sec, frame_burst=settings.frame_burst, drain_bytes=DRAIN_BYTES)
+
+
 @dataclass(frozen=True)
 class WebSocketParts:
     """What WebSocket connections work with."""
@@ -101,16 +128,18 @@ class SignIn:
 
     def __call__(self, username: str, password: str, peer: str) -> BasicAuth:
         """The active definition of these credentials; Unauthorized or TooManyRequests."""
-        self._throttle.check(peer)
+        self._throttle.check(peer, username)
         # The header a browser cannot send, built from the frame: one code path checks every password.
         header = 'Basic ' + base64.b64encode(f'{username}:{password}'.encode()).decode('ascii')
         try:
-            return self._security.authenticate(header, realm=CALLER_REALM)
+            caller = self._security.authenticate(header, realm=CALLER_REALM)
         except Unauthorized:
-            self._throttle.failed(peer)
+            self._throttle.failed(peer, username)
             if self._failures_log is not None:
                 self._failures_log.record(peer, header, 'WEBSOCKET', '/pubsub/ws (hello)')
             raise
+        self._throttle.succeeded(peer, username)
+        return caller
 
 
 def _string(frame: dict[str, Any], key: str, limit: int, required: bool = True) -> str | None:
@@ -199,6 +228,8 @@ class Session:
             self._send_error(fid, e)
             self._conn.close(POLICY_VIOLATION, 'sign-in refused')
             return None
+        # Before the answer: the client may send its next frames as soon as it has it.
+        self._conn.set_limits(signed_in_limits(self._parts.settings))
         self._send({'action': 'authenticated', 'id': fid, 'username': caller.username})
         return caller
 
