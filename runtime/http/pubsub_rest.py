@@ -175,7 +175,9 @@ _META = {'type': 'object', 'properties': {
 
 def _caller(parts: RestParts, req: falcon.Request) -> BasicAuth:
     """The active Basic Auth definition of the caller, or Unauthorized (401)."""
-    return parts.security.authenticate(req.get_header('Authorization'), realm=REALM)
+    caller = parts.security.authenticate(req.get_header('Authorization'), realm=REALM)
+    req.context.auth_ok = True  # the sign-in throttle remembers the address (runtime.http.auth)
+    return caller
 
 
 def _zato_codes(parts: RestParts) -> bool:

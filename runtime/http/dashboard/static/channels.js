@@ -128,6 +128,16 @@
         {label: 'Peer', key: 'peer'},
         {label: 'Queued', key: 'queue_depth', num: true}
       ], {empty: 'No WebSocket subscriptions.'});
+      // Per security definition: how close each is to the limit subscribe is refused at (409).
+      var limit = answer.max_per_definition;
+      Dash.table($('ws-definitions'), answer.definitions || [], [
+        {label: 'Security', key: 'security'},
+        {label: 'Subscriptions', render: function (d) {
+          var text = Dash.fmt.number(d.subscriptions) + (limit ? ' of ' + Dash.fmt.number(limit) : '');
+          return Dash.el('span', {'class': 'badge ' + (limit && d.subscriptions >= limit ? 'bad' : ''), text: text});
+        }},
+        {label: 'Connected', key: 'connected', num: true}
+      ], {empty: 'No security definition holds a WebSocket subscription.'});
     }).catch(function (e) { Dash.notify('Loading the WebSocket subscribers failed: ' + e.message, 'error'); });
   }
 
