@@ -550,9 +550,7 @@ def load_settings(path: Path | str | None = None, env: dict[str, str] | None = N
     if not settings.pubsub.queue_vacuum_dead_rows >= 1:
         raise ConfigError('[pubsub] queue_vacuum_dead_rows',
                           f'must be at least 1, not {settings.pubsub.queue_vacuum_dead_rows!r}')
-    if not settings.websocket.max_subscriptions_per_definition >= 0:
-        raise ConfigError('[websocket] max_subscriptions_per_definition',
-                          f'must be 0 (no limit) or more, not {settings.websocket.max_subscriptions_per_definition!r}')
+    _check_websocket(settings.websocket)
     ft = settings.file_transfer
     if not ft.claim_timeout_secs >= 1:
         raise ConfigError('[file_transfer] claim_timeout_secs', f'must be at least 1, not {ft.claim_timeout_secs!r}')
@@ -565,6 +563,40 @@ def load_settings(path: Path | str | None = None, env: dict[str, str] | None = N
             if var in env:
                 values[key] = _convert_service_value(env[var], value, var)
     return settings
+
+
+#: The bounds of each [websocket] number (low, high, what the error says): a bucket of rate 0 or
+#: NaN would refuse every frame, a hello limit below a hello frame refuses every client.
+_WEBSOCKET_BOUNDS: dict[str, tuple[float, float, str]] = {
+    'hello_timeout_secs': (0.1, 3600, '0.1 to 3600 seconds'),
+    'ping_interval_secs': (0.1, 86400, '0.1 to 86400 seconds'),
+    'dead_peer_secs': (0.1, 86400, '0.1 to 86400 seconds'),
+    'max_frame_bytes': (1024, 1 << 31, '1024 to 2^31 bytes'),
+    'hello_max_bytes': (256, 1 << 20, '256 to 1048576 bytes (a hello frame must fit)'),
+    'hello_frames_per_sec': (0.01, 1e6, '0.01 to 1000000 frames per second'),
+    'hello_frame_burst': (1, 1e6, '1 to 1000000 frames'),
+    'frames_per_sec': (0.01, 1e7, '0.01 to 10000000 frames per second'),
+    'frame_burst': (1, 1e7, '1 to 10000000 frames'),
+    'default_window': (1, 1e6, '1 to 1000000 messages'),
+    'max_window': (1, 1e6, '1 to 1000000 messages'),
+    'ack_deadline_secs': (0.001, 12 * 3600, '0.001 to 43200 seconds'),
+    'max_subscriptions': (1, 1e6, '1 to 1000000'),
+    'max_subscriptions_per_definition': (0, 1e9, '0 (no limit) or up to 1000000000'),
+}
+
+
+def _check_websocket(ws: WebSocketSection) -> None:
+    """Every [websocket] number within its bounds (NaN never is); ConfigError naming the key."""
+    for key, (low, high, what) in _WEBSOCKET_BOUNDS.items():
+        value = getattr(ws, key)
+        if isinstance(value, bool) or not low <= value <= high:
+            raise ConfigError(f'[websocket] {key}', f'must be {what}, not {value!r}')
+    if ws.default_window > ws.max_window:
+        raise ConfigError('[websocket] default_window',
+                          f'must be at most max_window ({ws.max_window}), not {ws.default_window!r}')
+    if ws.hello_max_bytes > ws.max_frame_bytes:
+        raise ConfigError('[websocket] hello_max_bytes',
+                          f'must be at most max_frame_bytes ({ws.max_frame_bytes}), not {ws.hello_max_bytes!r}')
 
 
 def _check_dashboard(settings: Settings) -> None:

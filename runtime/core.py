@@ -72,6 +72,7 @@ from runtime.spawn import Spawner
 from runtime.stats import StatsFlusher
 from runtime.store import ServiceStore
 from runtime.sync import Synchronizer, one_reload_at_a_time
+from runtime.user_names import reserved_usernames
 from runtime.workers import WorkerIdentity, WorkerRegistry
 
 if TYPE_CHECKING:
@@ -115,7 +116,8 @@ def make_objects_applier(settings: Settings, engine: Engine, demo: bool, files: 
     """
     service_dirs = [*services_directories(settings, demo), settings.path(settings.hot_deploy.dir)]
     applier = ObjectsApplier(engine, objects_dirs(settings, demo), files,
-                             service_catalog=lambda: catalog(engine, service_dirs, loaded))
+                             service_catalog=lambda: catalog(engine, service_dirs, loaded),
+                             reserved_usernames=reserved_usernames(settings.admin, settings.dashboard))
     for handler in pubsub_sections(settings.pubsub):
         applier.add_handler(handler)
     applier.add_handler(permissions_section())  # after 'security': it names definitions
@@ -199,7 +201,8 @@ class Runtime:
         self.queue_admin = QueueAdmin(self.engine, lambda: self.broker.registry, self.broker.reload)
         self.permission_admin = PermissionAdmin(self.engine, lambda: self.synchronizer.changed(PERMISSIONS_KEY))
         self.security_admin = SecurityAdmin(self.engine, lambda: self.synchronizer.changed(SECURITY_KEY),
-                                            lambda: self.synchronizer.changed(PERMISSIONS_KEY))
+                                            lambda: self.synchronizer.changed(PERMISSIONS_KEY),
+                                            reserved_usernames(settings.admin, settings.dashboard))
         self.channel_admin = ChannelAdmin(self.engine, lambda: self.synchronizer.changed(CHANNELS_KEY))
         self.file_channel_admin = FileChannelAdmin(
             self.engine, lambda: self.synchronizer.changed(FILE_CHANNELS_KEY),

@@ -189,10 +189,14 @@ class PayloadTooLarge(ConduitError):
 
     http_status = 413
 
-    def __init__(self, size: int, limit: int) -> None:
+    def __init__(self, size: int, limit: int, announced: bool = False) -> None:
         self.size = size
         self.limit = limit
-        super().__init__(f'request body of {size} bytes exceeds the limit of {limit} bytes')
+        if announced:  # by chunk sizes: a client may write any number of hex digits
+            told = f'{size}' if size < 10 ** 15 else 'more than 10^15'
+            super().__init__(f'request body: its chunks announce {told} bytes, over the limit of {limit} bytes')
+        else:
+            super().__init__(f'request body of {size} bytes exceeds the limit of {limit} bytes')
 
 
 class StorageUnavailable(ConduitError):

@@ -77,11 +77,14 @@ class Scope:
     """What one application of files may change: the objects of those files, and nothing else."""
 
     def __init__(self, files: Iterable[str], dirs: Iterable[str],
-                 service_exists: Callable[[str], bool] | None = None) -> None:
+                 service_exists: Callable[[str], bool] | None = None,
+                 reserved_usernames: tuple[str, ...] = user_names.RESERVED_USERNAMES) -> None:
         self.files = set(files)
         self.dirs = set(dirs)
         #: Whether a service a channel or job names exists (None: not checked, e.g. no catalog).
         self.service_exists = service_exists
+        #: User names no definition may look like (the server's admin and viewer).
+        self.reserved_usernames = reserved_usernames
         self.changes: list[Change] = []
 
     def owns(self, owner: str) -> bool:
@@ -211,7 +214,7 @@ def apply_security(conn: Connection, items: list[dict[str, Any]], scope: Scope) 
             # Only a new or renamed user name: one stored before the look-alike rule keeps working.
             others = [r.username for r in existing.values() if r.name != item['name']]
             others += [str(i['username']) for i in items if i['name'] != item['name']]
-            refused = user_names.problem(str(item['username']), others, user_names.RESERVED_USERNAMES)
+            refused = user_names.problem(str(item['username']), others, scope.reserved_usernames)
             if refused is not None:
                 raise ConfigError(f'{item["_file"]} [security] {item["name"]!r}', refused)
         values = {'username': str(item['username']), 'realm': str(item.get('realm') or 'Conduit'),
@@ -268,8 +271,11 @@ class ObjectsApplier:
 
     def __init__(self, engine: Engine, dirs: Iterable[Path], files: Iterable[Path] | None = None,
                  service_catalog: Callable[[], Callable[[str], bool]] | None = None,
-                 actor: str = 'object files') -> None:
+                 actor: str = 'object files',
+                 reserved_usernames: tuple[str, ...] = user_names.RESERVED_USERNAMES) -> None:
         self._engine = engine
+        #: User names no security definition may look like (the server's admin and viewer).
+        self.reserved_usernames = reserved_usernames
         self.dirs = [Path(d).resolve() for d in dirs]
         #: Explicit files (``conduit objects apply FILE...``): then only they are the scope, not the dirs.
         self._explicit = None if files is None else [Path(f).resolve() for f in files]
@@ -304,7 +310,7 @@ class ObjectsApplier:
     def _scope(self, files: list[Path]) -> Scope:
         dirs = [] if self._explicit is not None else [str(d) for d in self.dirs]
         exists = self.service_catalog() if self.service_catalog is not None else None
-        return Scope((str(f) for f in files), dirs, exists)
+        return Scope((str(f) for f in files), dirs, exists, self.reserved_usernames)
 
     def _scope_key(self) -> str:
         """The sync key holding the digest of this set of files (one per set: servers may differ)."""

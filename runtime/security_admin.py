@@ -25,12 +25,12 @@ from runtime.pubsub import permissions
 from runtime.security import hash_password
 
 
-def _username_problem(conn: Connection, username: str, own_name: str | None) -> BadRequest | None:
+def _username_problem(conn: Connection, username: str, own_name: str | None,
+                      reserved: tuple[str, ...]) -> BadRequest | None:
     query = select(BasicAuthDef.username)
     if own_name is not None:
         query = query.where(BasicAuthDef.name != own_name)
-    found = user_names.problem(username, conn.execute(query).scalars().all(),
-                                 user_names.RESERVED_USERNAMES)
+    found = user_names.problem(username, conn.execute(query).scalars().all(), reserved)
     return BadRequest(found) if found is not None else None
 
 
@@ -46,10 +46,13 @@ class SecurityAdmin:
     reloads the pub/sub permissions, which go with a deleted definition.
     """
 
-    def __init__(self, engine: Engine, reload: Callable[[], None], permissions_changed: Callable[[], None]) -> None:
+    def __init__(self, engine: Engine, reload: Callable[[], None], permissions_changed: Callable[[], None],
+                 reserved_usernames: tuple[str, ...] = user_names.RESERVED_USERNAMES) -> None:
         self._engine = engine
         self._reload = reload
         self._permissions_changed = permissions_changed
+        #: User names no definition may look like (the server's admin and viewer).
+        self._reserved = reserved_usernames
 
     def list(self) -> list[Any]:
         """Every definition's row, by name."""
@@ -89,7 +92,7 @@ class SecurityAdmin:
             for column, kind in (('name', 'security definition'), ('username', 'username')):
                 if conn.execute(select(BasicAuthDef.id).where(getattr(BasicAuthDef, column) == values[column])).first():
                     return ObjectExists(kind, values[column])
-            refused = _username_problem(conn, values['username'], None)
+            refused = _username_problem(conn, values['username'], None, self._reserved)
             if refused is not None:
                 return refused
             conn.execute(insert(BasicAuthDef).values(**values))
@@ -108,7 +111,7 @@ class SecurityAdmin:
             stored = conn.execute(select(BasicAuthDef.username).where(BasicAuthDef.name == name)).scalar()
             # A stored name that predates the look-alike rule keeps working: only a new name is checked.
             if stored != values['username']:
-                refused = _username_problem(conn, values['username'], name)
+                refused = _username_problem(conn, values['username'], name, self._reserved)
                 if refused is not None:
                     return refused
             conn.execute(update(BasicAuthDef).where(BasicAuthDef.name == name).values(**values))

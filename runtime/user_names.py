@@ -19,6 +19,15 @@ from runtime.config import AdminSection, DashboardSection
 #: User names no definition may look like: the admin's and the dashboard viewer's (their defaults).
 RESERVED_USERNAMES = (AdminSection.username, DashboardSection.viewer_username)
 
+
+def reserved_usernames(admin: AdminSection, dashboard: DashboardSection) -> tuple[str, ...]:
+    """The names a definition may not look like on this server: the configured admin and viewer, and the defaults.
+
+    The defaults stay reserved when other names are configured: a definition called ``admin`` would
+    still pass for the admin to anyone who reads a log or an audit line.
+    """
+    return tuple(dict.fromkeys((admin.username, dashboard.viewer_username, *RESERVED_USERNAMES)))
+
 #: Lower-case Cyrillic and Greek letters drawn like a Latin letter in common fonts (after case folding).
 LOOK_ALIKES = str.maketrans({
     # Cyrillic

@@ -10,7 +10,9 @@
 - ``POST /pubsub/unsubscribe/topic/{topic}``: ``{sub_key?}``, else every subscription of the caller
   to that topic, with their queues.
 - ``POST /pubsub/messages/get``: ``{sub_key?, max_messages?, max_len?, ack?, ack_deadline?}``; without
-  sub_key, all of the caller's pull subscriptions as one queue (runtime.pubsub.subscribers.pull).
+  sub_key, all of the caller's pull subscriptions as one queue (runtime.pubsub.subscribers.pull);
+  with ``ack: "auto"`` what it hands over is removed only once the answer was written
+  (runtime.http.handover).
 - ``POST /pubsub/messages/ack``: ``{sub_key?, ack_ids}`` for messages taken with ``ack: "manual"``.
 
 The caller is any active Basic Auth definition (runtime.security); its name is the subscriber's
@@ -62,6 +64,7 @@ from runtime.errors import (
 )
 from runtime.http.auth import CALLER, CALLER_REALM
 from runtime.http.body import read_json
+from runtime.http.handover import HandOver
 from runtime.pubsub.permissions import PUB, SUB
 from runtime.pubsub.registry import (
     KIND_PULL,
@@ -521,7 +524,8 @@ class MessagesGetResource(_PubSubResource):
     openapi = {'post': {
         'summary': "Take messages from the caller's pull subscriptions",
         'description': "Without sub_key, every pull subscription of the caller is read as one queue. Order: "
-                       "priority high first, then publication. ack 'auto' removes what is returned; 'manual' "
+                       "priority high first, then publication. ack 'auto' removes what is returned once the answer "
+                       "was written to the connection (a client gone before that gets it again); 'manual' "
                        "leases it for ack_deadline seconds (acknowledge with /pubsub/messages/ack; unacknowledged "
                        "messages come back with their attempt counted). A first message longer than max_len stays "
                        "queued and nothing is returned. A stored message that cannot be rendered as JSON within the "
@@ -569,10 +573,15 @@ class MessagesGetResource(_PubSubResource):
         if not subs:
             raise SubscriptionNotFound() if sub_key else _no_subscription(parts)
         active = [s for s in subs if s.is_active]  # a paused subscription keeps its messages
-        pulled = pull.take(parts.broker, active, min(max_messages, pull.MAX_MESSAGES),
-                           min(max_len, _max_pull_chars(parts)),
-                           deadline if mode == pull.ACK_MANUAL else None,
-                           parts.permissions.may_read) if active else []
+        count, chars = min(max_messages, pull.MAX_MESSAGES), min(max_len, _max_pull_chars(parts))
+        held = None
+        if not active:
+            pulled = []
+        elif mode == pull.ACK_MANUAL:
+            pulled = pull.take(parts.broker, active, count, chars, deadline, parts.permissions.may_read)
+        else:  # auto: acknowledged once the answer was written (runtime.http.handover)
+            held = pull.hold(parts.broker, active, count, chars, parts.permissions.may_read)
+            pulled = held.pulled
         # Each message was rendered before it left the queue (or was leased); the answer only joins
         # those texts, so nothing can fail once they are gone.
         parts = [json_limits.render(_ok(req, message_count=len(pulled)))[:-1],
@@ -580,8 +589,13 @@ class MessagesGetResource(_PubSubResource):
         if max_messages == 1 and len(pulled) == 1 and not body.get('wrap_in_list'):
             parts += [b',', pulled[0].text[1:-1]]  # Zato 4.1 answers a single message as top-level data and meta
         parts.append(b'}')
-        resp.data = b''.join(parts)
+        answer = b''.join(parts)
         resp.content_type = falcon.MEDIA_JSON
+        if held is None or not pulled:
+            resp.data = answer
+        else:
+            resp.stream = HandOver(answer, held, req.env.get('gunicorn.socket'))
+            resp.content_length = len(answer)
 
 
 def _max_pull_chars(parts: RestParts) -> int:

@@ -312,3 +312,22 @@ def test_queue_vacuum_settings_out_of_range_are_an_error_naming_the_key(tmp_path
     with pytest.raises(ConfigError) as e:
         load(tmp_path, f'[pubsub]\n{key} = {value}\n')
     assert f'[pubsub] {key}' in str(e.value)
+
+
+@pytest.mark.parametrize('key, value', [('frames_per_sec', '0'), ('frames_per_sec', 'nan'),
+                                        ('hello_frames_per_sec', '-1'), ('hello_frame_burst', '0'),
+                                        ('frame_burst', '1e12'), ('hello_max_bytes', '10'),
+                                        ('hello_timeout_secs', 'inf'), ('max_window', '0'),
+                                        ('max_subscriptions_per_definition', '-1'), ('max_frame_bytes', 'true')])
+def test_websocket_settings_out_of_range_are_an_error_naming_the_key(tmp_path: Path, key: str, value: str) -> None:
+    # Before, a rate of 0 or NaN was taken as it was: every frame of every client was refused.
+    with pytest.raises(ConfigError) as e:
+        load(tmp_path, f'[websocket]\n{key} = {value}\n')
+    assert f'[websocket] {key}' in str(e.value)
+
+
+def test_websocket_windows_and_hello_limit_must_agree(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r'\[websocket\] default_window.*max_window \(10\)'):
+        load(tmp_path, '[websocket]\ndefault_window = 20\nmax_window = 10\n')
+    with pytest.raises(ConfigError, match=r'\[websocket\] hello_max_bytes.*max_frame_bytes \(2048\)'):
+        load(tmp_path, '[websocket]\nhello_max_bytes = 4096\nmax_frame_bytes = 2048\n')

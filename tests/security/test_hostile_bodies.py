@@ -124,7 +124,7 @@ def test_an_oversize_body_is_a_413_with_or_without_content_length(target: LiveSe
         for i in range(0, len(big), 256 * 1024):
             yield big[i:i + 256 * 1024]
     r = target.request('POST', PUBLISH, data=chunks(), auth=AUTH, headers={'Content-Type': 'application/json'})
-    assert_error(r, 413, f'exceeds the limit of {limit} bytes')
+    assert_error(r, 413, f'over the limit of {limit} bytes')  # at the chunk size that takes it past
     assert_healthy(target)
 
 
@@ -183,6 +183,21 @@ def test_broken_chunked_framing_is_a_400_naming_it(target: LiveServer, path: str
     status, answer = raw_exchange(target, _chunked(path, body, auth=path == PUBLISH), close_write)
     assert status == 400, answer
     assert json.loads(answer)['details'] == f'request body: {named}'
+    assert_healthy(target)
+
+
+@pytest.mark.parametrize(('size_line', 'told'), [
+    (b'f' * 40, 'more than 10^15'),  # 2^160 bytes announced
+    (b'%x' % (5 * 1024 * 1024 + 1), str(5 * 1024 * 1024 + 1)),  # one byte over
+    (b'10;ext=1\r\n' + b'x' * 16 + b'\r\n' + b'%x' % (5 * 1024 * 1024 - 15), str(5 * 1024 * 1024 + 1)),  # by a sum
+], ids=['huge', 'one byte over', 'two chunks'])
+def test_a_chunk_size_over_the_body_limit_is_a_413_without_more_input(target: LiveServer, size_line: bytes,
+                                                                      told: str) -> None:
+    # Before, the server waited for the announced data until the rate rule's 408 (over 10 s).
+    status, answer = raw_exchange(target, _chunked(PUBLISH, size_line + b'\r\n{"data"', auth=True), timeout=5)
+    assert status == 413, answer
+    details = json.loads(answer)['details']
+    assert details == f'request body: its chunks announce {told} bytes, over the limit of {5 * 1024 * 1024} bytes'
     assert_healthy(target)
 
 

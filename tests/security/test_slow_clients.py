@@ -6,7 +6,10 @@ at production defaults (1,100 slow sockets against /health) are measured by benc
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -15,8 +18,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.live_server import LiveServer
-from tests.security.conftest import start_target, stop_and_check_log
+from tests.live_server import LiveServer, poll
+from tests.security.conftest import PASSWORD, USER, start_target, stop_and_check_log
 
 LIMITS = '''
 [http]
@@ -186,3 +189,53 @@ def test_a_greedy_keep_alive_client_does_not_starve_the_others(tight: LiveServer
     assert answered == pipelined
     # Served in turn: the other client's answer came long before the greedy client's last one.
     assert answered_before_other < pipelined // 2, answered_before_other
+
+
+def _pull_then_leave(server: LiveServer, sub_key: str, reset: bool) -> None:
+    """Ask for messages with ack 'auto', then close (or reset) the connection without reading the answer."""
+    body = json.dumps({'sub_key': sub_key, 'max_messages': 50}).encode()
+    token = base64.b64encode(f'{USER}:{PASSWORD}'.encode()).decode()
+    s = _connect(server)
+    if reset:  # close with a reset: SO_LINGER on, zero seconds
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))
+    s.sendall(b'POST /pubsub/messages/get HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+              b'Authorization: Basic ' + token.encode() + b'\r\n'
+              b'Content-Length: ' + str(len(body)).encode() + b'\r\n\r\n' + body)
+    s.close()
+
+
+@pytest.mark.parametrize('reset', [False, True], ids=['closed', 'reset'])
+def test_an_auto_ack_pull_its_client_never_read_is_handed_over_again(tight: LiveServer, reset: bool) -> None:
+    # Before, an auto pull acked what it took in its own transaction: five clients that went away
+    # before reading their answers took (and lost) every message.
+    auth = (USER, PASSWORD)
+    r = tight.request('POST', '/pubsub/subscribe/topic/sec.topic', auth=auth)
+    assert r.status_code == 200, r.text
+    sub_key = r.json()['sub_key']
+    sent = []
+    for i in range(4):
+        r = tight.request('POST', '/pubsub/topic/sec.topic', json={'data': {'n': i, 'reset': reset}}, auth=auth)
+        assert r.status_code == 200, r.text
+        sent.append(r.json()['msg_id'])
+    try:
+        for _ in range(5):
+            _pull_then_leave(tight, sub_key, reset)
+        time.sleep(1.0)  # the server takes the five pulls first (a wait, not a measure)
+        got: list[dict] = []
+
+        def everything_back() -> bool:
+            r = tight.request('POST', '/pubsub/messages/get', json={'sub_key': sub_key, 'max_messages': 50},
+                              auth=auth)
+            assert r.status_code == 200, r.text
+            got.extend(r.json()['messages'])
+            return len(got) >= len(sent)
+
+        poll(everything_back, 10, message='the messages the gone clients never read')
+        assert [m['meta']['msg_id'] for m in got] == sent  # each once, in order
+        # Put back as it was: a hand-over nobody got is not an attempt.
+        assert {m['meta']['delivery_count'] for m in got} == {1}
+        # Taken by a client that read its answer: gone from the queue.
+        r = tight.request('POST', '/pubsub/messages/get', json={'sub_key': sub_key}, auth=auth)
+        assert r.json()['messages'] == []
+    finally:
+        tight.request('POST', '/pubsub/unsubscribe/topic/sec.topic', json={'sub_key': sub_key}, auth=auth)

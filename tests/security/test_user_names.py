@@ -8,11 +8,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, select
 
+from runtime.config import AdminSection, DashboardSection
 from runtime.core import make_objects_applier
 from runtime.db.engine import transaction
 from runtime.db.models import BasicAuthDef
-from runtime.errors import ConfigError
+from runtime.errors import BadRequest, ConfigError
+from runtime.security_admin import SecurityAdmin
 from runtime.testing import make_settings
+from runtime.user_names import reserved_usernames
 from tests.live_server import REPO, LiveServer
 
 REFUSED = [
@@ -58,8 +61,9 @@ def test_the_admin_api_accepts_a_distinct_user_name(server: LiveServer) -> None:
     assert created['security']['username'] == 'crm2'
 
 
-def _apply(tmp_path: Path, engine: Engine, text: str) -> None:
+def _apply(tmp_path: Path, engine: Engine, text: str, admin: str = 'admin', viewer: str = 'viewer') -> None:
     settings = make_settings(tmp_path, str(engine.url.render_as_string(hide_password=False)))
+    settings.admin.username, settings.dashboard.viewer_username = admin, viewer
     settings.hot_deploy.services_dir = str(REPO / 'services')
     d = tmp_path / 'objects'
     d.mkdir(exist_ok=True)
@@ -90,3 +94,15 @@ def test_a_stored_look_alike_keeps_working_when_its_file_is_applied_again(tmp_pa
     with transaction(engine) as conn:
         conn.execute(BasicAuthDef.__table__.update().where(BasicAuthDef.name == 'crm.def').values(username='CRM'))
     _apply(tmp_path, engine, _file(('crm.def', 'CRM'), ('crm2.def', 'crm2')))
+
+
+@pytest.mark.parametrize('username', ['OPS', 'оps', 'аdmin', 'Watch'])  # Cyrillic о and а
+def test_configured_admin_and_viewer_names_are_reserved_like_the_defaults(tmp_path: Path, engine: Engine,
+                                                                          username: str) -> None:
+    # Before, only the default names 'admin' and 'viewer' were reserved, whatever the server used.
+    with pytest.raises(ConfigError, match='looks like the reserved'):
+        _apply(tmp_path, engine, _file(('twin.def', username)), admin='ops', viewer='watch')
+    refused = SecurityAdmin(engine, lambda: None, lambda: None, reserved_usernames(
+        AdminSection(username='ops'), DashboardSection(viewer_username='watch')))
+    with pytest.raises(BadRequest, match='looks like the reserved'):
+        refused.create({'name': 'twin.def', 'username': username, 'realm': 'Conduit', 'is_active': True}, 'pw')

@@ -55,6 +55,7 @@ PAGES: tuple[tuple[str, type[DashboardPage]], ...] = (
     (PREFIX + '/audit', audit.AuditPage),
     (PREFIX + '/security', security.SecurityPage),
     (PREFIX + '/channels', channels.ChannelsPage),
+    (PREFIX + '/file-channels/{name}', channels.FileChannelPage),
     (PREFIX + '/scheduler', scheduler.SchedulerPage),
     (PREFIX + '/spark', spark.SparkPage),
 )

@@ -14,7 +14,12 @@ queued and nothing is returned.
 
 Two ways to acknowledge:
 
-- ``auto`` (Zato's behaviour): what is handed over leaves the queue in the same transaction.
+- ``auto`` (Zato's behaviour): what is handed over leaves the queue. A service's pull
+  (``get_messages``) removes it in the same transaction. A REST client's pull (``hold``) leases it
+  under hold ids that are never shown for ``HOLD_SECS``; the HTTP layer removes it (``Held.settle``)
+  once the answer was written to the client's socket, and puts it back as it was (``Held.release``)
+  when the answer could not be written or the client was gone. A client that stops reading therefore
+  loses nothing; if the server dies in between, the hold runs out and the messages are due again.
 - ``manual``: the entries are leased to the caller for ``ack_deadline`` seconds under an ``ack_id``
   (``QueueEntry.ack_id``, with the deadline in ``next_attempt_at``) and their attempt is counted
   at once. ``ack`` removes them. An entry whose lease ran out is simply due again: the next pull
@@ -82,6 +87,10 @@ DEFAULT_MAX_LEN_CHARS = 20_000_000
 DEFAULT_ACK_DEADLINE_SECS = 30.0
 MAX_ACK_DEADLINE_SECS = 12 * 3600.0
 
+#: How long an auto-ack REST pull holds what it hands over while its answer is written: past it (the
+#: server died before it could settle or release them) the messages are due again.
+HOLD_SECS = 60.0
+
 #: Most ack_ids one acknowledgement may name.
 MAX_ACK_IDS = 1000
 
@@ -128,6 +137,8 @@ class Pulled:
     ack_id: str | None = None
     #: The message as its reader gets it, rendered before it was acked or leased (see the renderers below).
     rendered: Any = b''
+    #: The id it is leased under: its ack_id in manual mode, a hold id nobody sees in a held auto pull.
+    lease_id: str | None = None
 
     @property
     def text(self) -> bytes:
@@ -217,6 +228,58 @@ def take(source: PullSource, subs: list[SubInfo], max_messages: int, max_len: in
         return _take(source, subs, max_messages, max_len, lease_secs, may_read, renderer)
 
 
+@dataclass
+class Held:
+    """An auto-ack pull's messages, leased under hold ids until its answer was written (settle) or not (release)."""
+
+    source: PullSource
+    subs: list[SubInfo]
+    pulled: list[Pulled]
+    settled: bool = False
+
+    def settle(self) -> None:
+        """The answer reached the client's socket: remove the messages from their queues (delivered).
+
+        StorageUnavailable when the database cannot be reached: the hold then runs out and they come again.
+        """
+        if not self.settled:
+            self.settled = True
+            ids = [p.lease_id for p in self.pulled if p.lease_id]
+            for start in range(0, len(ids), MAX_ACK_IDS):
+                ack(self.source, self.subs, ids[start:start + MAX_ACK_IDS])
+
+    def release(self) -> None:
+        """The answer was not written: put the messages back as they were, due at once, the attempt not counted.
+
+        StorageUnavailable when the database cannot be reached: the hold then runs out and they come again.
+        """
+        if not self.settled:
+            self.settled = True
+            ids = [p.lease_id for p in self.pulled if p.lease_id]
+            if not ids:
+                return
+            sub_ids = [s.id for s in self.subs]
+
+            def work(conn: Connection) -> None:
+                conn.execute(update(QueueEntry).where(QueueEntry.sub_id.in_(sub_ids), QueueEntry.ack_id.in_(ids))
+                             .values(ack_id=None, next_attempt_at=time.time(),
+                                     delivery_count=QueueEntry.delivery_count - 1))
+
+            with storage_errors():
+                run_transaction(self.source.engine, work)
+
+
+def hold(source: PullSource, subs: list[SubInfo], max_messages: int, max_len: int,
+         may_read: Callable[[SubInfo, str], bool], renderer: Renderer = render) -> Held:
+    """An auto-ack pull whose messages stay held until the answer is written: ``take`` with a hidden lease.
+
+    StorageUnavailable when the database cannot be reached.
+    """
+    with storage_errors():
+        pulled = _take(source, subs, max_messages, max_len, HOLD_SECS, may_read, renderer, hidden=True)
+    return Held(source, subs, pulled)
+
+
 def get_messages(source: PullSource, sub_key: str, max_messages: int = DEFAULT_MAX_MESSAGES) -> list[dict[str, Any]]:
     """Take up to max_messages from a service's pull subscription (acked as they are handed over)."""
     sub = source.registry.subs_by_key.get(sub_key)
@@ -229,7 +292,8 @@ def get_messages(source: PullSource, sub_key: str, max_messages: int = DEFAULT_M
 
 
 def _take(source: PullSource, subs: list[SubInfo], max_messages: int, max_len: int, lease_secs: float | None,
-          may_read: Callable[[SubInfo, str], bool], renderer: Renderer) -> list[Pulled]:
+          may_read: Callable[[SubInfo, str], bool], renderer: Renderer, hidden: bool = False) -> list[Pulled]:
+    """The one pull transaction; hidden leases without showing the lease id (``hold``)."""
     by_id = {s.id: s for s in subs}
     limits = source.json_limits
 
@@ -275,7 +339,8 @@ def _take(source: PullSource, subs: list[SubInfo], max_messages: int, max_len: i
         for row in chosen:
             entries = [row, *twins[row.message_id]]
             d = full[row.id]
-            p = Pulled(d, by_id[row.sub_id], None if lease_secs is None else new_ack_id())
+            lease_id = None if lease_secs is None else new_ack_id()
+            p = Pulled(d, by_id[row.sub_id], None if hidden else lease_id, lease_id=lease_id)
             d.delivery_count += 1
             try:
                 p.rendered = renderer(p, now, limits)
@@ -289,7 +354,7 @@ def _take(source: PullSource, subs: list[SubInfo], max_messages: int, max_len: i
                 acked += [e.id for e in entries]
             else:
                 conn.execute(update(QueueEntry).where(QueueEntry.id.in_([e.id for e in entries])).values(
-                    ack_id=p.ack_id, next_attempt_at=now + lease_secs,
+                    ack_id=lease_id, next_attempt_at=now + lease_secs,
                     delivery_count=QueueEntry.delivery_count + 1))
             pulled.append(p)
             chars += row.chars

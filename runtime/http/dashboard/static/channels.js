@@ -141,10 +141,16 @@
     }).catch(function (e) { Dash.notify('Loading the WebSocket subscribers failed: ' + e.message, 'error'); });
   }
 
+  // A link to the channel's page (its runs); '.' and '..' stay text: a browser resolves them out of any URL.
+  function fileChannelName(f) {
+    if (f.name === '.' || f.name === '..') return f.name;
+    return Dash.el('a', {href: '/dashboard/file-channels/' + encodeURIComponent(f.name), text: f.name});
+  }
+
   function loadFileChannels() {
     return Dash.api('GET', '/file-channels').then(function (answer) {
       Dash.table($('files-list'), answer.file_channels.slice(0, SHOWN), [
-        {label: 'Name', key: 'name'},
+        {label: 'Name', render: fileChannelName},
         {label: 'Source', render: function (f) { return f.sftp_host ? 'sftp://' + f.sftp_host + (f.directory || '') : (f.directory || ''); }},
         {label: 'Patterns', render: function (f) { return Array.isArray(f.patterns) ? f.patterns.join(', ') : (f.patterns || ''); }},
         {label: 'Active', render: function (f) {
