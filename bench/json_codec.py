@@ -9,7 +9,7 @@ less):
 - ``encode``: the data checked and stored as text (``runtime.pubsub.message.encode_data``);
 - ``decode``: the stored text parsed for a service subscriber (``decode_data``);
 - ``pull``: a pull subscriber's message rendered (``render_pull``);
-- ``push``: a REST push body rendered (``runtime.json_limits.dumps`` of the push view);
+- ``push``: a REST push body rendered (``runtime.util.json_limits.dumps`` of the push view);
 - ``total``: the sum, the JSON cost of one message published over REST and delivered once.
 
     .venv/bin/python bench/json_codec.py [--iterations 20000] [--repeat 5]
@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runtime import json_limits  # noqa: E402
 from runtime.http.body import parse_json  # noqa: E402
 from runtime.pubsub.message import Delivery, decode_data, encode_data, render_pull  # noqa: E402
+from runtime.util import json_limits  # noqa: E402
 
 #: The data of the typical message.
 DATA = {'order_id': 1234567, 'customer': {'id': 'C-981', 'name': 'Zoë Müller', 'vip': True},

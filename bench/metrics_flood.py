@@ -4,7 +4,7 @@ Starts a real server (SQLite, one worker), sends ``--requests`` unauthenticated 
 an invented method and path, from ``--clients`` threads, then scrapes ``/metrics`` (with the admin
 credentials) while one client polls ``GET /health``. Prints the size of the exposition, the number
 of ``conduit_http_requests_total`` series, the scrape time and the slowest ``/health`` meanwhile.
-Every label is bounded (runtime.metrics), so the size should not grow with the flood; before that,
+Every label is bounded (runtime.observability.metrics), so the size should not grow with the flood; before that,
 20,000 such requests made the exposition 44 MB. It writes nothing.
 
     .venv/bin/python bench/metrics_flood.py [--requests 20000] [--clients 8]

@@ -560,11 +560,11 @@ def bulk_subscriptions(srv: Server, count: int, topic: str = IDLE_TOPIC, kind: s
     hub, REST or the admin API reloads the whole registry, which makes thousands of them take
     minutes (the idle part measures that).
     """
+    from runtime.cluster.sync import bump
     from runtime.config import PubSubSection
     from runtime.db.engine import transaction
     from runtime.pubsub import statements
     from runtime.pubsub.registry import KIND_WEBSOCKET
-    from runtime.sync import bump
     started = time.perf_counter()
     keys = []
     with transaction(srv.engine(), write=True) as conn:

@@ -7,7 +7,7 @@ from runtime.errors import (
     SelfInvocation,
     ServiceNotFound,
 )
-from runtime.service import Service
+from runtime.service.base import Service
 
 __all__ = [
     # Services

@@ -66,7 +66,8 @@ class ServerSection:
     workers: int = 1
     graceful_timeout_secs: float = 10.0
     pidfile: str = 'var/conduit.pid'
-    #: Where the workers write their counts so that /metrics adds them up (runtime.metrics_share); emptied at start.
+    #: Where the workers write their counts so that /metrics adds them up
+    #: (runtime.observability.metrics_share); emptied at start.
     metrics_dir: str = 'var/metrics'
     #: How often each worker writes them (what a worker killed with SIGKILL counted since is lost).
     metrics_interval_secs: float = 1.0
@@ -338,7 +339,7 @@ class FileTransferSection:
 
 @dataclass
 class StatsSection:
-    """[stats]: the worker registry's heartbeat and the dashboard's rate and service statistics (runtime.stats)."""
+    """[stats]: the worker registry's heartbeat and the dashboard's rate and service statistics (insight.stats)."""
 
     #: Seconds between two heartbeats of a worker in the worker registry.
     heartbeat_secs: float = 5.0

@@ -22,31 +22,31 @@ from typing import TYPE_CHECKING, Any
 import gevent
 from sqlalchemy import Engine, select
 
-from runtime.audit import AuditLog
-from runtime.channel_admin import ChannelAdmin
-from runtime.channels import Channel, ChannelRouter, parse_methods
+from runtime.channels.admin import ChannelAdmin
+from runtime.channels.rest import Channel, ChannelRouter, parse_methods
+from runtime.cluster.sync import Synchronizer, one_reload_at_a_time
+from runtime.cluster.workers import WorkerIdentity, WorkerRegistry
 from runtime.config import Settings
-from runtime.dashboard_sessions import SessionStore
 from runtime.db.engine import database_answers, make_engine, make_psycopg_cooperative
 from runtime.db.migrate import upgrade
 from runtime.db.models import BasicAuthDef, RestChannel
-from runtime.deploy_history import DeployHistory
+from runtime.deploy.history import DeployHistory
+from runtime.deploy.hot_deploy import SYNC_KEY as DEPLOYMENTS_KEY
+from runtime.deploy.hot_deploy import HotDeployer, services_directories
 from runtime.errors import ConfigError
 from runtime.files.admin import FileChannelAdmin
 from runtime.files.claims import this_owner
 from runtime.files.definition import FILE_CHANNELS_KEY
 from runtime.files.manager import FileTransfer
 from runtime.files.objects import section_handler as file_channel_section
-from runtime.hot_deploy import SYNC_KEY as DEPLOYMENTS_KEY
-from runtime.hot_deploy import HotDeployer, services_directories
 from runtime.http.admin.parts import AdminParts
 from runtime.http.app import AppParts, make_app
 from runtime.http.pubsub_rest import RestParts
-from runtime.insight import Insight
-from runtime.invoke import Invoker
-from runtime.json_limits import JsonLimits
-from runtime.metrics import Metrics
-from runtime.objects import CHANNELS_KEY, SECURITY_KEY, ObjectsApplier
+from runtime.insight.overview import Insight
+from runtime.insight.stats import StatsFlusher
+from runtime.objects.applier import CHANNELS_KEY, SECURITY_KEY, ObjectsApplier
+from runtime.observability.audit import AuditLog
+from runtime.observability.metrics import Metrics
 from runtime.pubsub.api import PubSubAPI
 from runtime.pubsub.archive import MessageArchive
 from runtime.pubsub.broker import Broker
@@ -64,16 +64,16 @@ from runtime.pubsub.websocket_hub import WebSocketHub
 from runtime.scheduler import SYNC_KEY as SCHEDULER_KEY
 from runtime.scheduler import Scheduler
 from runtime.scheduler.objects import section_handler as scheduler_section
-from runtime.security import BasicAuth, SecurityRegistry
-from runtime.security_admin import SecurityAdmin
-from runtime.service_catalog import catalog, recorded_names
+from runtime.security.admin import SecurityAdmin
+from runtime.security.basic_auth import BasicAuth, SecurityRegistry
+from runtime.security.dashboard_sessions import SessionStore
+from runtime.security.user_names import reserved_usernames
+from runtime.service.catalog import catalog, recorded_names
+from runtime.service.invoke import Invoker
+from runtime.service.store import ServiceStore
 from runtime.spark.manager import SparkManager
-from runtime.spawn import Spawner
-from runtime.stats import StatsFlusher
-from runtime.store import ServiceStore
-from runtime.sync import Synchronizer, one_reload_at_a_time
-from runtime.user_names import reserved_usernames
-from runtime.workers import WorkerIdentity, WorkerRegistry
+from runtime.util.json_limits import JsonLimits
+from runtime.util.spawn import Spawner
 
 if TYPE_CHECKING:
     import falcon

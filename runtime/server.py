@@ -1,12 +1,12 @@
 """The server: gunicorn run programmatically, gevent workers, one runtime per worker.
 
-The master first claims its configuration (``runtime.single_instance``: a second start of a
+The master first claims its configuration (``runtime.cluster.single_instance``: a second start of a
 running server stops there, having touched nothing), then migrates the database and applies the
 object files once, before forking, so that
 workers never race each other on the schema. Each worker then builds its own runtime after the
 gevent worker has monkey-patched the standard library (``load()`` runs in the worker), and stops
 it in ``worker_exit``. The workers' metrics are added up through ``server.metrics_dir``
-(``runtime.metrics_share``): the master empties it on start and keeps the counts of every worker
+(``runtime.observability.metrics_share``): the master empties it on start and keeps the counts of every worker
 that exits (``child_exit``). On SIGTERM gunicorn stops accepting connections and lets requests in flight
 finish for up to ``server.graceful_timeout_secs``.
 """
@@ -23,12 +23,12 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 from gunicorn.glogging import Logger
 
-from runtime.admin_credentials import admin_password, viewer_password
+from runtime.cluster.single_instance import claim, release_in_worker
 from runtime.config import Settings
 from runtime.core import Runtime, prepare_database
-from runtime.log_lines import OneLineFormatter
-from runtime.metrics_share import MetricsDir
-from runtime.single_instance import claim, release_in_worker
+from runtime.observability.log_lines import OneLineFormatter
+from runtime.observability.metrics_share import MetricsDir
+from runtime.security.admin_credentials import admin_password, viewer_password
 
 _log = logging.getLogger(__name__)
 

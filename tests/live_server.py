@@ -19,7 +19,7 @@ from runtime.config import ServerSection
 #: The repository's root, whose services/ every test server deploys.
 REPO = Path(__file__).resolve().parent.parent
 
-#: What a server that found its address in use says (runtime.single_instance) before it exits.
+#: What a server that found its address in use says (runtime.cluster.single_instance) before it exits.
 _PORT_TAKEN = 'is in use by another process'
 
 ADMIN_USER = 'admin'

@@ -7,7 +7,7 @@ import click
 from runtime.cli.client import call
 from runtime.cli.output import confirm, json_option, rows
 
-#: Roles a session may have (runtime.dashboard_sessions.ROLES, not imported: the CLI loads no server code).
+#: Roles a session may have (runtime.security.dashboard_sessions.ROLES, not imported: the CLI loads no server code).
 ROLES = ('admin', 'viewer')
 
 

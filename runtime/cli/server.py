@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 
 import click
 
-from runtime import log_lines
 from runtime.config import Settings
 from runtime.errors import ConduitError
+from runtime.observability import log_lines
 
 
 def _settings(ctx: click.Context) -> Settings:

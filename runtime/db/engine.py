@@ -24,8 +24,8 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 
-from runtime.datafiles import create_private_file, private_dir
 from runtime.errors import ConfigError
+from runtime.util.datafiles import create_private_file, private_dir
 
 
 def make_psycopg_cooperative() -> None:

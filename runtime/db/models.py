@@ -522,7 +522,7 @@ class DashboardCredential(Base):
     #: 'admin' or 'viewer'.
     role: Mapped[str] = mapped_column(String(16), primary_key=True)
     username: Mapped[str] = mapped_column(String(200))
-    #: scrypt hash with a random salt (runtime.security.hash_password): never the password.
+    #: scrypt hash with a random salt (runtime.security.basic_auth.hash_password): never the password.
     password_hash: Mapped[str] = mapped_column(String(400))
     #: Random; new at every change of the password or user name.
     generation: Mapped[str] = mapped_column(String(64))
@@ -571,5 +571,5 @@ class ServiceStat(Base):
     invocations: Mapped[int] = mapped_column(BigInteger, default=0)
     errors: Mapped[int] = mapped_column(BigInteger, default=0)
     total_secs: Mapped[float] = mapped_column(Float, default=0.0)
-    #: JSON list of counts per latency bucket (runtime.metrics' bounds), for percentiles.
+    #: JSON list of counts per latency bucket (runtime.observability.metrics' bounds), for percentiles.
     histogram: Mapped[str] = mapped_column(Text, default='[]')

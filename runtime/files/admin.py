@@ -1,7 +1,7 @@
 """Administration of inbound file channels: list, read, create, change, delete, and their run history.
 
 What the admin API and the CLI do with file channels, without HTTP. Each change is one
-transaction that also bumps the ``file_channels`` sync key (``runtime.checked_write``), so every
+transaction that also bumps the ``file_channels`` sync key (``runtime.objects.checked_write``), so every
 worker's file transfer restarts the pollers whose channel changed within ``sync.interval_secs``,
 and this worker at once (``changed``). Definitions are checked by ``FileChannelDef.from_values``
 before they get here; this layer adds what needs the database: a name is used once, the topics a
@@ -23,13 +23,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 
-from runtime.checked_write import write_checked
 from runtime.db.blocking import run_transaction
 from runtime.db.models import FileChannelRow, FileRun
 from runtime.errors import ConfigError, ObjectExists, ObjectNotFound
 from runtime.files.definition import FILE_CHANNELS_KEY, FileChannelDef
-from runtime.object_checks import topic_missing
-from runtime.timefmt import iso
+from runtime.objects.checked_write import write_checked
+from runtime.objects.checks import topic_missing
+from runtime.util.timefmt import iso
 
 #: The kind of object errors and the audit log name.
 KIND = 'file channel'

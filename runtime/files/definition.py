@@ -9,7 +9,7 @@ all build it with ``FileChannelDef.from_values``, which refuses anything else wi
 columns of their own); ``FileChannelDef.from_stored`` reads it back.
 
 Secrets are never part of a definition: an SFTP password or private key is given only as a
-``${CONDUIT_SECRET_...}`` reference (``runtime.secret_refs``), resolved when the channel connects,
+``${CONDUIT_SECRET_...}`` reference (``runtime.security.secret_refs``), resolved when the channel connects,
 so that ``as_values()`` is safe to store, to show in the admin API and to write to the audit log.
 An SFTP source must also pin the server's host key (``sftp_host_key``) or name a known_hosts
 file: a channel never trusts the first key it is shown.
@@ -23,12 +23,12 @@ import posixpath
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
-from runtime import secret_refs
 from runtime.errors import ConfigError, InvalidTopicName
 from runtime.files.naming import INBOUND_FIELDS, check_template
 from runtime.files.parsers import check_encoding
 from runtime.files.sftp_params import HOST_KEY_TYPES, SftpParams, check_params, parse_host_key
 from runtime.pubsub.topics import normalize, validate_topic_name
+from runtime.security import secret_refs
 
 #: Sync key bumped whenever a file channel is created, changed or deleted.
 FILE_CHANNELS_KEY = 'file_channels'

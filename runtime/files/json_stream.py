@@ -9,7 +9,7 @@ geometrically while one element is read, so a long element costs linear time, an
 the record limit fails as soon as that is certain.
 
 Parsing refuses NaN and Infinity; depth and integer digits are checked on the parsed value by
-``runtime.json_limits.check``, as for every JSON Conduit accepts.
+``runtime.util.json_limits.check``, as for every JSON Conduit accepts.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 from runtime.errors import FileParseError
 from runtime.files.text_stream import TextStream, too_large
-from runtime.json_limits import InvalidJson, JsonLimits
-from runtime.json_limits import check as check_json
+from runtime.util.json_limits import InvalidJson, JsonLimits
+from runtime.util.json_limits import check as check_json
 
 #: How near the end of the buffered text a JSON element may end (or fail) and still be cut short
 #: by the end of the buffer: a number or a literal split across two chunks parses (or fails) up to
@@ -47,7 +47,7 @@ def _refuse_constant(token: str) -> Any:
 
 
 #: NaN and Infinity refused while parsing; the other limits are checked on the parsed value
-#: (runtime.json_limits.check).
+#: (runtime.util.json_limits.check).
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 #: The canonical form of a JSON value: what its raw bytes (and so its digest) are made of.

@@ -25,6 +25,7 @@ from typing import Any
 import gevent
 from sqlalchemy import Engine
 
+from runtime.cluster.sync import one_reload_at_a_time
 from runtime.config import FileTransferSection
 from runtime.db.blocking import run_transaction
 from runtime.errors import ConfigError
@@ -34,8 +35,7 @@ from runtime.files.poller import Poller
 from runtime.files.processor import ChannelContext, Prepare, RunService, StorePrepared
 from runtime.files.sftp import SftpParams
 from runtime.files.sources import Source, open_source
-from runtime.json_limits import JsonLimits
-from runtime.sync import one_reload_at_a_time
+from runtime.util.json_limits import JsonLimits
 
 _log = logging.getLogger(__name__)
 

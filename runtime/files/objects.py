@@ -3,7 +3,7 @@
 Each item holds the fields of ``FileChannelDef`` (``name``, ``directory``, ``patterns``,
 ``format``, ``topics``, ``service``, ``after``, ``sftp_*``, ...), checked by
 ``FileChannelDef.from_values``; SFTP secrets are written as ``${CONDUIT_SECRET_...}`` references
-and stored as such. Channels are matched by name. As for every section (``runtime.objects``), a
+and stored as such. Channels are matched by name. As for every section (``runtime.objects.applier``), a
 channel belongs to the file that declared it: re-applying the files updates it, a file that no
 longer declares it deletes it, and a channel made through the admin API or the CLI, or declared by a
 file outside this application, is left alone with a warning. A channel publishing to a topic that
@@ -19,12 +19,12 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select, update
 
-from runtime import zato_keys
 from runtime.db.models import FileChannelRow
 from runtime.errors import ConfigError
 from runtime.files.definition import FILE_CHANNELS_KEY, FileChannelDef
-from runtime.object_checks import check_service, topic_missing
-from runtime.objects import CREATE, DELETE, UPDATE, Scope, SectionHandler
+from runtime.objects import zato_keys
+from runtime.objects.applier import CREATE, DELETE, UPDATE, Scope, SectionHandler
+from runtime.objects.checks import check_service, topic_missing
 
 #: The section's name in the object files.
 SECTION = 'file_channel'

@@ -21,7 +21,7 @@ Guarantees:
   ``record 12 (line 13): invalid JSON: Expecting ',' delimiter at column 9``. Lines are 1-based and
   are where a record starts (a CSV row with a quoted newline, a JSON element spread over lines).
   Bytes that are not valid in the encoding fail the record (and line) holding them.
-- **JSON as Conduit accepts it** everywhere else (``runtime.json_limits``): nesting depth and integer
+- **JSON as Conduit accepts it** everywhere else (``runtime.util.json_limits``): nesting depth and integer
   digits within the limits, no NaN or Infinity.
 - **A canonical ``raw``** per record, whose ``digest`` identifies the record across drops of the same
   data: a line's or JSON Lines line's text (line end and, for JSON Lines, surrounding blanks
@@ -54,7 +54,7 @@ from typing import Any, BinaryIO
 from runtime.errors import ConfigError, FileParseError
 from runtime.files.json_stream import JsonArray, JsonFault, parse_json
 from runtime.files.text_stream import CHUNK_BYTES, LineTooLong, TextStream, decode_whole, line_batches, too_large, utf8
-from runtime.json_limits import JsonLimits
+from runtime.util.json_limits import JsonLimits
 
 __all__ = ['CHUNK_BYTES', 'FORMATS', 'RECORD_MODES', 'Record', 'check_csv_delimiter', 'check_encoding', 'digest',
            'digest_bytes', 'read_records']

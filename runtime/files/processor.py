@@ -71,9 +71,9 @@ from runtime.files import claims, naming, parsers, statements
 from runtime.files.definition import FileChannelDef
 from runtime.files.sources import Entry, Source
 from runtime.files.statements import RunInfo, RunLost
-from runtime.json_limits import JsonLimits
 from runtime.pubsub.message import Publication
-from runtime.timefmt import iso
+from runtime.util.json_limits import JsonLimits
+from runtime.util.timefmt import iso
 
 _log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@
   pinned ``host_key`` line, or be listed for ``[host]:port`` (``host`` for port 22) in the
   ``known_hosts`` file. An unknown or different key refuses the connection with
   ``SourceUnavailable`` saying so; keys are never added automatically.
-- **Credentials** are ``${CONDUIT_SECRET_...}`` references (``runtime.secret_refs``), resolved at
+- **Credentials** are ``${CONDUIT_SECRET_...}`` references (``runtime.security.secret_refs``), resolved at
   each connection, so that neither the database nor this object holds a secret. A private key
   is the text of an unencrypted OpenSSH or PEM key (ed25519, ECDSA, RSA). No agent and no keys from
   ``~/.ssh`` are used. Errors name the variable at most, never its value.
@@ -48,10 +48,10 @@ import paramiko
 from paramiko.sftp import CMD_CLOSE, CMD_NAME, CMD_OPENDIR, CMD_READDIR, SFTPError
 from paramiko.sftp_attr import SFTPAttributes
 
-from runtime import secret_refs
 from runtime.errors import ConfigError, LinkRefused, SourceMissing, SourceUnavailable
 from runtime.files.sftp_params import SftpParams, check_params, load_private_key, parse_host_key, sftp_label
 from runtime.files.source_base import Entry, clean_path, split_path, temp_name
+from runtime.security import secret_refs
 
 __all__ = ['SftpParams', 'SftpSource', 'check_params', 'load_private_key', 'parse_host_key', 'sftp_label']
 

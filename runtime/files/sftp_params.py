@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import paramiko
 
-from runtime import secret_refs
 from runtime.errors import ConfigError
+from runtime.security import secret_refs
 
 #: Key types a pinned host key line may have.
 HOST_KEY_TYPES = ('ssh-ed25519', 'ecdsa-sha2-nistp256', 'ecdsa-sha2-nistp384', 'ecdsa-sha2-nistp521', 'ssh-rsa')
@@ -30,7 +30,7 @@ class SftpParams:
     host: str
     port: int = 22
     username: str = ''
-    password_ref: str = ''  # '${CONDUIT_SECRET_X}' reference; resolved at connect via runtime.secret_refs
+    password_ref: str = ''  # '${CONDUIT_SECRET_X}' reference; resolved at connect via runtime.security.secret_refs
     private_key_ref: str = ''  # reference whose value is the private key text (OpenSSH/PEM; ed25519, ecdsa, rsa)
     host_key: str = ''  # the server's public key line 'ssh-ed25519 AAAA...' (pinned), or
     known_hosts: str = ''  # a known_hosts file path; one of the two is required (never AutoAdd)

@@ -28,9 +28,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime import json_limits
 from runtime.errors import ConfigError, FileRenderError
-from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
+from runtime.util import json_limits
+from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
 
 #: File formats a file subscriber writes.
 FORMATS = ('json', 'jsonl', 'csv')

@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import falcon
 
-from runtime import json_limits
-from runtime.admin_credentials import admin_password, viewer_password
 from runtime.errors import BadRequest
 from runtime.http import auth, errors, pubsub_rest
 from runtime.http.admin.audit import AdminWrites
@@ -26,26 +24,28 @@ from runtime.http.dashboard.parts import DashboardParts
 from runtime.http.dashboard.routes import add_routes as add_dashboard_routes
 from runtime.http.dashboard.sign_in import REALM as DASHBOARD_REALM
 from runtime.http.dashboard.sign_in import VIEWER_DEFINITION
+from runtime.http.metrics import HttpMetrics, MetricsResource
 from runtime.http.openapi import BOOL, INT, STR, OpenApiResource, obj, operation
 from runtime.http.signin_log import FailedSignInLog
 from runtime.http.websocket.resource import WebSocketResource
 from runtime.http.websocket.session import SignIn, WebSocketParts
-from runtime.invoke import new_cid
-from runtime.json_limits import JsonLimits
-from runtime.metrics import MetricsResource
-from runtime.security import BasicAuth, SecurityRegistry, hash_password
+from runtime.security.admin_credentials import admin_password, viewer_password
+from runtime.security.basic_auth import BasicAuth, SecurityRegistry, hash_password
+from runtime.service.invoke import new_cid
+from runtime.util import json_limits
+from runtime.util.json_limits import JsonLimits
 
 if TYPE_CHECKING:
 
-    from runtime.channels import ChannelRouter
+    from runtime.channels.rest import ChannelRouter
     from runtime.config import Settings
-    from runtime.dashboard_sessions import SessionStore
     from runtime.http.admin.parts import AdminParts
     from runtime.http.pubsub_rest import RestParts
-    from runtime.invoke import Invoker
-    from runtime.metrics import Metrics
+    from runtime.observability.metrics import Metrics
     from runtime.pubsub.websocket_hub import WebSocketHub
-    from runtime.store import ServiceStore
+    from runtime.security.dashboard_sessions import SessionStore
+    from runtime.service.invoke import Invoker
+    from runtime.service.store import ServiceStore
 
 #: Response header carrying the request's correlation id.
 CID_HEADER = 'X-Conduit-CID'
@@ -137,10 +137,10 @@ def make_app(parts: AppParts, **kwargs: Any) -> falcon.App:
     route_auth = auth.RouteAuth(_admin_credentials(parts.settings, admin_hash), parts.security, throttle, failures_log,
                                 dashboard=gate)
     # Metrics first: its process_response times every request, those the others refuse too.
-    app = falcon.App(middleware=[parts.metrics.http_middleware(), DashboardHeaders(), _CidMiddleware(), _NulGuard(),
+    app = falcon.App(middleware=[HttpMetrics(parts.metrics), DashboardHeaders(), _CidMiddleware(), _NulGuard(),
                                  InputLimits.from_settings(http), route_auth, AdminWrites(parts.admin)], **kwargs)
     app.req_options.strip_url_path_trailing_slash = False
-    # Answers rendered by orjson (the standard library for what it refuses): runtime.json_limits.render.
+    # Answers rendered by orjson (the standard library for what it refuses): runtime.util.json_limits.render.
     app.resp_options.media_handlers[falcon.MEDIA_JSON] = falcon.media.JSONHandler(dumps=json_limits.render)
     errors.install(app)
     app.add_route('/health', HealthResource(parts.database_answers, parts.store))

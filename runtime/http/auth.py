@@ -40,7 +40,7 @@ import falcon
 
 from runtime.errors import ConduitError, ObjectNotFound, SessionRequired, TooManyRequests
 from runtime.http.signin_log import FailedSignInLog
-from runtime.security import SecurityRegistry, parse_basic_header
+from runtime.security.basic_auth import SecurityRegistry, parse_basic_header
 
 #: Auth policies a resource may declare in its ``auth`` attribute.
 ADMIN = 'admin'

@@ -18,7 +18,7 @@ itself on ``req.context.limits`` (a request that did not pass through it gets th
   goes away mid-body are a 400 naming the problem, never a traceback. After those and after a
   408 the connection is closed, since where the next request would start is unknown (the rest of
   an oversize body is left to the server, which drains it for at most its keep-alive time);
-- JSON: nesting depth, integer digits, no NaN/Infinity (``runtime.json_limits``), a 400 naming
+- JSON: nesting depth, integer digits, no NaN/Infinity (``runtime.util.json_limits``), a 400 naming
   the problem.
 """
 
@@ -39,10 +39,10 @@ from gunicorn.http.errors import (
     ParseException,
 )
 
-from runtime import json_limits
 from runtime.config import HttpSection
 from runtime.errors import BadRequest, PayloadTooLarge, RequestTimeout
-from runtime.json_limits import JsonLimits
+from runtime.util import json_limits
+from runtime.util.json_limits import JsonLimits
 
 _log = logging.getLogger(__name__)
 

@@ -9,14 +9,14 @@ import falcon
 
 from runtime.errors import ChannelNotFound, MethodNotAllowed, ServiceNotFound
 from runtime.http.body import limits_of, parse_body, read_body
-from runtime.service import HttpInfo
-from runtime.service_context import CHANNEL_REST
+from runtime.service.base import HttpInfo
+from runtime.service.context import CHANNEL_REST
 
 if TYPE_CHECKING:
-    from runtime.channels import ChannelRouter
-    from runtime.invoke import Invoker
-    from runtime.security import SecurityRegistry
-    from runtime.store import ServiceStore
+    from runtime.channels.rest import ChannelRouter
+    from runtime.security.basic_auth import SecurityRegistry
+    from runtime.service.invoke import Invoker
+    from runtime.service.store import ServiceStore
 
 
 class ChannelSink:

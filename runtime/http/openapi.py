@@ -28,7 +28,7 @@ import falcon
 from runtime.http.auth import ADMIN, CALLER, routed_resources
 
 if TYPE_CHECKING:
-    from runtime.channels import ChannelRouter
+    from runtime.channels.rest import ChannelRouter
 
 #: Methods a channel with no methods of its own answers.
 CHANNEL_ANY_METHODS = ('get', 'post', 'put', 'patch', 'delete')

@@ -15,7 +15,7 @@
   (runtime.http.handover).
 - ``POST /pubsub/messages/ack``: ``{sub_key?, ack_ids}`` for messages taken with ``ack: "manual"``.
 
-The caller is any active Basic Auth definition (runtime.security); its name is the subscriber's
+The caller is any active Basic Auth definition (runtime.security.basic_auth); its name is the subscriber's
 identity (``Subscription.security``). Publishing and subscribing need the ``pub`` / ``sub``
 permission of the definition (runtime.pubsub.permissions). A sub_key that is not the caller's is
 answered exactly like one that does not exist (404), and no answer or log line repeats a sub_key.
@@ -49,7 +49,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import falcon
 
-from runtime import json_limits
 from runtime.errors import (
     AccessDenied,
     BadRequest,
@@ -78,15 +77,16 @@ from runtime.pubsub.registry import (
 )
 from runtime.pubsub.subscribers import pull
 from runtime.pubsub.topics import normalize, validate_topic_name
-from runtime.timefmt import iso
+from runtime.util import json_limits
+from runtime.util.timefmt import iso
 
 if TYPE_CHECKING:
     from runtime.config import Settings
     from runtime.pubsub.broker import Broker
     from runtime.pubsub.catalog import Catalog
     from runtime.pubsub.permissions import Permissions
-    from runtime.security import BasicAuth, SecurityRegistry
-    from runtime.store import ServiceStore
+    from runtime.security.basic_auth import BasicAuth, SecurityRegistry
+    from runtime.service.store import ServiceStore
 
 _log = logging.getLogger(__name__)
 

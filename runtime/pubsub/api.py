@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from runtime.pubsub.broker import Broker
     from runtime.pubsub.catalog import Catalog
     from runtime.pubsub.message import MsgId
-    from runtime.service import Service
+    from runtime.service.base import Service
 
 
 class PubSubAPI:

@@ -13,7 +13,7 @@ attempt), ``duration_ms`` (the handler's time), ``error``, ``reason`` (of a dead
 ``priority, size, publisher, correl_id, mime_type`` and, unless ``include_data`` is off,
 ``data`` (the JSON value itself for JSON messages, else the text).
 
-Directories are created 0700 and files 0600 (``runtime.datafiles``), whatever the umask.
+Directories are created 0700 and files 0600 (``runtime.util.datafiles``), whatever the umask.
 
 Guarantees: at least once. A record is buffered in memory when the attempt ends and written
 within ``flush_interval_secs`` (sooner past ``max_buffer``), on ``flush()`` and when the broker
@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Any
 import gevent
 from gevent.lock import Semaphore
 
-from runtime import json_limits
-from runtime.datafiles import open_private_append, private_dir
 from runtime.pubsub.observers import PubSubObserver
 from runtime.pubsub.retry import REASON_UNRENDERABLE
-from runtime.timefmt import iso_millis
+from runtime.util import json_limits
+from runtime.util.datafiles import open_private_append, private_dir
+from runtime.util.timefmt import iso_millis
 
 if TYPE_CHECKING:
     from runtime.config import ArchiveSection

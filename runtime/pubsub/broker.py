@@ -39,10 +39,10 @@ from gevent.event import AsyncResult
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from runtime.cluster.sync import one_reload_at_a_time
 from runtime.config import PubSubSection
 from runtime.db.blocking import run_transaction
 from runtime.errors import ConfigError, StorageUnavailable, TopicFull, TopicInactive, TopicNotFound
-from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub import message, statements
 from runtime.pubsub.catalog import Catalog
 from runtime.pubsub.dead_letters import DeadLetterer
@@ -60,8 +60,8 @@ from runtime.pubsub.subscribers.rest_push import OutboundPolicy, set_outbound_po
 from runtime.pubsub.sweeper import SWEEPER_LEASE, Sweeper
 from runtime.pubsub.topics import validate_topic_name
 from runtime.pubsub.wakeups import Wakeups
-from runtime.random_ids import random_hex
-from runtime.sync import one_reload_at_a_time
+from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
+from runtime.util.random_ids import random_hex
 
 _log = logging.getLogger(__name__)
 

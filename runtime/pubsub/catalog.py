@@ -16,6 +16,7 @@ from gevent.lock import Semaphore
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
+from runtime.cluster.sync import bump
 from runtime.db.blocking import run_transaction
 from runtime.db.models import Subscription
 from runtime.errors import ConfigError, SubscriptionNotFound, TopicNotFound
@@ -32,7 +33,6 @@ from runtime.pubsub.registry import (
     service_topic_name,
 )
 from runtime.pubsub.topics import validate_pattern, validate_topic_name
-from runtime.sync import bump
 
 if TYPE_CHECKING:
     from runtime.config import PubSubSection

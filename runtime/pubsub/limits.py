@@ -35,8 +35,8 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runtime.datafiles import open_private_append, private_dir
 from runtime.errors import OverflowLogFull, QueueFull
+from runtime.util.datafiles import open_private_append, private_dir
 
 if TYPE_CHECKING:
     from runtime.pubsub.message import Publication

@@ -5,7 +5,7 @@ text as it is, bytes as base64 with ``;base64`` appended to the mime type. ``dec
 ``Delivery.payload``) give the publisher's value back: JSON decoded, base64 decoded to bytes.
 
 Each kind of subscriber sees a message through one view function, and every view computes its
-times and expiration the same way (``runtime.timefmt.iso``, ``expiration_secs``):
+times and expiration the same way (``runtime.util.timefmt.iso``, ``expiration_secs``):
 
 - ``service_view``: what a subscribed service (and a service's own pull) gets as its raw request:
   the data decoded, with the message's metadata;
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from runtime import json_limits
 from runtime.errors import InvalidMessage, MessageTooLarge, UnrenderableMessage
-from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
-from runtime.timefmt import iso, iso_or_none
+from runtime.util import json_limits
+from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
+from runtime.util.timefmt import iso, iso_or_none
 
 #: Every msg_id starts with it, as Zato 4.1's do (its clients and load scripts check the prefix).
 MSG_ID_PREFIX = 'zpsm'

@@ -2,7 +2,7 @@
 
 Topics are matched by name, service subscriptions by (service, topic), REST push subscriptions
 by (security, topic, endpoint name); objects the files no longer declare are removed if those files
-made them (``runtime.objects``: each object belongs to the file that declared it). A subscription
+made them (``runtime.objects.applier``: each object belongs to the file that declared it). A subscription
 to a topic name (not a pattern) that does not exist is refused, naming the file and the topic.
 A subscription's delivery options (e.g. ``max_attempts``, ``wait_non_sock_err``,
 ``err_should_block``, ``delivery_batch_size``, ``wrap_one_msg_in_list``) sit beside its other keys.
@@ -15,7 +15,7 @@ each subscription that references one gets the endpoint's URL, timeout and crede
 its row when the files are applied (the files are always applied whole, so a changed endpoint
 updates its subscriptions). The password is kept only as its ``${CONDUIT_SECRET_...}`` reference
 and read from the environment at each delivery, never stored; a literal password, or a reference to
-a variable without that prefix, is refused (``runtime.secret_refs``). ``security`` on an
+a variable without that prefix, is refused (``runtime.security.secret_refs``). ``security`` on an
 ``outgoing_rest`` is refused too: security definitions keep only password hashes, which cannot
 authenticate an outgoing request. Definitions no subscription references are checked for a name
 and otherwise ignored (Conduit has no other use for them yet).
@@ -36,12 +36,12 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
-from runtime import secret_refs, zato_keys
 from runtime.config import PubSubSection
 from runtime.db.models import Subscription, Topic
 from runtime.errors import ConfigError
-from runtime.object_checks import topic_missing
-from runtime.objects import DELETE, Scope, SectionHandler
+from runtime.objects import zato_keys
+from runtime.objects.applier import DELETE, Scope, SectionHandler
+from runtime.objects.checks import topic_missing
 from runtime.pubsub import statements
 from runtime.pubsub.catalog import SYNC_KEY
 from runtime.pubsub.registry import (
@@ -59,6 +59,7 @@ from runtime.pubsub.registry import (
 from runtime.pubsub.subscribers.file import check_file_subscription, shown_target
 from runtime.pubsub.subscribers.rest_push import check_push_url
 from runtime.pubsub.topics import InvalidTopicName, normalize, validate_pattern, validate_topic_name
+from runtime.security import secret_refs
 
 #: Keys of a pubsub_subscription item that are not delivery options.
 _SUB_KEYS = {'name', 'service', 'push_service', 'security', 'topic_list', 'delivery_type', 'is_active',

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, delete, select, update
 
+from runtime.cluster.sync import bump, one_reload_at_a_time
 from runtime.db.blocking import run_transaction
 from runtime.db.models import BasicAuthDef, PubSubPermission
 from runtime.errors import ConfigError, InvalidPermission, InvalidTopicName, ObjectNotFound
-from runtime.objects import DELETE, Scope, SectionHandler
+from runtime.objects.applier import DELETE, Scope, SectionHandler
 from runtime.pubsub.topics import covers, is_pattern, matches, normalize, validate_pattern
-from runtime.sync import bump, one_reload_at_a_time
 
 if TYPE_CHECKING:
     from runtime.pubsub.registry import SubInfo, TopicInfo

@@ -36,7 +36,7 @@ from runtime.pubsub import statements
 from runtime.pubsub.dead_letter_search import DeadLetterFilter, DeadLetterSearch
 from runtime.pubsub.message import admin_view
 from runtime.pubsub.topics import matches, normalize
-from runtime.timefmt import iso
+from runtime.util.timefmt import iso
 
 if TYPE_CHECKING:
     from runtime.pubsub.registry import Registry, SubInfo

@@ -1,7 +1,7 @@
 """Topics and subscriptions as one worker holds them in memory, with the pattern index.
 
 The registry is rebuilt from the database whenever the ``pubsub`` sync key moves (see
-``runtime.sync``) and swapped in whole, so a publication always sees one consistent set.
+``runtime.cluster.sync``) and swapped in whole, so a publication always sees one consistent set.
 Finding the subscriptions of a topic goes through ``PatternIndex``: its cost depends on the
 topic's depth, not on how many pattern subscriptions exist.
 """
@@ -13,11 +13,11 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from runtime import secret_refs
 from runtime.config import PubSubSection
 from runtime.errors import ConfigError, InvalidTopicName
 from runtime.files import naming, writers
 from runtime.pubsub.topics import PatternIndex, normalize, validate_topic_name
+from runtime.security import secret_refs
 
 #: Prefix of the topics made for publications to a service.
 SERVICE_TOPIC_PREFIX = '/zato/s/to/'
@@ -154,7 +154,7 @@ class DeliveryOptions:
     push_batch: bool = False
     push_timeout_secs: float = 10.0
     #: Basic Auth towards the endpoint; the password only as a ${CONDUIT_SECRET_...} reference (see
-    #: runtime.secret_refs), resolved at delivery.
+    #: runtime.security.secret_refs), resolved at delivery.
     push_username: str = ''
     push_password: str = ''
     #: The outgoing_rest definition a subscription from the object files pushes to.
@@ -172,7 +172,7 @@ class DeliveryOptions:
     file_name: str = '{topic}-{date}-{msg_id}.{ext}'
     #: CSV columns, comma-separated; '' takes the messages' keys.
     file_csv_columns: str = ''
-    #: SFTP credentials, only as ${CONDUIT_SECRET_...} references (runtime.secret_refs), resolved at connect.
+    #: SFTP credentials, only as ${CONDUIT_SECRET_...} references (runtime.security.secret_refs), resolved at connect.
     file_password: str = ''
     file_private_key: str = ''
     #: The SFTP server's host key ('ssh-ed25519 AAAA...'), or a known_hosts file: one of them is required.
@@ -242,7 +242,7 @@ class DeliveryOptions:
         writers.check_columns(self.file_csv_columns, where)
         for key in ('file_password', 'file_private_key'):
             if getattr(self, key):
-                # Only the reference is stored, and only to a variable meant for it (runtime.secret_refs).
+                # Only the reference is stored, and only to a variable meant for it (runtime.security.secret_refs).
                 secret_refs.reference_name(getattr(self, key), key, where)
         host_key = self.file_host_key.strip()
         if host_key and (len(host_key.split()) < 2 or any(ord(c) < 32 for c in host_key)):

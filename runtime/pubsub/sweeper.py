@@ -26,13 +26,13 @@ from typing import TypeVar
 import gevent
 from sqlalchemy import Connection
 
+from runtime.cluster.sync import bump
 from runtime.pubsub import statements
 from runtime.pubsub.catalog import SYNC_KEY
 from runtime.pubsub.dead_letters import DeadLetterer, Moves
 from runtime.pubsub.observers import Observers
 from runtime.pubsub.registry import KIND_WEBSOCKET, Registry, SubInfo, TopicInfo
-from runtime.spawn import killed
-from runtime.sync import bump
+from runtime.util.spawn import killed
 
 _log = logging.getLogger(__name__)
 

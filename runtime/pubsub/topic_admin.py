@@ -3,7 +3,7 @@
 Creating topics and subscribing, unsubscribing, pausing and resuming belong to the catalog (the
 broker's methods of those names); this module holds the rest of what an operator does to them.
 
-Every change is one transaction that bumps the ``pubsub`` sync key (``runtime.sync.write_and_reload``),
+Every change is one transaction that bumps the ``pubsub`` sync key (``runtime.cluster.sync.write_and_reload``),
 so every worker of every server reloads it within ``sync.interval_secs``; this worker reloads at
 once. A lookup that misses reloads first: the object may have been made by another worker since
 the last sync. Nothing here knows HTTP.
@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, delete, select, update
 
+from runtime.cluster.sync import write_and_reload
 from runtime.db.blocking import run_transaction
 from runtime.db.models import Message, Subscription, Topic
 from runtime.errors import SubscriptionNotFound, TopicNotFound
-from runtime.object_checks import topic_missing
+from runtime.objects.checks import topic_missing
 from runtime.pubsub import statements
 from runtime.pubsub.catalog import SYNC_KEY
 from runtime.pubsub.queue_admin import subscription_rows
 from runtime.pubsub.registry import parse_options
 from runtime.pubsub.topics import matching_names, normalize
-from runtime.sync import write_and_reload
 
 if TYPE_CHECKING:
     from runtime.pubsub.registry import Registry, SubInfo, TopicInfo

@@ -34,7 +34,7 @@ from runtime.db.blocking import run_transaction
 from runtime.errors import ConfigError, InvalidTopicName, SubscriptionLimitReached, SubscriptionNotFound
 from runtime.pubsub import statements
 from runtime.pubsub.registry import KIND_WEBSOCKET
-from runtime.spawn import killed
+from runtime.util.spawn import killed
 
 if TYPE_CHECKING:
     from runtime.pubsub.catalog import Catalog

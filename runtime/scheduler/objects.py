@@ -4,7 +4,7 @@
 cron_definition, extra, is_active`` as in Zato, plus ``timezone, jitter, max_execution_time,
 on_success, on_error, skip_if_running, catch_up``. Jobs are matched by name. Re-applying a file
 leaves the schedule of an unchanged job alone; jobs the files no longer declare are removed if
-those files made them (``runtime.objects``: each job belongs to the file that declared it). A job
+those files made them (``runtime.objects.applier``: each job belongs to the file that declared it). A job
 naming a service that does not exist is refused.
 """
 
@@ -18,8 +18,8 @@ from sqlalchemy import Connection, delete, select, update
 from runtime.config import SchedulerSection
 from runtime.db.models import Job, JobRun
 from runtime.errors import ConfigError, InvalidJob
-from runtime.object_checks import check_service
-from runtime.objects import CREATE, DELETE, UPDATE, Scope, SectionHandler
+from runtime.objects.applier import CREATE, DELETE, UPDATE, Scope, SectionHandler
+from runtime.objects.checks import check_service
 from runtime.scheduler import statements
 from runtime.scheduler.jobs import JobDefinition
 

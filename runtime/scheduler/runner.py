@@ -31,18 +31,18 @@ from gevent.event import Event
 
 from runtime.db.blocking import run_transaction
 from runtime.errors import InvalidJob
-from runtime.invoke import new_cid
 from runtime.pubsub.leases import new_owner_id
 from runtime.scheduler import statements
 from runtime.scheduler.jobs import JobDefinition, iso, plan_firing
 from runtime.scheduler.statements import ERROR, OK, TIMEOUT
+from runtime.service.invoke import new_cid
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from runtime.config import SchedulerSection
-    from runtime.invoke import Invoker
-    from runtime.store import ServiceStore
+    from runtime.service.invoke import Invoker
+    from runtime.service.store import ServiceStore
 
 _log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from typing import Any
 from sqlalchemy import Connection, Row, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from runtime.cluster.sync import bump
 from runtime.db.models import Job, JobRun
 from runtime.errors import JobExists, ObjectNotFound
 from runtime.scheduler.jobs import INTERVAL_FIELDS, FiringPlan, JobDefinition, first_fire, iso
-from runtime.sync import bump
 
 #: Sync key bumped whenever jobs change, so that every worker's scheduler looks again at once.
 SYNC_KEY = 'scheduler'

@@ -44,7 +44,7 @@ from runtime.spark.submit import (
     parse_conf,
     tail_lines,
 )
-from runtime.spawn import killed
+from runtime.util.spawn import killed
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

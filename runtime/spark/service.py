@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from runtime.errors import ConfigError, InvalidService
-from runtime.service import Service
+from runtime.service.base import Service
 from runtime.spark.manager import PIPELINE_NAME, PUBLISHER
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Row, delete, func, insert, select, update
 from runtime.db.models import SparkJob
 from runtime.errors import SparkJobNotFound
 from runtime.spark.submit import ACTIVE_STATUSES, RUNNING, SUBMITTED, JobOutcome
-from runtime.timefmt import iso_or_none
+from runtime.util.timefmt import iso_or_none
 
 #: Spark setting names whose values are secrets (e.g. spark.hadoop.fs.s3a.secret.key).
 _SECRET_KEY = re.compile(r'secret|password|passwd|token|credential|access\.key|\.key$', re.IGNORECASE)

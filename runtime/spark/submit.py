@@ -31,8 +31,8 @@ from typing import Any
 
 from gevent import subprocess as gsubprocess
 
-from runtime.datafiles import open_private_append, private_dir
 from runtime.errors import SparkUnavailable
+from runtime.util.datafiles import open_private_append, private_dir
 
 _log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ import pytest
 
 from runtime.config import Settings
 from runtime.core import Runtime
-from runtime.service import Service
+from runtime.service.base import Service
 from runtime.testing.client import AppClient, admin_client
 from runtime.testing.memory import DeliveryFailed, MemoryQueueBackend
 from runtime.testing.services import Invocation, Publication, ServiceUnderTest, Subscription, service_factory

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import falcon
 import falcon.testing
 
-from runtime.admin_credentials import admin_password
+from runtime.security.admin_credentials import admin_password
 
 if TYPE_CHECKING:
     from runtime.core import Runtime

@@ -37,8 +37,8 @@ from runtime.pubsub.message import MSG_ID_PREFIX, Delivery
 from runtime.pubsub.observers import Observers
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.statements import Settlement
-from runtime.random_ids import random_hex
-from runtime.spawn import Spawner
+from runtime.util.random_ids import random_hex
+from runtime.util.spawn import Spawner
 
 #: A message's lifetime when put() is given no expiration (the topics' default limit).
 DEFAULT_EXPIRATION_SECS = 31536000.0

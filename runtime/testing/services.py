@@ -36,16 +36,16 @@ from typing import Any
 import gevent
 
 from runtime.errors import ServiceNotFound, SubscriptionNotFound
-from runtime.invoke import CHANNEL_INVOKE, Invoker
 from runtime.pubsub.api import PubSubAPI
 from runtime.pubsub.message import MSG_ID_PREFIX, Delivery, MsgId, encode_data, service_view
 from runtime.pubsub.registry import KIND_PULL, SubInfo
 from runtime.pubsub.statements import new_sub_key
 from runtime.pubsub.topics import matches, validate_pattern
-from runtime.random_ids import random_hex
-from runtime.service import Response, Service
-from runtime.spawn import Spawner
-from runtime.store import ServiceStore
+from runtime.service.base import Response, Service
+from runtime.service.invoke import CHANNEL_INVOKE, Invoker
+from runtime.service.store import ServiceStore
+from runtime.util.random_ids import random_hex
+from runtime.util.spawn import Spawner
 
 #: A stand-in's answer: the response payload, or a callable from the request payload to it.
 Answer = Any | Callable[[Any], Any]

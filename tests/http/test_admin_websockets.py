@@ -25,7 +25,7 @@ from runtime.errors import SubscriptionLimitReached
 from runtime.pubsub import statements
 from runtime.pubsub.registry import KIND_WEBSOCKET
 from runtime.testing import AppClient, TestRuntime, admin_client, make_settings
-from runtime.timefmt import iso
+from runtime.util.timefmt import iso
 
 
 def _ok(result: Any, status: int = 200) -> dict[str, Any]:

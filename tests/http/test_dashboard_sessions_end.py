@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from sqlalchemy import create_engine
 
 import runtime.cli as cli_module
-from runtime.dashboard_sessions import SessionStore
 from runtime.db.migrate import upgrade
+from runtime.security.dashboard_sessions import SessionStore
 from tests.live_server import ADMIN_PASSWORD, ADMIN_USER, LiveServer
 
 VIEWER_PASSWORD = 'viewer-secret-pw'

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.admin_credentials import viewer_password
 from runtime.config import load_settings
 from runtime.errors import ConfigError
+from runtime.security.admin_credentials import viewer_password
 
 
 def _write(tmp_path: Path, text: str) -> Path:

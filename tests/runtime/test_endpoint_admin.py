@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from runtime.channel_admin import ChannelAdmin
+from runtime.channels.admin import ChannelAdmin
 from runtime.db.blocking import run_transaction
 from runtime.db.models import PubSubPermission, SyncState
 from runtime.errors import ObjectExists, ObjectInUse, ObjectNotFound, RouteClash
-from runtime.objects import CHANNELS_KEY, SECURITY_KEY
-from runtime.security import verify_password
-from runtime.security_admin import SecurityAdmin
+from runtime.objects.applier import CHANNELS_KEY, SECURITY_KEY
+from runtime.security.admin import SecurityAdmin
+from runtime.security.basic_auth import verify_password
 
 
 @dataclass

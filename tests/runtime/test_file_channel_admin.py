@@ -12,7 +12,7 @@ import time
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from runtime.channel_admin import ChannelAdmin
+from runtime.channels.admin import ChannelAdmin
 from runtime.db.blocking import run_transaction
 from runtime.db.models import FileChannelRow, FileRun, SyncState, Topic
 from runtime.errors import ConfigError, ObjectExists, ObjectNotFound

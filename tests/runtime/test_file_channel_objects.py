@@ -21,7 +21,7 @@ from runtime.db.models import Message, SyncState
 from runtime.errors import ConfigError
 from runtime.files.admin import FileChannelAdmin
 from runtime.files.definition import FILE_CHANNELS_KEY, FileChannelDef
-from runtime.objects import ObjectsApplier
+from runtime.objects.applier import ObjectsApplier
 from runtime.pubsub.message import decode_data
 from runtime.testing import TestRuntime, make_settings, wait_until
 

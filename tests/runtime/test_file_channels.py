@@ -29,10 +29,10 @@ from runtime.errors import MessageTooLarge, TopicNotFound
 from runtime.files.claims import CLAIM_MARK, this_host, this_owner
 from runtime.files.definition import FileChannelDef
 from runtime.files.manager import FileTransfer
-from runtime.json_limits import JsonLimits
 from runtime.pubsub.message import decode_data
 from runtime.service import Service
 from runtime.testing import TestRuntime, admin_client, make_settings, wait_until
+from runtime.util.json_limits import JsonLimits
 from tests.recorder import Recorder
 from tests.sshd import SshServer
 

@@ -13,8 +13,8 @@ import gevent
 import pytest
 
 from runtime.errors import InvocationTimeout, SelfInvocation, ServiceNotFound
-from runtime.invoke import CHANNEL_CALLBACK, CHANNEL_INVOKE, CHANNEL_INVOKE_ASYNC
 from runtime.service import Service
+from runtime.service.invoke import CHANNEL_CALLBACK, CHANNEL_INVOKE, CHANNEL_INVOKE_ASYNC
 from runtime.testing import wait_until
 from tests.recorder import Recorder
 

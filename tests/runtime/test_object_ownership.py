@@ -17,7 +17,7 @@ from runtime.db.engine import make_engine, transaction
 from runtime.db.migrate import upgrade
 from runtime.db.models import BasicAuthDef, Job, PubSubPermission, RestChannel, Subscription, Topic
 from runtime.errors import ConfigError
-from runtime.objects import ObjectsApplier
+from runtime.objects.applier import ObjectsApplier
 from runtime.testing import make_settings
 from tests.live_server import REPO
 

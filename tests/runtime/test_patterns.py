@@ -14,8 +14,8 @@ import gevent
 import pytest
 
 from runtime.errors import SelfInvocation, ServiceNotFound
-from runtime.invoke import CHANNEL_CALLBACK
 from runtime.service import Service
+from runtime.service.invoke import CHANNEL_CALLBACK
 from runtime.testing import wait_until
 from tests.recorder import Recorder
 

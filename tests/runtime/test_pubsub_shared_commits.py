@@ -20,7 +20,7 @@ from sqlalchemy import event, func, select
 from runtime.db.models import Message
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
-from runtime.timefmt import iso, iso_millis
+from runtime.util.timefmt import iso, iso_millis
 from tests.recorder import Recorder
 
 

@@ -19,7 +19,7 @@ from runtime import Service
 from runtime.config import SchedulerSection
 from runtime.db.models import Job, JobRun
 from runtime.errors import ConfigError, InvalidJob, JobExists, ObjectNotFound
-from runtime.objects import ObjectsApplier
+from runtime.objects.applier import ObjectsApplier
 from runtime.scheduler.jobs import JobDefinition, first_fire, make_trigger, next_fire_after, plan_firing
 from runtime.scheduler.objects import section_handler
 from runtime.testing import make_settings, wait_until

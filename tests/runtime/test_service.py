@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 import pytest
 
 from runtime.errors import InvalidInput, InvalidOutput, InvalidService, MethodNotAllowed, RequestRejected
-from runtime.invoke import CHANNEL_INVOKE, CHANNEL_REST
 from runtime.service import HttpInfo, Service, derive_name
+from runtime.service.invoke import CHANNEL_INVOKE, CHANNEL_REST
 from tests.recorder import Recorder
 
 # What services under test saw or did goes, in order, to the test's recorder ('events'): each test

@@ -1,4 +1,4 @@
-"""Rate and service statistics (runtime.stats) and the worker registry (runtime.workers) against real databases:
+"""Rate and service statistics (insight.stats) and the worker registry (cluster.workers) against real databases:
 what one worker counted reaches its rows, flushes add up, old rows go, readers sum over workers.
 """
 
@@ -11,13 +11,13 @@ import pytest
 from sqlalchemy import insert, select
 from sqlalchemy.exc import OperationalError
 
+from runtime.cluster.workers import WorkerIdentity, WorkerRegistry, list_workers
 from runtime.db.engine import make_engine
 from runtime.db.migrate import upgrade
 from runtime.db.models import Lease, RateStat, ServiceStat, WorkerRow
-from runtime.insight import Insight
-from runtime.metrics import LATENCY_BUCKETS_SECS
-from runtime.stats import BUCKET_SECS, StatsFlusher, bucket_of, merge_histograms, percentile, read_histogram
-from runtime.workers import WorkerIdentity, WorkerRegistry, list_workers
+from runtime.insight.overview import Insight
+from runtime.insight.stats import BUCKET_SECS, StatsFlusher, bucket_of, merge_histograms, percentile, read_histogram
+from runtime.observability.metrics import LATENCY_BUCKETS_SECS
 
 
 class Clock:

@@ -1,6 +1,6 @@
 """The WebSocket metrics and the expired-subscriptions counter, in process: what /metrics shows of them.
 
-The connections report through ``WebSocketMetrics`` (runtime.websocket_metrics), which ``Metrics``
+The connections report through ``WebSocketMetrics`` (runtime.observability.websocket_metrics), which ``Metrics``
 implements; the frames counter's action label stays within its fixed set whatever a client sends;
 the attached-subscriptions gauge asks its callable at scrape time; the sweeper's
 ``on_subscription_expired`` event reaches the counter through the broker's observers.
@@ -14,10 +14,16 @@ from typing import Any
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runtime.metrics import Metrics
+from runtime.observability.metrics import Metrics
+from runtime.observability.websocket_metrics import (
+    FRAME_ACTIONS,
+    INVALID_ACTION,
+    NoWebSocketMetrics,
+    WebSocketMetrics,
+    frame_action,
+)
 from runtime.pubsub.registry import KIND_WEBSOCKET, SubInfo
 from runtime.testing import TestRuntime
-from runtime.websocket_metrics import FRAME_ACTIONS, INVALID_ACTION, NoWebSocketMetrics, WebSocketMetrics, frame_action
 
 
 def _samples(metrics: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:

@@ -16,8 +16,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from runtime import metrics as metrics_module
-from runtime.metrics import CHANNEL_ROUTE, OTHER_METHOD, STANDARD_METHODS
+from runtime.observability import metrics as metrics_module
+from runtime.observability.metrics import CHANNEL_ROUTE, OTHER_METHOD, STANDARD_METHODS
 from runtime.testing import TestRuntime
 from tests.live_server import LiveServer
 

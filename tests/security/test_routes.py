@@ -21,7 +21,7 @@ import pytest
 from runtime.core import Runtime
 from runtime.errors import Unauthorized
 from runtime.http.auth import ADMIN, CALLER, DASHBOARD, PUBLIC, routed_resources
-from runtime.security import BasicAuth, SecurityRegistry, hash_password
+from runtime.security.basic_auth import BasicAuth, SecurityRegistry, hash_password
 from runtime.testing import make_settings
 from tests.live_server import LiveServer
 
@@ -223,7 +223,7 @@ def test_definition_password_with_trailing_nul_does_not_authenticate() -> None:
 
 
 def test_failed_check_is_remembered_not_recomputed(monkeypatch: pytest.MonkeyPatch) -> None:
-    import runtime.security as security
+    import runtime.security.basic_auth as security
     registry = SecurityRegistry()
     registry.replace_all([BasicAuth('d', 'user', hash_password('secret'))])
     calls = []
@@ -238,7 +238,7 @@ def test_failed_check_is_remembered_not_recomputed(monkeypatch: pytest.MonkeyPat
 def test_a_check_in_flight_during_a_reload_leaves_no_stale_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     # The new password arrives while the old definition is still loaded; the definitions are reloaded
     # while its (failing) check runs. That failure must not be remembered against the new definitions.
-    import runtime.security as security
+    import runtime.security.basic_auth as security
     registry = SecurityRegistry()
     registry.replace_all([BasicAuth('d', 'user', hash_password('old-secret'))])
     real = security.verify_password

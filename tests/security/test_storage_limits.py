@@ -21,8 +21,6 @@ import gevent
 import pytest
 from sqlalchemy import func, insert, select
 
-from runtime import secret_refs
-from runtime.admin_credentials import admin_password
 from runtime.db.blocking import run_transaction
 from runtime.db.engine import make_engine
 from runtime.db.models import Message, Subscription
@@ -30,6 +28,8 @@ from runtime.errors import ConfigError, OverflowLogFull, QueueFull, TopicFull
 from runtime.pubsub import limits, topic_admin
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.subscribers.pull import get_messages
+from runtime.security import secret_refs
+from runtime.security.admin_credentials import admin_password
 from runtime.service import Service
 from runtime.spark.submit import SparkSubmitter, Submission
 from runtime.testing import TestRuntime, make_settings, wait_until

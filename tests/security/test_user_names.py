@@ -13,9 +13,9 @@ from runtime.core import make_objects_applier
 from runtime.db.engine import transaction
 from runtime.db.models import BasicAuthDef
 from runtime.errors import BadRequest, ConfigError
-from runtime.security_admin import SecurityAdmin
+from runtime.security.admin import SecurityAdmin
+from runtime.security.user_names import reserved_usernames
 from runtime.testing import make_settings
-from runtime.user_names import reserved_usernames
 from tests.live_server import REPO, LiveServer
 
 REFUSED = [

@@ -20,10 +20,10 @@ import gevent
 import pytest
 from sqlalchemy import select
 
+from runtime.cluster.sync import bump
 from runtime.db.engine import make_engine, transaction
 from runtime.db.migrate import upgrade
 from runtime.db.models import SyncState
-from runtime.sync import bump
 from tests.live_server import REPO, LiveServer, poll
 
 #: The requirement: a dropped-in module answers within this many seconds.

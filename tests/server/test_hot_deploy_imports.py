@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from runtime.deploy_imports import ModuleSource, dependency_order, dependents
+from runtime.deploy.imports import ModuleSource, dependency_order, dependents
 from tests.live_server import LiveServer, poll
 
 HELPER = '''"""Prices, shared by the shop's services."""

@@ -13,7 +13,7 @@ import requests
 from gunicorn.config import Config
 
 from runtime.http.signin_log import FailedSignInLog, basic_username
-from runtime.log_lines import OneLineFormatter
+from runtime.observability.log_lines import OneLineFormatter
 from runtime.server import logger_class
 from tests.live_server import LiveServer
 
@@ -85,7 +85,7 @@ def test_only_the_user_name_of_a_basic_auth_header_is_read() -> None:
 
 
 def _record(message: str, *args: object, exc_info: object = None) -> logging.LogRecord:
-    return logging.LogRecord('runtime.sync', logging.WARNING, __file__, 1, message, args, exc_info)  # type: ignore[arg-type]
+    return logging.LogRecord('runtime.cluster.sync', logging.WARNING, __file__, 1, message, args, exc_info)  # type: ignore[arg-type]
 
 
 def test_a_message_with_line_breaks_is_written_on_one_line() -> None:

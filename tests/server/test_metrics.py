@@ -6,7 +6,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from runtime.metrics import Histogram
+from runtime.observability.metrics import Histogram
 from tests.live_server import LiveServer, poll
 
 FAST = '''

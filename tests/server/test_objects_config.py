@@ -18,7 +18,7 @@ from sqlalchemy.exc import OperationalError
 from runtime.db.engine import make_engine, transaction
 from runtime.db.migrate import upgrade
 from runtime.db.models import RestChannel
-from runtime.objects import ObjectsApplier, SectionHandler
+from runtime.objects.applier import ObjectsApplier, SectionHandler
 from tests.live_server import ADMIN_PASSWORD, LiveServer, poll
 
 SERVICES = '''

@@ -440,11 +440,11 @@ def load_yaml(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     """Apply the block, as an object file, to an empty database through the objects loader."""
     import yaml
 
-    from runtime import secret_refs
     from runtime.core import make_objects_applier
     from runtime.db.engine import make_engine
     from runtime.db.migrate import upgrade
     from runtime.errors import ConduitError
+    from runtime.security import secret_refs
     from runtime.testing import make_settings
 
     doc = yaml.safe_load(block.text)

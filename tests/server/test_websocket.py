@@ -67,21 +67,6 @@ def ws_server(server_factory: Callable[..., LiveServer]) -> LiveServer:
     return server
 
 
-@pytest.fixture
-def peers() -> Any:
-    """Connections a test opens with open_peer(); all closed at the end."""
-    made: list[Peer] = []
-
-    def open_peer(server: LiveServer, **kwargs: Any) -> Peer:
-        peer = Peer.connect(server, **kwargs)
-        made.append(peer)
-        return peer
-
-    yield open_peer
-    for peer in made:
-        peer.close()
-
-
 def rest_pull(server: LiveServer, auth: tuple[str, str], **body: Any) -> list[dict[str, Any]]:
     """POST /pubsub/messages/get; the messages."""
     r = requests.post(f'{server.url}/pubsub/messages/get', json=body, auth=auth, timeout=15)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.live_server import LiveServer
-from tests.websocket_peer import Peer, provision
+from tests.websocket_peer import provision
 
 FIRST = ('ws-first', 'ws-first-pw-1')
 SECOND = ('ws-second', 'ws-second-pw-2')
@@ -39,21 +39,6 @@ def server(server_factory: Callable[..., LiveServer]) -> LiveServer:
     started = server_factory(extra_config=CONFIG).start()
     provision(started, USERS, TOPICS, GRANTS)
     return started
-
-
-@pytest.fixture
-def peers() -> Any:
-    """Connections a test opens with open_peer(); all closed at the end."""
-    made: list[Peer] = []
-
-    def open_peer(server: LiveServer, **kwargs: Any) -> Peer:
-        peer = Peer.connect(server, **kwargs)
-        made.append(peer)
-        return peer
-
-    yield open_peer
-    for peer in made:
-        peer.close()
 
 
 def _definitions(server: LiveServer) -> tuple[dict[str, dict[str, Any]], int]:

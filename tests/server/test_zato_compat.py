@@ -22,10 +22,10 @@ import falcon.testing
 import pytest
 from sqlalchemy import select
 
-from runtime import zato_keys
 from runtime.config import Settings, load_settings
 from runtime.db.models import RestChannel
 from runtime.errors import ConfigError
+from runtime.objects import zato_keys
 from runtime.pubsub.registry import TOPIC_ATTRIBUTES, DeliveryOptions
 from runtime.scheduler.jobs import JobDefinition
 from runtime.service import Service

@@ -76,6 +76,6 @@ def test_a_request_with_many_session_cookies_costs_two_lookups_at_most() -> None
 
 
 def test_only_tokens_of_the_shape_made_are_looked_up() -> None:
-    from runtime.dashboard_sessions import TOKEN_SHAPE
+    from runtime.security.dashboard_sessions import TOKEN_SHAPE
     assert TOKEN_SHAPE.fullmatch('A' * 43) and TOKEN_SHAPE.fullmatch('a-b_' * 10 + 'xyz')
     assert not any(TOKEN_SHAPE.fullmatch(t) for t in ('A' * 42, 'A' * 44, 'A' * 42 + '!', '\u00e9' * 43, ''))

@@ -20,7 +20,7 @@ import pytest
 from runtime.errors import ConfigError, FileParseError
 from runtime.files import parsers
 from runtime.files.parsers import Record, check_csv_delimiter, check_encoding, digest, digest_bytes, read_records
-from runtime.json_limits import JsonLimits
+from runtime.util.json_limits import JsonLimits
 
 LIMITS = JsonLimits()
 MB = 1024 * 1024

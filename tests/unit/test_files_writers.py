@@ -11,7 +11,7 @@ import pytest
 
 from runtime.errors import ConfigError, FileRenderError
 from runtime.files import writers
-from runtime.json_limits import JsonLimits
+from runtime.util.json_limits import JsonLimits
 
 
 def body(fmt: str, items: list[Any], columns: tuple[str, ...] = ()) -> bytes:

@@ -19,7 +19,7 @@ from runtime.errors import StorageUnavailable
 from runtime.pubsub import group_commit
 from runtime.pubsub.group_commit import GroupCommitter
 from runtime.pubsub.statements import Publication
-from runtime.spawn import Spawner
+from runtime.util.spawn import Spawner
 
 
 class FakeWriter:

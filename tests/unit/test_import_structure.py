@@ -1,5 +1,7 @@
 """The runtime imports one way: no cycle anywhere in runtime/, and only the server, the CLI and the test kit
-import the composition root (runtime.core); no family of admin resources or CLI commands imports another.
+import the composition root (runtime.core); no family of admin resources or CLI commands imports another;
+areas live in packages (seven modules at the top of runtime/); falcon and runtime.http are imported only
+by the HTTP layer and those that build or start it.
 
 Imports are read from the source with ``ast``, every one of them: at module level, under
 ``if TYPE_CHECKING:`` and inside functions. A function-local import still ties two modules
@@ -172,6 +174,49 @@ def test_only_the_cli_package_knows_every_command_group() -> None:
             assert not imported & commands, f'{module} imports a command module: {sorted(imported & commands)}'
 
 
+#: The modules runtime/ keeps at its top, beside its area packages: the public face, the root, and what
+#: every area needs or the CLI imports alone.
+TOP_LEVEL = {'runtime', 'runtime.core', 'runtime.config', 'runtime.errors', 'runtime.server', 'runtime.client',
+             'runtime.admin_client'}
+
+#: Who may import falcon: the HTTP layer, the test kit (falcon's TestClient over the app), and the root
+#: (which builds the app and names its type).
+FALCON_USERS = ('runtime.http', 'runtime.testing', ROOT)
+
+#: Who may import the HTTP layer: nothing below it (the root builds it; the server, CLI and test kit start it).
+HTTP_USERS = ('runtime.http', ROOT, 'runtime.server', 'runtime.cli', 'runtime.testing')
+
+
+def external_imports_of(path: Path) -> set[str]:
+    """The top-level names of every absolute import in a module's source (module level, TYPE_CHECKING, functions)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding='utf-8'), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.partition('.')[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.partition('.')[0])
+    return found
+
+
+def test_runtime_keeps_its_areas_in_packages() -> None:
+    top = {m for m, path in module_files().items() if path.parent == RUNTIME}
+    assert top == TOP_LEVEL, f'modules at the top of runtime/ (put new ones in their area package): {sorted(top)}'
+
+
+def test_falcon_is_imported_only_by_the_http_layer() -> None:
+    users = sorted(m for m, path in module_files().items()
+                   if 'falcon' in external_imports_of(path) and not any(_in_package(m, u) for u in FALCON_USERS))
+    assert users == [], f'falcon imported outside runtime/http: {users}'
+
+
+def test_nothing_below_the_http_layer_imports_it() -> None:
+    graph = import_graph(module_files())
+    users = sorted(m for m, imported in graph.items()
+                   if any(_in_package(i, 'runtime.http') for i in imported)
+                   and not any(_in_package(m, u) for u in HTTP_USERS))
+    assert users == [], f'modules below HTTP importing runtime.http: {users}'
+
+
 if __name__ == '__main__':
     # What is left to fix, for whoever removes it: the cycles in runtime/, and the modules importing the root.
     _graph = import_graph(module_files())
@@ -180,3 +225,8 @@ if __name__ == '__main__':
     for name in sorted(_graph):
         if ROOT in _graph[name] and not any(_in_package(name, user) for user in ROOT_USERS):
             print(f'imports {ROOT}:', name)
+    for name, path in sorted(module_files().items()):
+        if 'falcon' in external_imports_of(path) and not any(_in_package(name, u) for u in FALCON_USERS):
+            print('imports falcon outside runtime/http:', name)
+        if path.parent == RUNTIME and name not in TOP_LEVEL:
+            print('a module at the top of runtime/:', name)

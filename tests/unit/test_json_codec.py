@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from runtime import json_limits
-from runtime.json_limits import DEFAULT_LIMITS, InvalidJson, JsonLimits, JsonTooComplex
 from runtime.pubsub.message import InvalidMessage, encode_data
+from runtime.util import json_limits
+from runtime.util.json_limits import DEFAULT_LIMITS, InvalidJson, JsonLimits, JsonTooComplex
 
 #: What clients exchange every day: its rendering must be byte for byte what the standard library wrote.
 TYPICAL = {'order_id': 1234567, 'customer': {'id': 'C-981', 'name': 'Zoë Müller 東京 🚀', 'vip': True},

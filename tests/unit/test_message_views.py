@@ -22,7 +22,7 @@ from runtime.pubsub.message import (
     render_pull,
     service_view,
 )
-from runtime.timefmt import iso, iso_millis
+from runtime.util.timefmt import iso, iso_millis
 
 PUB_TIME = 1_767_225_600.25  # 2026-01-01T00:00:00.250000+00:00
 

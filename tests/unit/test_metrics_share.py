@@ -8,8 +8,8 @@ from pathlib import Path
 
 from prometheus_client.exposition import generate_latest
 
-from runtime.metrics import MetricsSnapshot
-from runtime.metrics_share import RETIRED, MetricsDir, add_records, apply_record, empty_record, record_of
+from runtime.observability.metrics import MetricsSnapshot
+from runtime.observability.metrics_share import RETIRED, MetricsDir, add_records, apply_record, empty_record, record_of
 
 BOUNDS = (0.1, 1.0)
 

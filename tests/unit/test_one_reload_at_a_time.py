@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gevent
 
-from runtime.sync import one_reload_at_a_time
+from runtime.cluster.sync import one_reload_at_a_time
 
 
 class Copy:

@@ -7,10 +7,10 @@ import os
 import gevent
 import pytest
 
-from runtime import random_ids
 from runtime.pubsub.subscribers.pull import is_ack_id, new_ack_id
-from runtime.random_ids import CHUNK_BYTES, random_hex
-from runtime.service_context import new_cid
+from runtime.service.context import new_cid
+from runtime.util import random_ids
+from runtime.util.random_ids import CHUNK_BYTES, random_hex
 
 
 def test_hex_of_the_length_asked_and_never_repeated() -> None:

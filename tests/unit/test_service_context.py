@@ -14,12 +14,12 @@ import gevent
 import pytest
 
 from runtime.errors import ConfigError
-from runtime.invoke import Invoker
 from runtime.service import Service
-from runtime.service_context import CHANNEL_CALLBACK, ServiceContext
+from runtime.service.context import CHANNEL_CALLBACK, ServiceContext
+from runtime.service.invoke import Invoker
+from runtime.service.store import ServiceStore
 from runtime.spark import SparkService
-from runtime.spawn import Spawner
-from runtime.store import ServiceStore
+from runtime.util.spawn import Spawner
 from tests.recorder import Recorder
 
 

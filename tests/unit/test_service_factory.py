@@ -6,8 +6,8 @@ import pytest
 
 from runtime import Service
 from runtime.errors import InvalidInput, InvalidOutput, MethodNotAllowed, SelfInvocation, ServiceNotFound
-from runtime.invoke import CHANNEL_INVOKE
 from runtime.service import HttpInfo
+from runtime.service.invoke import CHANNEL_INVOKE
 from runtime.testing import Invocation, service_factory
 
 

@@ -17,7 +17,6 @@ from typing import Any
 import gevent
 
 from runtime.http.websocket.session import Channel, Session
-from runtime.json_limits import DEFAULT_LIMITS
 from runtime.pubsub.delivery import DeliveryLoop, Outcome
 from runtime.pubsub.observers import Observers, PubSubObserver
 from runtime.pubsub.registry import KIND_WEBSOCKET, DeliveryOptions, SubInfo
@@ -26,6 +25,7 @@ from runtime.pubsub.subscribers.base import Context
 from runtime.pubsub.subscribers.websocket import Attachments, WebSocketSubscriber
 from runtime.testing import wait_until
 from runtime.testing.memory import MemoryQueueBackend
+from runtime.util.json_limits import DEFAULT_LIMITS
 
 
 class _Conn:

@@ -7,7 +7,7 @@ admin resource, after the admin credentials were checked:
   ``Managed``). If an object file declared it, the write is refused (409 naming the file) unless
   the request says ``detach=true``: then the object is first handed to the admin API (``origin``
   api, no owner; the file no longer manages it), and the detach is audited on its own;
-- after a successful answer, it records one audit entry (``runtime.audit``): the admin user and
+- after a successful answer, it records one audit entry (``runtime.observability.audit``): the admin user and
   client address, method, path, kind and name of the object, the action, and the object before and
   after, secrets masked. Its ``source`` says where the change came from: ``dashboard`` for the
   dashboard's API mirror (the actor is then the signed-in dashboard user), ``cli`` for a request
@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 import falcon
 
-from runtime import audit
 from runtime.errors import InvalidInput, ObjectNotFound, ObjectOwnedByFile
 from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import MAX_DB_INT, Body, has_bad_chars
 from runtime.http.openapi import ANY, BOOL, INT, STR, TIME, arr, integer, obj, operation, query, string
+from runtime.observability import audit
 
 if TYPE_CHECKING:
-    from runtime.audit import AuditLog
+    from runtime.observability.audit import AuditLog
 
 _log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ only those of one role with ``?role=admin|viewer``: each browser must sign in ag
 operator who suspects a stolen cookie, or who changed a password without restarting every worker,
 throws every session out. Ending them is audited like every admin change (kind ``dashboard``, action
 ``end-sessions``); the dashboard's security page and ``conduit dashboard end-sessions`` call it.
-A session also ends by itself when the password it signed in with changes (runtime.dashboard_sessions).
+A session also ends by itself when the password it signed in with changes (runtime.security.dashboard_sessions).
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING
 
 import falcon
 
-from runtime.dashboard_sessions import MAX_LISTED, ROLES
 from runtime.errors import BadRequest, ConduitError, InvalidInput
 from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.body import read_body
 from runtime.http.openapi import INT, NULLABLE_STR, NUM, STR, TIME, arr, integer, obj, operation, query
-from runtime.timefmt import iso
+from runtime.security.dashboard_sessions import MAX_LISTED, ROLES
+from runtime.util.timefmt import iso
 
 if TYPE_CHECKING:
-    from runtime.dashboard_sessions import SessionStore
+    from runtime.security.dashboard_sessions import SessionStore
 
 _T = ['admin: dashboard']
 

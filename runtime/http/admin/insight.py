@@ -1,5 +1,5 @@
 """The admin API of runtime insight: workers, statistics, totals, deepest queues, service sources and users,
-and the deployment history. Read-only; every read is made by ``runtime.insight`` or ``runtime.deploy_history``.
+and the deployment history. Read-only; every read is made by ``runtime.insight.overview`` or ``runtime.deploy.history``.
 """
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Any
 
 import falcon
 
+from runtime.cluster.workers import STALE_FACTOR
 from runtime.errors import ConduitError, InvalidInput
 from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import MAX_DB_INT, has_bad_chars
 from runtime.http.openapi import BOOL, INT, NUM, STR, TIME, arr, integer, obj, operation, query, string
-from runtime.insight import MAX_DEEPEST
-from runtime.workers import STALE_FACTOR
+from runtime.insight.overview import MAX_DEEPEST
 
 if TYPE_CHECKING:
-    from runtime.deploy_history import DeployHistory
-    from runtime.insight import Insight
+    from runtime.deploy.history import DeployHistory
+    from runtime.insight.overview import Insight
 
 #: Longest search string of the services' usage list.
 MAX_SEARCH_CHARS = 200

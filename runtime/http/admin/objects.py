@@ -7,7 +7,7 @@
 - ``/admin/channels`` (GET, POST) and ``/admin/channels/{name}`` (GET, PATCH, DELETE).
 
 The resources read and check the request and answer; the administration layers
-(``runtime.security_admin``, ``runtime.channel_admin``) read and write the database. Each change is
+(``runtime.security.admin``, ``runtime.channels.admin``) read and write the database. Each change is
 one transaction that also bumps the ``security`` or ``channels`` sync key, so every worker reloads it
 within ``sync.interval_secs`` (this one at once). Objects an object file declared are refused here
 unless detached (``runtime.http.admin.audit``). A channel must name a deployed service, and no two
@@ -20,13 +20,13 @@ from typing import Any
 
 import falcon
 
-from runtime.channels import DATA_FORMATS, Channel, parse_methods
+from runtime.channels.rest import DATA_FORMATS, Channel, parse_methods
 from runtime.errors import BadRequest, ConfigError, InvalidInput
 from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import MAX_DB_INT, Body, has_bad_chars
 from runtime.http.admin.lookups import security_exists, service_known
 from runtime.http.openapi import BOOL, INT, STR, arr, integer, obj, operation, query, string
-from runtime.service import HTTP_VERBS
+from runtime.service.base import HTTP_VERBS
 
 #: Longest password accepted, in characters (scrypt takes any length; this bounds the work).
 MAX_PASSWORD_CHARS = 1000

@@ -12,26 +12,26 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from runtime.audit import AuditLog
-    from runtime.channel_admin import ChannelAdmin
+    from runtime.channels.admin import ChannelAdmin
+    from runtime.cluster.sync import Synchronizer
     from runtime.config import Settings
-    from runtime.dashboard_sessions import SessionStore
-    from runtime.deploy_history import DeployHistory
+    from runtime.deploy.history import DeployHistory
+    from runtime.deploy.hot_deploy import HotDeployer
     from runtime.files.admin import FileChannelAdmin
-    from runtime.hot_deploy import HotDeployer
-    from runtime.insight import Insight
-    from runtime.invoke import Invoker
+    from runtime.insight.overview import Insight
+    from runtime.observability.audit import AuditLog
     from runtime.pubsub.broker import Broker
     from runtime.pubsub.permissions import PermissionAdmin
     from runtime.pubsub.queue_admin import QueueAdmin
     from runtime.pubsub.registry import SubInfo, TopicInfo
     from runtime.pubsub.topic_admin import TopicAdmin
     from runtime.scheduler import Scheduler
-    from runtime.security import SecurityRegistry
-    from runtime.security_admin import SecurityAdmin
+    from runtime.security.admin import SecurityAdmin
+    from runtime.security.basic_auth import SecurityRegistry
+    from runtime.security.dashboard_sessions import SessionStore
+    from runtime.service.invoke import Invoker
+    from runtime.service.store import ServiceStore
     from runtime.spark.manager import SparkManager
-    from runtime.store import ServiceStore
-    from runtime.sync import Synchronizer
 
 
 class Catalog(Protocol):

@@ -69,7 +69,7 @@ from runtime.pubsub.registry import (
 )
 from runtime.pubsub.subscribers.file import check_file_subscription
 from runtime.pubsub.topics import validate_pattern, validate_topic_name
-from runtime.timefmt import iso
+from runtime.util.timefmt import iso
 
 #: Default and largest number of last publications in a topic's details.
 DEFAULT_LAST = 10

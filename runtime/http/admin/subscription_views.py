@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from runtime.http.openapi import BOOL, INT, NUM, STR, TIME, obj
 from runtime.pubsub.registry import KIND_FILE, KIND_WEBSOCKET, KINDS
 from runtime.pubsub.subscribers.file import shown_target
-from runtime.timefmt import iso, iso_or_none
+from runtime.util.timefmt import iso, iso_or_none
 
 if TYPE_CHECKING:
     from runtime.pubsub.queue_admin import QueueAdmin

@@ -10,9 +10,9 @@ from typing import Any
 
 import falcon
 
-from runtime.audit import SOURCES
 from runtime.http.dashboard.page import DashboardPage
 from runtime.http.dashboard.static import register_static
+from runtime.observability.audit import SOURCES
 
 register_static('audit.js')
 

@@ -17,14 +17,14 @@ from typing import Any
 
 import falcon
 
-from runtime.channels import DATA_FORMATS
+from runtime.channels.rest import DATA_FORMATS
 from runtime.errors import ObjectNotFound
 from runtime.files.admin import KIND as FILE_CHANNEL_KIND
 from runtime.files.admin import RUN_STATES
 from runtime.files.definition import MAX_NAME_CHARS
 from runtime.http.dashboard.page import DashboardPage
 from runtime.http.dashboard.static import register_static
-from runtime.service import HTTP_VERBS
+from runtime.service.base import HTTP_VERBS
 
 for _name in ('channels.js', 'file_channel.js'):
     register_static(_name)

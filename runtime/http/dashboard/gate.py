@@ -3,7 +3,7 @@
 ``RouteAuth`` (runtime.http.auth) calls ``SessionGate.check`` after routing. A request passes when:
 
 - it carries the ``conduit_session`` cookie of a live session, signed in with the admin's or
-  viewer's password of now (runtime.dashboard_sessions; else a page answers 303 to the
+  viewer's password of now (runtime.security.dashboard_sessions; else a page answers 303 to the
   sign-in form, with the page to come back to in ``next``, and anything else 401 JSON);
 - for an unsafe method (anything but GET, HEAD, OPTIONS): its ``Origin`` (or, without one, its
   ``Referer``) names this server when it is sent at all; it carries the session's CSRF token in the
@@ -22,12 +22,12 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import falcon
 
-from runtime.dashboard_sessions import Session, csrf_matches
 from runtime.errors import BadRequest, Forbidden, SessionRequired
 from runtime.http.body import read_body
+from runtime.security.dashboard_sessions import Session, csrf_matches
 
 if TYPE_CHECKING:
-    from runtime.dashboard_sessions import SessionStore
+    from runtime.security.dashboard_sessions import SessionStore
 
 #: The cookie holding the session's token.
 COOKIE = 'conduit_session'

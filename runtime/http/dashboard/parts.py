@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from runtime.config import Settings
-    from runtime.dashboard_sessions import SessionStore
     from runtime.http.admin.parts import AdminParts
     from runtime.http.auth import SignInThrottle
     from runtime.http.dashboard.gate import SessionGate
     from runtime.http.signin_log import FailedSignInLog
-    from runtime.metrics import Metrics
-    from runtime.security import SecurityRegistry
+    from runtime.observability.metrics import Metrics
+    from runtime.security.basic_auth import SecurityRegistry
+    from runtime.security.dashboard_sessions import SessionStore
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ the admin credentials (role ``admin``) and the viewer's (role ``viewer``), with 
 caches and per-client throttle as every Basic Auth sign-in. A wrong user name or password
 answers the form again saying that the two do not match, never which one was wrong; a failed
 attempt is counted by ``SignInThrottle`` and logged by ``FailedSignInLog`` (never the password).
-A right one starts a session (``runtime.dashboard_sessions``): its token goes into the
+A right one starts a session (``runtime.security.dashboard_sessions``): its token goes into the
 ``conduit_session`` cookie (HttpOnly, SameSite=Strict, Path=/dashboard, Secure over TLS, expiring
 with the session), and the browser is sent to ``next`` if that is a dashboard page.
 

@@ -35,7 +35,7 @@ from gevent.socket import wait_read
 from wsproto.connection import Connection, ConnectionState, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Event, Ping, TextMessage
 
-from runtime.websocket_metrics import RATE_LIMITED, TOO_LARGE, NoWebSocketMetrics, WebSocketMetrics
+from runtime.observability.websocket_metrics import RATE_LIMITED, TOO_LARGE, NoWebSocketMetrics, WebSocketMetrics
 
 _log = logging.getLogger(__name__)
 

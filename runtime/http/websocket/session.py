@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import gevent
 from gevent.event import Event
 
-from runtime import json_limits
 from runtime.errors import (
     BadRequest,
     ConduitError,
@@ -56,22 +55,23 @@ from runtime.http.websocket.connection import (
     TimedOut,
     WsConnection,
 )
-from runtime.invoke import new_cid
-from runtime.json_limits import JsonLimits
+from runtime.observability.websocket_metrics import WebSocketMetrics
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import render_pull
 from runtime.pubsub.registry import KIND_WEBSOCKET
 from runtime.pubsub.subscribers.pull import storage_errors
 from runtime.pubsub.subscribers.websocket import AckTimeout, ClientGone
 from runtime.pubsub.topics import validate_pattern
-from runtime.websocket_metrics import WebSocketMetrics
+from runtime.service.invoke import new_cid
+from runtime.util import json_limits
+from runtime.util.json_limits import JsonLimits
 
 if TYPE_CHECKING:
     from runtime.config import WebSocketSection
     from runtime.pubsub.registry import SubInfo
     from runtime.pubsub.statements import Delivery
     from runtime.pubsub.websocket_hub import WebSocketHub
-    from runtime.security import BasicAuth
+    from runtime.security.basic_auth import BasicAuth
 
 _log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
+from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
 
 if TYPE_CHECKING:
     from runtime.pubsub.delivery import Deliver, DeliverBatch, Outcome

@@ -75,13 +75,13 @@ from runtime.errors import (
 from runtime.files import naming, writers
 from runtime.files.sftp_params import SftpParams, check_params
 from runtime.files.sources import open_source
-from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import Delivery
 from runtime.pubsub.registry import KIND_FILE, DeliveryOptions, SubInfo
 from runtime.pubsub.retry import is_socket_error
 from runtime.pubsub.subscribers.base import Context, Deliverer, RunService
 from runtime.pubsub.subscribers.service import prepare, render_batch
+from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
 
 _log = logging.getLogger(__name__)
 

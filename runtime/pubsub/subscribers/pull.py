@@ -59,13 +59,13 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from runtime.db.blocking import run_transaction
 from runtime.db.models import Message, QueueEntry
 from runtime.errors import StorageUnavailable, SubscriptionNotFound, UnrenderableMessage
-from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub import statements
 from runtime.pubsub.dead_letters import DeadLetterer, Moves
 from runtime.pubsub.message import Delivery, render_pull, service_view
 from runtime.pubsub.registry import KIND_PULL
 from runtime.pubsub.retry import REASON_UNRENDERABLE
-from runtime.random_ids import random_hex
+from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
+from runtime.util.random_ids import random_hex
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine

@@ -18,7 +18,7 @@ keep their place.
 
 Basic Auth towards the endpoint: ``push_username`` with ``push_password`` given as a
 ``${CONDUIT_SECRET_...}`` reference, read from the worker's environment at each request (through
-``runtime.secret_refs``, which checks the variable's name again: a reference stored before the rule
+``runtime.security.secret_refs``, which checks the variable's name again: a reference stored before the rule
 existed reaches no other variable). The database holds
 only the reference, and error texts name the method and the URL without user info or query
 string, never a credential or the endpoint's answer.
@@ -66,14 +66,15 @@ import urllib3.connection
 import urllib3.connectionpool
 from requests.adapters import HTTPAdapter
 
-from runtime import json_limits, secret_refs
 from runtime.errors import ConfigError, PushFailed, PushUnreachable, UnrenderableMessage
-from runtime.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import Delivery, pull_meta, push_view
 from runtime.pubsub.registry import KIND_REST_PUSH, DeliveryOptions, SubInfo
 from runtime.pubsub.subscribers.base import Context, Deliverer, RunService
 from runtime.pubsub.subscribers.service import prepare, render_batch
+from runtime.security import secret_refs
+from runtime.util import json_limits
+from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
 
 _log = logging.getLogger(__name__)
 

@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Protocol
 
 import gevent
 
-from runtime import json_limits
 from runtime.errors import ConfigError, UnrenderableMessage
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.registry import KIND_WEBSOCKET
 from runtime.pubsub.subscribers.base import Context, Deliverer, RunService
 from runtime.pubsub.subscribers.service import prepare
+from runtime.util import json_limits
 
 if TYPE_CHECKING:
     from runtime.pubsub.message import Delivery

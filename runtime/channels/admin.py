@@ -1,9 +1,9 @@
 """Administration of REST channels: list, read, create, change, delete, and who names a service.
 
 What the admin API does with channels, without HTTP. Each change is one transaction that also
-bumps the ``channels`` sync key (``runtime.checked_write.write_checked``), so every worker rebuilds
+bumps the ``channels`` sync key (``runtime.objects.checked_write.write_checked``), so every worker rebuilds
 its router within ``sync.interval_secs`` and this one at once. No two channels may answer the same
-path and method (``runtime.object_checks.channel_clash``, as object files are checked).
+path and method (``runtime.objects.checks.channel_clash``, as object files are checked).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, delete, func, insert, or_, select, update
 
-from runtime.checked_write import write_checked
 from runtime.db.blocking import run_transaction
 from runtime.db.models import RestChannel
 from runtime.errors import ObjectExists, ObjectNotFound, RouteClash
-from runtime.object_checks import channel_clash, service_users
-from runtime.objects import CHANNELS_KEY
+from runtime.objects.applier import CHANNELS_KEY
+from runtime.objects.checked_write import write_checked
+from runtime.objects.checks import channel_clash, service_users
 
 
 class ChannelAdmin:

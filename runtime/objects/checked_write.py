@@ -1,7 +1,7 @@
 """A write of shared objects whose checks run in its transaction and may refuse it with an error.
 
-The administration layers of security definitions and channels (``runtime.security_admin``,
-``runtime.channel_admin``) write through ``write_checked``.
+The administration layers of security definitions and channels (``runtime.security.admin``,
+``runtime.channels.admin``) write through ``write_checked``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from runtime.sync import write_and_reload
+from runtime.cluster.sync import write_and_reload
 
 
 def write_checked(engine: Engine, key: str, work: Callable[[Connection], Exception | None],

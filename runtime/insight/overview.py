@@ -1,7 +1,7 @@
 """What the dashboard's overview and services pages read: workers, totals, rates, service usage, deepest queues.
 
 ``Insight`` runs each read in a transaction of its own (the statements are the functions below and
-in ``runtime.workers``); the HTTP layer calls it and owns no SQL.
+in ``runtime.cluster.workers``); the HTTP layer calls it and owns no SQL.
 
 Costs, with 10,000 topics and subscriptions and 1,000,000 queued messages:
 
@@ -12,7 +12,7 @@ Costs, with 10,000 topics and subscriptions and 1,000,000 queued messages:
 - the deepest queues need one grouped scan of the queue table;
 - both are cached per worker for ``CACHE_SECS``, so a dashboard polling every few seconds, in
   several tabs, costs one scan per interval;
-- rates and service usage read at most an hour of 10-second rows (``runtime.stats``).
+- rates and service usage read at most an hour of 10-second rows (``runtime.insight.stats``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, func, or_, select, text
 
+from runtime.cluster.workers import HEARTBEAT_INTERVAL_SECS, list_workers
 from runtime.db.blocking import run_transaction
 from runtime.db.models import (
     DeadLetter,
@@ -35,9 +36,7 @@ from runtime.db.models import (
     Subscription,
     Topic,
 )
-from runtime.object_checks import names_service
-from runtime.pubsub import queue_admin
-from runtime.stats import (
+from runtime.insight.stats import (
     BUCKET_SECS,
     RATE_FIELDS,
     RETENTION_SECS,
@@ -46,7 +45,8 @@ from runtime.stats import (
     percentile,
     read_histogram,
 )
-from runtime.workers import HEARTBEAT_INTERVAL_SECS, list_workers
+from runtime.objects.checks import names_service
+from runtime.pubsub import queue_admin
 
 T = TypeVar('T')
 

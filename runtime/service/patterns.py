@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import gevent
 
 from runtime.errors import SelfInvocation
-from runtime.service_context import CHANNEL_CALLBACK, new_cid
+from runtime.service.context import CHANNEL_CALLBACK, new_cid
 
 if TYPE_CHECKING:
-    from runtime.service_context import Invoker
+    from runtime.service.context import Invoker
 
 _log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ class InvokeRetry:
 class Patterns:
     """The patterns of one service instance: ``self.patterns``.
 
-    source is the calling service (a ``runtime.service.Service``, not imported here: it imports this
+    source is the calling service (a ``runtime.service.base.Service``, not imported here: it imports this
     module); spawn starts the greenlets, the runtime's ``Spawner.spawn``.
     """
 

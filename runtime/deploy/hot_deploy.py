@@ -5,7 +5,7 @@ validated, and only if all of that succeeds are they registered (replacing older
 recorded in the ``conduit_deployment`` table. A module that fails leaves what was deployed before
 untouched, and the log line names the file, the line and the error.
 
-Deployed modules import each other by plain name (``runtime.deploy_imports``). When a module
+Deployed modules import each other by plain name (``runtime.deploy.imports``). When a module
 changes, every live module that imports it is run again against the new version, in dependency
 order, in the same all-or-nothing step: if one of them fails with the new version, the change is
 rejected and everything stays as it was.
@@ -14,7 +14,7 @@ Every worker polls ``hot-deploy/`` (a stat per file, cheap and gevent-friendly; 
 need a thread per worker and does not see network filesystems). A file is loaded once its size
 and mtime have been the same on ``stable_polls`` polls in a row, so a half-written file is never
 imported. Other workers and servers learn of a deployment through the table (see
-``runtime.sync``), so everyone runs the same code, including servers started later.
+``runtime.cluster.sync``), so everyone runs the same code, including servers started later.
 """
 
 from __future__ import annotations
@@ -37,16 +37,16 @@ import gevent
 import gevent.lock
 from sqlalchemy import Connection, Engine, select
 
+from runtime.cluster.sync import bump
 from runtime.db.engine import transaction
 from runtime.db.models import Deployment
-from runtime.deploy_imports import ModuleSource, check_name, dependency_order, dependents, install
+from runtime.deploy.imports import ModuleSource, check_name, dependency_order, dependents, install
 from runtime.errors import ConduitError, DeploymentError
-from runtime.service import Service
-from runtime.sync import bump
+from runtime.service.base import Service
 
 if TYPE_CHECKING:
     from runtime.config import Settings
-    from runtime.store import ServiceStore
+    from runtime.service.store import ServiceStore
 
 _log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from runtime.errors import ConfigError
-from runtime.service import HTTP_VERBS
+from runtime.service.base import HTTP_VERBS
 
 #: Data formats a channel may declare.
 DATA_FORMATS = ('json', 'form', 'text')

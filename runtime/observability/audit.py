@@ -21,13 +21,13 @@ from sqlalchemy import Connection, Engine, func, insert, select, update
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import AuditEntry
-from runtime.timefmt import iso
+from runtime.util.timefmt import iso
 
 _log = logging.getLogger(__name__)
 
 
 class FileChange(Protocol):
-    """What the log records of one object an application of files changed (``runtime.objects.Change``)."""
+    """What the log records of one object an application of files changed (``runtime.objects.applier.Change``)."""
 
     action: str
     kind: str

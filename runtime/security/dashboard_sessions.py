@@ -33,7 +33,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import DashboardCredential, DashboardSession
-from runtime.security import hash_password, verify_password
+from runtime.security.basic_auth import hash_password, verify_password
 
 _log = logging.getLogger(__name__)
 

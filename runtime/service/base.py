@@ -1,6 +1,6 @@
 """The ``Service`` base class: what a user subclasses, and the request/response it sees.
 
-A new instance is made for every invocation (by ``runtime.invoke.Invoker``), so instance
+A new instance is made for every invocation (by ``runtime.service.invoke.Invoker``), so instance
 attributes never leak between calls. A service declares its name, optional ``input`` and
 ``output`` fields (``'-x'`` marks an optional one) and implements ``handle()`` or
 ``handle_<VERB>()``.
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from runtime.errors import InvalidService
 
 if TYPE_CHECKING:
-    from runtime.patterns import Patterns
-    from runtime.service_context import ServiceContext
+    from runtime.service.context import ServiceContext
+    from runtime.service.patterns import Patterns
 
 #: HTTP verbs a service may implement as handle_<VERB>.
 HTTP_VERBS = ('GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS')
@@ -173,7 +173,7 @@ class Service:
     @property
     def patterns(self) -> Patterns:
         """Invocation patterns: fanout, parallel, invoke_retry, invoke_async."""
-        from runtime.patterns import Patterns
+        from runtime.service.patterns import Patterns
         return Patterns(self._context.invoker, self._context.spawn, self)
 
     @property

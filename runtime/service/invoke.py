@@ -26,16 +26,16 @@ from runtime.errors import (
     RequestRejected,
     SelfInvocation,
 )
-from runtime.service import Bunch, HttpInfo, Request, Response, Service
-from runtime.service_context import CHANNEL_CALLBACK as CHANNEL_CALLBACK
-from runtime.service_context import CHANNEL_INVOKE as CHANNEL_INVOKE
-from runtime.service_context import CHANNEL_INVOKE_ASYNC as CHANNEL_INVOKE_ASYNC
-from runtime.service_context import CHANNEL_REST as CHANNEL_REST
-from runtime.service_context import ServiceContext
-from runtime.service_context import new_cid as new_cid
+from runtime.service.base import Bunch, HttpInfo, Request, Response, Service
+from runtime.service.context import CHANNEL_CALLBACK as CHANNEL_CALLBACK
+from runtime.service.context import CHANNEL_INVOKE as CHANNEL_INVOKE
+from runtime.service.context import CHANNEL_INVOKE_ASYNC as CHANNEL_INVOKE_ASYNC
+from runtime.service.context import CHANNEL_REST as CHANNEL_REST
+from runtime.service.context import ServiceContext
+from runtime.service.context import new_cid as new_cid
 
 if TYPE_CHECKING:
-    from runtime.store import ServiceStore
+    from runtime.service.store import ServiceStore
 
 _log = logging.getLogger(__name__)
 

@@ -8,14 +8,15 @@ What is counted, and where:
 - queue depths, read from the database at scrape time: ``conduit_pubsub_queue_depth`` and
   ``conduit_pubsub_dead_letters`` per subscription, ``conduit_pubsub_topic_depth`` per topic;
 - HTTP: ``conduit_http_requests_total{method, route, status}`` and
-  ``conduit_http_request_duration_seconds{method, route}`` by a falcon middleware. Every label is
-  bounded, so that no client can add series: ``method`` is one of the standard methods or
-  ``OTHER``, ``route`` the URI template of the routed resource or ``channel`` for everything else
-  (REST channels, unknown paths, requests refused before routing), ``status`` a status code;
+  ``conduit_http_request_duration_seconds{method, route}`` by the falcon middleware of
+  ``runtime.http.metrics``. Every label is bounded, so that no client can add series:
+  ``method`` is one of the standard methods or ``OTHER``, ``route`` the URI template of the
+  routed resource or ``channel`` for everything else (REST channels, unknown paths, requests
+  refused before routing), ``status`` a status code;
 - ``conduit_invoke_duration_seconds{service}``: every run of a service, whatever the channel;
 - WebSockets: ``conduit_websocket_connections`` (open connections of this worker),
   ``conduit_websocket_frames_total{action}`` (client frames; the action label is bounded by
-  ``runtime.websocket_metrics.FRAME_ACTIONS``, anything else counts as ``invalid``), fed by the
+  ``runtime.observability.websocket_metrics.FRAME_ACTIONS``, anything else counts as ``invalid``), fed by the
   connections through the ``WebSocketMetrics`` methods below, and
   ``conduit_websocket_subscriptions_attached`` (subscriptions whose client is attached to this
   worker, asked of the attachments at scrape time);
@@ -31,7 +32,7 @@ not read them) and reads the queue depths, then builds and formats the expositio
 thread pool from those copies alone, so that a large exposition does not stop the worker's hub.
 
 Several gunicorn workers: each worker counts what it did, and every scrape shows the sums over the
-server's workers, whichever worker answers it (``runtime.metrics_share``: the workers write their
+server's workers, whichever worker answers it (``runtime.observability.metrics_share``: the workers write their
 counts into ``server.metrics_dir``, and what exited workers counted is kept), with
 ``conduit_workers``, the number of live workers added up. No series has a ``pid`` label. For a
 cluster, scrape every server: each shows its own workers only. prometheus_client's multiprocess mode
@@ -48,22 +49,20 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import gevent
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import generate_latest
 
 from runtime.db.blocking import run_transaction
-from runtime.metrics_share import MetricsDir, apply_record, record_of
+from runtime.observability.metrics_share import MetricsDir, apply_record, record_of
+from runtime.observability.websocket_metrics import FRAME_ACTIONS, frame_action
 from runtime.pubsub import queue_admin
 from runtime.pubsub.observers import PubSubObserver
-from runtime.timefmt import iso
-from runtime.websocket_metrics import FRAME_ACTIONS, frame_action
+from runtime.util.timefmt import iso
 
 if TYPE_CHECKING:
-    import falcon
     from sqlalchemy import Engine
 
     from runtime.pubsub.registry import Registry, SubInfo
@@ -207,42 +206,10 @@ class FileTransferMetrics:
             self.files[key] = self.files.get(key, 0) + n
 
 
-class HttpMetrics:
-    """Falcon middleware: counts requests and times them, by method, route template and status."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self._requests = metrics.http_requests
-        self._latency = metrics.http_latency
-
-    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        req.context.metrics_started = perf_counter()
-
-    def process_response(self, req: falcon.Request, resp: falcon.Response, resource: Any,
-                         req_succeeded: bool) -> None:
-        started = req.context.get('metrics_started')
-        if started is None:
-            return
-        method = req.method if req.method in STANDARD_METHODS else OTHER_METHOD
-        # Only the router sets uri_template, to a template an add_route call registered: bounded.
-        route = req.uri_template or CHANNEL_ROUTE
-        key = (method, route, _status_label(resp))
-        self._requests[key] = self._requests.get(key, 0) + 1
-        self._latency.observe((method, route), perf_counter() - started)
-
-
-def _status_label(resp: falcon.Response) -> str:
-    """The response's status code as a label: a number from 100 to 599, else OTHER_STATUS."""
-    try:
-        code = int(resp.status_code)
-    except (TypeError, ValueError):
-        return OTHER_STATUS
-    return str(code) if 100 <= code <= 599 else OTHER_STATUS
-
-
 class Metrics:
     """The metrics of one runtime: counters fed by the broker, the invoker and the HTTP layer.
 
-    It is also the ``WebSocketMetrics`` (``runtime.websocket_metrics``) the WebSocket connections report to.
+    It is also the ``WebSocketMetrics`` (``observability.websocket_metrics``) the WebSocket connections report to.
     """
 
     def __init__(self, engine: Engine, registry: Callable[[], Registry],
@@ -280,10 +247,6 @@ class Metrics:
         """A client frame was received (an action the protocol does not know counts as 'invalid')."""
         label = frame_action(action)
         self.websocket_frames[label] += 1
-
-    def http_middleware(self) -> HttpMetrics:
-        """The falcon middleware that feeds the HTTP metrics."""
-        return HttpMetrics(self)
 
     def recent_publications(self, topic_id: int) -> list[dict[str, Any]]:
         """Publications of a topic this worker saw, newest first."""
@@ -331,7 +294,7 @@ class Metrics:
         return counters
 
     def share(self, directory: MetricsDir, interval_secs: float, spawn: Callable[..., Any]) -> None:
-        """Add up this worker's counts with the other workers' of the server in directory (runtime.metrics_share):
+        """Add up this worker's counts with the other workers' of the server in directory (metrics_share):
         write them there now and every interval_secs (in a greenlet made by spawn)."""
         self._shared = directory
         self.flush()
@@ -472,22 +435,3 @@ class MetricsSnapshot:
                 topics.add_metric([name, 'true'], gd)
                 topics.add_metric([name, 'false'], non_gd)
             yield topics
-
-
-class MetricsResource:
-    """GET /metrics: the server's metrics (its workers added up) in the Prometheus text format."""
-
-    openapi = {'get': {
-        'summary': "The server's metrics, its workers added up, in the Prometheus text format", 'tags': ['runtime'],
-        'responses': {'200': {'description': 'Prometheus text exposition',
-                              'content': {'text/plain': {'schema': {'type': 'string'}}}}}}}
-
-    def __init__(self, metrics: Metrics, auth: str) -> None:
-        self._metrics = metrics
-        #: Who may read it (runtime.http.auth): the admin unless http.metrics_public, since it names
-        #: every topic, security definition and subscriber.
-        self.auth = auth
-
-    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        resp.content_type = CONTENT_TYPE_LATEST
-        resp.data = self._metrics.render()

@@ -1,6 +1,6 @@
 """What the WebSocket side tells the metrics: connections opened and closed, frames received.
 
-``WebSocketMetrics`` is the protocol the HTTP side (and the hub) call; ``runtime.metrics.Metrics``
+``WebSocketMetrics`` is the protocol the HTTP side (and the hub) call; ``runtime.observability.metrics.Metrics``
 implements it, and ``NoWebSocketMetrics`` is the no-op for code running without metrics (tests,
 tools). This module imports nothing of Conduit, so any layer may depend on it without tying
 itself to prometheus_client or to the metrics' database reads.

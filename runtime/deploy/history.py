@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, func, select
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import AuditEntry, Deployment
-from runtime.timefmt import iso
+from runtime.util.timefmt import iso
 
 T = TypeVar('T')
 

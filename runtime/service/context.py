@@ -4,9 +4,9 @@ The invoker gives every service instance it makes its context (``svc._context``)
 ``Service.invoke``, ``invoke_async``, ``patterns``, ``pubsub``, ``publish`` and ``config`` go through
 it; no service reaches the runtime itself. The context is built once per invoker, not per call.
 
-This module sits below ``runtime.service``, ``runtime.invoke`` and ``runtime.patterns``, which all
+This module sits below ``runtime.service.base``, ``runtime.service.invoke`` and ``runtime.service.patterns``, which all
 use it, so it imports none of them: the invoker is described here by the ``Invoker`` protocol
-(``runtime.invoke.Invoker`` is its implementation). The channel names a service sees in
+(``runtime.service.invoke.Invoker`` is its implementation). The channel names a service sees in
 ``self.channel`` and the correlation ids live here for the same reason.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import gevent
 
-from runtime.random_ids import random_hex
+from runtime.util.random_ids import random_hex
 
 #: Channel names a service can see in self.channel.
 CHANNEL_INVOKE = 'invoke'
@@ -33,9 +33,9 @@ def new_cid() -> str:
 
 
 class Invoker(Protocol):
-    """The invoker as services and their patterns call it (``runtime.invoke.Invoker`` implements it)."""
+    """The invoker as services and their patterns call it (``runtime.service.invoke.Invoker`` implements it)."""
 
-    #: The service store (``runtime.store.ServiceStore``): ``get(name_or_class)``, ``has(name)``.
+    #: The service store (``runtime.service.store.ServiceStore``): ``get(name_or_class)``, ``has(name)``.
     store: Any
 
     def run(self, cls: Any, payload: Any = None, *, channel: str = CHANNEL_INVOKE, cid: str | None = None,

@@ -2,7 +2,7 @@
 two channels may not answer the same path and method, and a service others use is not removed
 by accident.
 
-Used by the object files (``runtime.objects`` and the sections of pub/sub and the scheduler) and by
+Used by the object files (``runtime.objects.applier`` and the sections of pub/sub and the scheduler) and by
 the admin API, so that both refuse the same things with the same words. Each check names the
 object at fault and the one it clashes with.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection, or_, select
 
-from runtime.channels import parse_methods
+from runtime.channels.rest import parse_methods
 from runtime.db.models import FileChannelRow, Job, RestChannel, Subscription, Topic
 from runtime.errors import ConfigError
 from runtime.pubsub.registry import SERVICE_TOPIC_PREFIX

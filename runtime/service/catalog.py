@@ -21,7 +21,7 @@ from pathlib import Path
 from sqlalchemy import Engine, select
 
 from runtime.db.models import Deployment
-from runtime.service import derive_name
+from runtime.service.base import derive_name
 
 _log = logging.getLogger(__name__)
 

@@ -2,13 +2,13 @@
 
 ``StatsFlusher`` counts in RAM, per bucket, what this worker published, delivered, failed to
 deliver and dead-lettered (it is a broker observer, like the metrics) and, per service, the
-invocations, errors, total time and a latency histogram (``runtime.metrics``' bucket bounds; the
+invocations, errors, total time and a latency histogram (``runtime.observability.metrics``' bucket bounds; the
 invoker reports every run to it). Every ``flush_interval_secs`` it adds what it counted to its own
 rows of ``conduit_stats_rate`` and ``conduit_stats_service`` (key: worker, bucket[, service]) and
 deletes every row older than ``retention_secs``, of any worker. Only the worker writes its rows,
 so adding to a row read in the same transaction is safe.
 
-Readers sum the rows over workers per bucket (``runtime.insight``): the dashboard's rates and service
+Readers sum the rows over workers per bucket (``runtime.insight.overview``): the dashboard's rates and service
 usage are exact across workers and servers, within one flush interval. Counts not yet flushed
 when a worker dies are lost (at most one interval); a clean stop flushes them.
 
@@ -29,9 +29,9 @@ from sqlalchemy import Connection, Engine, delete, insert, select, update
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import RateStat, ServiceStat
-from runtime.metrics import LATENCY_BUCKETS_SECS
+from runtime.observability.metrics import LATENCY_BUCKETS_SECS
 from runtime.pubsub.observers import PubSubObserver
-from runtime.spawn import killed
+from runtime.util.spawn import killed
 
 if TYPE_CHECKING:
     from runtime.pubsub.registry import SubInfo

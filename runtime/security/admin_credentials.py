@@ -10,8 +10,8 @@ import secrets
 from pathlib import Path
 
 from runtime.config import Settings
-from runtime.datafiles import create_private_file, private_dir
 from runtime.errors import ConfigError
+from runtime.util.datafiles import create_private_file, private_dir
 
 
 def admin_password(settings: Settings, create: bool = False) -> str:

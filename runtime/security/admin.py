@@ -1,7 +1,7 @@
 """Administration of Basic Auth security definitions: list, read, create, change, re-password, delete.
 
 What the admin API does with definitions, without HTTP. Each change is one transaction that also
-bumps the ``security`` sync key (``runtime.checked_write.write_checked``), so every worker reloads the
+bumps the ``security`` sync key (``runtime.objects.checked_write.write_checked``), so every worker reloads the
 definitions within ``sync.interval_secs`` and this one at once. A password is hashed (scrypt, in
 gevent's thread pool) before it is stored; the rows returned carry the hash, and the caller decides
 what of a row it shows (the admin API never shows the hash).
@@ -15,14 +15,14 @@ from typing import Any
 import gevent
 from sqlalchemy import Connection, Engine, delete, func, insert, or_, select, update
 
-from runtime import user_names
-from runtime.checked_write import write_checked
 from runtime.db.blocking import run_transaction
 from runtime.db.models import BasicAuthDef, RestChannel, Subscription
 from runtime.errors import BadRequest, ObjectExists, ObjectInUse, ObjectNotFound
-from runtime.objects import SECURITY_KEY
+from runtime.objects.applier import SECURITY_KEY
+from runtime.objects.checked_write import write_checked
 from runtime.pubsub import permissions
-from runtime.security import hash_password
+from runtime.security import user_names
+from runtime.security.basic_auth import hash_password
 
 
 def _username_problem(conn: Connection, username: str, own_name: str | None,

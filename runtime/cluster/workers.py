@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import Lease, WorkerRow
-from runtime.spawn import killed
+from runtime.util.spawn import killed
 
 _log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The counters of every gunicorn worker of one server, added up for ``/metrics``.
 
-Each worker counts in memory (``runtime.metrics``) and writes a *record* of its counters, histograms
+Each worker counts in memory (``runtime.observability.metrics``) and writes a *record* of its counters, histograms
 and gauges into ``server.metrics_dir`` every ``server.metrics_interval_secs`` and when it stops:
 ``worker-<pid>.json``, written under a temporary name and renamed, so a reader sees a whole record
 or the previous one. A scrape, whichever worker answers it, adds the records of the other workers
@@ -17,7 +17,7 @@ SIGKILL counted after its last write is lost (at most one interval).
 
 The master empties the directory when the server starts (``reset``): the records of a previous run
 would otherwise be added to this one's. Nothing here knows prometheus_client: a record is plain
-JSON-able data, built from and turned back into ``runtime.metrics.MetricsSnapshot`` fields.
+JSON-able data, built from and turned back into ``runtime.observability.metrics.MetricsSnapshot`` fields.
 """
 
 from __future__ import annotations

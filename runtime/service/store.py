@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from types import ModuleType
 
 from runtime.errors import InvalidService, ServiceNotFound
-from runtime.service import Service
+from runtime.service.base import Service
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ the file, section and object, and the previous configuration stays in force.
 ``plan()`` gives the same application as a list of changes (create, update, delete, skip) without
 changing anything: it runs in a transaction that is rolled back.
 
-Passwords may be written as ``${CONDUIT_SECRET_...}`` references (``runtime.secret_refs``: no other
+Passwords may be written as ``${CONDUIT_SECRET_...}`` references (``runtime.security.secret_refs``: no other
 environment variable may be named); they are resolved when the files are applied and only a hash
 is stored. Each section is handled by a ``SectionHandler``; the broker, scheduler
 and the rest register theirs for their own sections. Keys and sections of Zato's enmasse files that
-Conduit does not use are accepted and listed in one warning (``runtime.zato_keys``).
+Conduit does not use are accepted and listed in one warning (``runtime.objects.zato_keys``).
 """
 
 from __future__ import annotations
@@ -35,15 +35,16 @@ from typing import Any
 import yaml
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 
-from runtime import secret_refs, user_names, zato_keys
-from runtime.audit import record_file_changes
-from runtime.channels import Channel, parse_methods
+from runtime.channels.rest import Channel, parse_methods
+from runtime.cluster.sync import bump, lock
 from runtime.db.engine import transaction
 from runtime.db.models import BasicAuthDef, RestChannel
 from runtime.errors import ConfigError
-from runtime.object_checks import check_channel_routes, check_service
-from runtime.security import hash_password, verify_password
-from runtime.sync import bump, lock
+from runtime.objects import zato_keys
+from runtime.objects.checks import check_channel_routes, check_service
+from runtime.observability.audit import record_file_changes
+from runtime.security import secret_refs, user_names
+from runtime.security.basic_auth import hash_password, verify_password
 
 _log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ class SectionHandler:
 
 
 def resolve_secret(value: Any, where: str) -> str:
-    """A password as written, or the ``${CONDUIT_SECRET_...}`` variable it references (runtime.secret_refs)."""
+    """A password as written, or the ``${CONDUIT_SECRET_...}`` variable it references (runtime.security.secret_refs)."""
     if not isinstance(value, str):
         raise ConfigError(where, 'password must be a string')
     if secret_refs.is_reference(value):

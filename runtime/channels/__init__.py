@@ -1,0 +1,2 @@
+"""REST channels: their definitions and router, and their administration.
+"""

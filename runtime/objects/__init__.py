@@ -1,0 +1,2 @@
+"""Object files: declarative YAML objects applied to the database, their checks, and Zato's keys.
+"""
