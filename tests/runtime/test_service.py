@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 import pytest
 
 from runtime.errors import InvalidInput, InvalidOutput, InvalidService, MethodNotAllowed, RequestRejected
-from runtime.service import HttpInfo, Service, derive_name
+from runtime.service import HttpInfo, Service
+from runtime.service.base import derive_name
 from runtime.service.invoke import CHANNEL_INVOKE, CHANNEL_REST
 from tests.recorder import Recorder
 
