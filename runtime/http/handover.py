@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from runtime.errors import StorageUnavailable
@@ -71,7 +71,7 @@ class HandOver:
         """Called by the server whatever happened: what was not settled is released."""
         self._end(self._held.release, 'put back')
 
-    def _end(self, action: Any, what: str) -> None:
+    def _end(self, action: Callable[[], None], what: str) -> None:
         if self._held.settled:
             return
         try:

@@ -244,9 +244,7 @@ class Held:
         """
         if not self.settled:
             self.settled = True
-            ids = [p.lease_id for p in self.pulled if p.lease_id]
-            for start in range(0, len(ids), MAX_ACK_IDS):
-                ack(self.source, self.subs, ids[start:start + MAX_ACK_IDS])
+            ack(self.source, self.subs, [p.lease_id for p in self.pulled if p.lease_id])
 
     def release(self) -> None:
         """The answer was not written: put the messages back as they were, due at once, the attempt not counted.
