@@ -32,11 +32,13 @@ endif
 
 # The long fault harness: 20 SIGKILLs under load, the database outage, subscriber isolation, six cuts
 # of the delivering host of a three-host cluster (one in `make test`), and a server killed in the
-# middle of a CSV of 100,000 rows (20,000 in `make test`).
+# middle of a CSV of 100,000 rows (20,000 in `make test`); then the tests marked `chaos`, which
+# `make test` skips: the benchmarks' longest smoke runs and the API fuzzing on SQLite.
 chaos: $(STAMP)
-	CONDUIT_CHAOS_KILLS=20 CONDUIT_CHAOS_CLUSTER_CUTS=6 $(PY) -m gevent.monkey --module pytest -q -s tests/reliability
+	CONDUIT_CHAOS=1 CONDUIT_CHAOS_KILLS=20 CONDUIT_CHAOS_CLUSTER_CUTS=6 $(PY) -m gevent.monkey --module pytest -q -s tests/reliability
 	CONDUIT_CHAOS_FILE_ROWS=100000 $(PY) -m gevent.monkey --module pytest -q -s \
 		tests/server/test_file_transfer_live.py -k kill_9
+	CONDUIT_CHAOS=1 $(PY) -m gevent.monkey --module pytest -q -m chaos tests
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

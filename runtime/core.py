@@ -182,7 +182,8 @@ class Runtime:
         #: The WebSocket subscriptions attached to this worker's connections (the WebSocket plug-in delivers them).
         self.ws_attachments = Attachments()
         self.broker = Broker(self.engine, settings.pubsub,
-                             subscribers=standard_subscribers(self._run_service, self.ws_attachments),
+                             subscribers=standard_subscribers(self._run_service, self.ws_attachments,
+                                                              settings.pubsub.push_allow_hosts),
                              spawn=spawn, has_service=self.store.has,
                              overflow_dir=settings.path(settings.pubsub.overflow_dir), observers=observers,
                              json_limits=JsonLimits.from_settings(settings.http),

@@ -33,7 +33,7 @@ from runtime.files import statements
 from runtime.files.definition import FileChannelDef
 from runtime.files.poller import Poller
 from runtime.files.processor import ChannelContext, Prepare, RunService, StorePrepared
-from runtime.files.sftp import SftpParams
+from runtime.files.sftp_params import SftpParams
 from runtime.files.sources import Source, open_source
 from runtime.util.json_limits import JsonLimits
 

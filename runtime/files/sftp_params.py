@@ -5,6 +5,8 @@ subscription definition calls at configuration time (a ``ConfigError`` naming th
 value that could be a password); ``parse_host_key`` and ``load_private_key`` turn the pinned host
 key line and the text of a private key into paramiko keys. ``SftpSource`` (``runtime.files.sftp``)
 uses all of them; they live apart so that module holds only the connection and the file operations.
+paramiko (and the cryptography it loads, a good part of a second) is imported only when a key is
+parsed: a server with no SFTP channel or subscription never loads it.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ import base64
 import binascii
 import io
 from dataclasses import dataclass
-
-import paramiko
+from typing import TYPE_CHECKING
 
 from runtime.errors import ConfigError
 from runtime.security import secret_refs
+
+if TYPE_CHECKING:
+    import paramiko
 
 #: Key types a pinned host key line may have.
 HOST_KEY_TYPES = ('ssh-ed25519', 'ecdsa-sha2-nistp256', 'ecdsa-sha2-nistp384', 'ecdsa-sha2-nistp521', 'ssh-rsa')
@@ -49,6 +53,8 @@ def parse_host_key(line: str, where: str) -> paramiko.PKey:
 
     A known_hosts line ('host ssh-ed25519 AAAA...') is accepted too: its host names are ignored.
     """
+    import paramiko
+
     fields = line.split() if isinstance(line, str) else []
     if fields and fields[0] not in HOST_KEY_TYPES and len(fields) > 1 and fields[1] in HOST_KEY_TYPES:
         fields = fields[1:]
@@ -92,6 +98,8 @@ def check_params(params: SftpParams, where: str) -> None:
 
 def load_private_key(text: str, where: str) -> paramiko.PKey:
     """The private key in text (OpenSSH or PEM; ed25519, ECDSA or RSA); ConfigError that never quotes it."""
+    import paramiko
+
     for cls in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
         try:
             return cls.from_private_key(io.StringIO(text))

@@ -46,7 +46,7 @@ from collections.abc import Collection, Iterable
 from typing import BinaryIO
 
 from runtime.errors import LinkRefused, SourceMissing
-from runtime.files.sftp import SftpParams, SftpSource
+from runtime.files.sftp_params import SftpParams
 from runtime.files.source_base import Entry, Source, clean_path, is_utf8_name, split_path, temp_name
 
 __all__ = ['Entry', 'LocalSource', 'Source', 'SftpParams', 'open_source']
@@ -345,5 +345,8 @@ class LocalSource:
 def open_source(directory: str, sftp: SftpParams | None) -> Source:
     """The source for a directory: on an SFTP server when sftp is given, else on this machine."""
     if sftp is not None:
+        # paramiko is loaded with the first SFTP source, not with every server (runtime.files.sftp_params).
+        from runtime.files.sftp import SftpSource
+
         return SftpSource(directory, sftp)
     return LocalSource(directory)

@@ -127,13 +127,16 @@ def make_app(parts: AppParts, **kwargs: Any) -> falcon.App:
                                    http.auth_max_failures_per_user, http.auth_throttle_buckets)
     failures_log = FailedSignInLog(parts.settings.logging.auth_failures_per_minute)
     admin_secret = admin_password(parts.settings, create=True)
-    admin_hash = hash_password(admin_secret)
     gate = SessionGate(parts.sessions) if parts.sessions is not None and parts.settings.dashboard.enabled else None
     if gate is not None and parts.sessions is not None:
         # A session signed in with another password than this worker's (a restart with a new one) has ended.
-        parts.sessions.bind_credentials({
+        # The hashes it answers with are the ones sign-ins are checked against: no scrypt spent twice.
+        hashes = parts.sessions.bind_credentials({
             'admin': (parts.settings.admin.username, admin_secret),
             'viewer': (parts.settings.dashboard.viewer_username, viewer_password(parts.settings, create=True))})
+        admin_hash, viewer_hash = hashes['admin'], hashes['viewer']
+    else:
+        admin_hash, viewer_hash = hash_password(admin_secret), ''
     route_auth = auth.RouteAuth(_admin_credentials(parts.settings, admin_hash), parts.security, throttle, failures_log,
                                 dashboard=gate)
     # Metrics first: its process_response times every request, those the others refuse too.
@@ -152,7 +155,7 @@ def make_app(parts: AppParts, **kwargs: Any) -> falcon.App:
     if gate is not None and parts.sessions is not None:
         add_dashboard_routes(app, DashboardParts(
             settings=parts.settings, admin=parts.admin, sessions=parts.sessions, gate=gate,
-            credentials=_dashboard_credentials(parts.settings, admin_hash), throttle=throttle,
+            credentials=_dashboard_credentials(parts.settings, admin_hash, viewer_hash), throttle=throttle,
             failures_log=failures_log, metrics=parts.metrics))
     for path, resource in pubsub_rest.routes(parts.pubsub_rest).items():
         app.add_route(path, resource)
@@ -171,10 +174,9 @@ def _admin_credentials(settings: Settings, password_hash: str) -> SecurityRegist
     return registry
 
 
-def _dashboard_credentials(settings: Settings, admin_hash: str) -> SecurityRegistry:
+def _dashboard_credentials(settings: Settings, admin_hash: str, viewer_hash: str) -> SecurityRegistry:
     """Who may sign in to the dashboard: the admin, and the read-only viewer (never valid for /admin)."""
     registry = SecurityRegistry()
-    viewer_hash = hash_password(viewer_password(settings, create=True))
     registry.replace_all([
         BasicAuth(ADMIN_DEFINITION, settings.admin.username, admin_hash, DASHBOARD_REALM),
         BasicAuth(VIEWER_DEFINITION, settings.dashboard.viewer_username, viewer_hash, DASHBOARD_REALM)])

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import falcon
 
+from runtime.db.unavailable import storage_errors
 from runtime.errors import (
     AccessDenied,
     BadRequest,
@@ -315,7 +316,7 @@ class _PubSubResource:
             if found or attempt or now - self._reloaded_at < RELOAD_AFTER_SECS:
                 return sorted(found, key=lambda s: s.id)
             self._reloaded_at = now
-            with pull.storage_errors():
+            with storage_errors():
                 self._parts.broker.reload()
         return []
 
@@ -373,7 +374,7 @@ def publish_message(parts: RestParts, caller: BasicAuth, topic: str, body: Calla
     options = _publish_options(fields, parts.settings.pubsub.default_expiration_secs)
     if options['correl_id'] is None:
         options['correl_id'] = cid  # as Zato does: the publication is traceable to its request
-    with pull.storage_errors():
+    with storage_errors():
         msg_id = parts.broker.publish(info.name, fields['data'], publisher=f'{channel}:{caller.name}', **options)
     answer: dict[str, Any] = {'msg_id': str(msg_id)}
     if getattr(msg_id, 'overflowed', False):
@@ -394,7 +395,7 @@ def publish_topic(parts: RestParts, name: str) -> TopicInfo:
         service = next((s for s in parts.store.names()
                         if normalize(service_topic_name(s)) == normalize(name)), None)
     if service is not None and parts.store.has(service):
-        with pull.storage_errors():
+        with storage_errors():
             return parts.catalog.ensure_service_topic(service)
     raise TopicNotFound(name)
 
@@ -479,7 +480,7 @@ class SubscribeResource(_PubSubResource):
         info = subscription_topic(parts, caller, topic)
         catalog = parts.catalog
         existing = self._subs(caller, None, topic=info.name)
-        with pull.storage_errors():
+        with storage_errors():
             sub = existing[0] if existing else catalog.subscribe(info.name, KIND_PULL, security=caller.name)
             depth = catalog.queue_depth(sub.sub_key)
         resp.media = _ok(req, sub_key=sub.sub_key, queue_depth=depth)
@@ -512,7 +513,7 @@ class UnsubscribeResource(_PubSubResource):
         subs = self._subs(caller, sub_key or None, (KIND_PULL, KIND_REST_PUSH), topic=canonical_topic_name(topic))
         if not subs and (sub_key or not _zato_codes(parts)):
             raise SubscriptionNotFound()  # Zato answers 200 when the caller is not subscribed at all
-        with pull.storage_errors():
+        with storage_errors():
             for sub in subs:
                 parts.catalog.unsubscribe(sub.sub_key)
         resp.media = _ok(req, unsubscribed=len(subs))

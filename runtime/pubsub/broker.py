@@ -56,7 +56,6 @@ from runtime.pubsub.queue_backend import FencedQueue, SqlQueueBackend
 from runtime.pubsub.queue_vacuum import QueueVacuum
 from runtime.pubsub.registry import Registry, SubInfo, TopicInfo, aliased_service
 from runtime.pubsub.subscribers.base import Context, Subscriber
-from runtime.pubsub.subscribers.rest_push import OutboundPolicy, set_outbound_policy
 from runtime.pubsub.sweeper import SWEEPER_LEASE, Sweeper
 from runtime.pubsub.topics import validate_topic_name
 from runtime.pubsub.wakeups import Wakeups
@@ -89,8 +88,6 @@ class Broker:
         self.settings = settings
         self.engine = engine
         self._spawn = spawn
-        # Every push_url check and push connection of this process applies it (runtime.pubsub.subscribers.rest_push).
-        set_outbound_policy(OutboundPolicy(settings.push_allow_hosts))
         self._has_service = has_service
         self.registry = Registry()
         #: The plug-in of each subscriber kind (runtime.pubsub.subscribers).

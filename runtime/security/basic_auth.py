@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import logging
@@ -155,7 +156,7 @@ class SecurityRegistry:
             failed_key = self._failed_key(required, username, password)
             if not _failed_recently(failed_cache, failed_key):
                 # Spend the same time as a real check so usernames cannot be probed by timing.
-                _in_pool(verify_password, password, _DUMMY_HASH)
+                _in_pool(verify_password, password, _dummy_hash())
                 _remember_failure(failed_cache, failed_key)
             raise Unauthorized(realm)
         if ok_cache.get(key) != definition.password_hash:
@@ -189,4 +190,8 @@ def _remember_failure(cache: dict[bytes, float], key: bytes) -> None:
     cache[key] = time.monotonic() + FAILED_CHECK_TTL_SECS
 
 
-_DUMMY_HASH = hash_password(os.urandom(8).hex())
+@functools.cache
+def _dummy_hash() -> str:
+    """A hash no password matches, checked against for an unknown user (made on the first: a process
+    that never sees one, such as every CLI command, never spends the scrypt)."""
+    return hash_password(os.urandom(8).hex())

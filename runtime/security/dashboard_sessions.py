@@ -95,23 +95,27 @@ class SessionStore:
         #: The credential generation of each role, as this worker's passwords have it (bind_credentials).
         self._generations: dict[str, str] = {}
 
-    def bind_credentials(self, credentials: Mapping[str, tuple[str, str]]) -> None:
+    def bind_credentials(self, credentials: Mapping[str, tuple[str, str]]) -> dict[str, str]:
         """Record each role's (user name, password) of this worker; a changed one ends that role's sessions.
 
-        Costs one scrypt per role (two when a password changed): called once, when a worker starts.
+        Returns each role's scrypt hash of its password (the stored one, or the one stored anew), which
+        the worker checks sign-ins against, so that it need not hash the passwords once more. Costs one
+        scrypt per role (two when a password changed): called once, when a worker starts.
         """
+        hashes: dict[str, str] = {}
         for role, (username, password) in credentials.items():
             if role not in ROLES:
                 raise ValueError(f'role must be one of {ROLES}, not {role!r}')
-            self._generations[role] = self._generation_of(role, username[:200], password)
+            self._generations[role], hashes[role] = self._generation_of(role, username[:200], password)
+        return hashes
 
-    def _generation_of(self, role: str, username: str, password: str) -> str:
-        """The stored generation of a role's credentials, made anew when they changed."""
+    def _generation_of(self, role: str, username: str, password: str) -> tuple[str, str]:
+        """The stored generation of a role's credentials (made anew when they changed), and their hash."""
         for _ in range(MAX_CREDENTIAL_TRIES):
             row = run_transaction(self._engine, lambda c: c.execute(
                 select(DashboardCredential).where(DashboardCredential.role == role)).first(), write=False)
             if row is not None and row.username == username and verify_password(password, row.password_hash):
-                return row.generation
+                return row.generation, row.password_hash
             # Hashed before the transaction: scrypt takes tens of milliseconds, the write lock must not wait.
             new = {'role': role, 'username': username, 'password_hash': hash_password(password),
                    'generation': secrets.token_urlsafe(32), 'changed_at': self._clock()}
@@ -119,7 +123,7 @@ class SessionStore:
             if ended is not None:
                 if row is not None:
                     _log.info('the dashboard %s credentials changed: %d of its sessions ended', role, ended)
-                return new['generation']
+                return new['generation'], new['password_hash']
             # Another worker recorded this role's credentials meanwhile: read again, it may be this password.
         raise RuntimeError(f'the dashboard {role} credentials kept changing under this worker; start it again')
 

@@ -8,7 +8,9 @@ Load it as a pytest plugin (``pytest_plugins = ['runtime.testing']``) and use th
 
 ``runtime_factory`` makes a started runtime on a temporary SQLite database (or the URL given),
 without the directory watchers, with the given service classes (or modules) deployed; every
-runtime it made is stopped when the test ends, as Nameko's ``container_factory`` does.
+runtime it made is stopped when the test ends, as Nameko's ``container_factory`` does. The
+temporary database is a copy of one migrated once per pytest process, so that a runtime starts
+without running every migration again.
 ``wait_until`` polls a condition cooperatively, for anything that happens in the background.
 
 Without a database (``docs/testing.md`` has the details):
@@ -24,6 +26,7 @@ app, signed in as the admin: HTTP behaviour without gunicorn (on the runtime's d
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,6 +38,8 @@ import pytest
 
 from runtime.config import Settings
 from runtime.core import Runtime
+from runtime.db.engine import make_engine
+from runtime.db.migrate import upgrade
 from runtime.service.base import Service
 from runtime.testing.client import AppClient, admin_client
 from runtime.testing.memory import DeliveryFailed, MemoryQueueBackend
@@ -101,8 +106,20 @@ def wait_until(condition: Callable[[], Any], timeout: float = 5.0, interval: flo
         gevent.sleep(interval)
 
 
+@pytest.fixture(scope='session')
+def migrated_sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database migrated to the newest schema, made once per pytest process, to copy from."""
+    path = tmp_path_factory.mktemp('conduit-template') / 'conduit.db'
+    engine = make_engine(f'sqlite:///{path}', pool_size=1)
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()
+    return path
+
+
 @pytest.fixture
-def runtime_factory(tmp_path: Path) -> Iterator[Callable[..., TestRuntime]]:
+def runtime_factory(tmp_path: Path, migrated_sqlite_template: Path) -> Iterator[Callable[..., TestRuntime]]:
     """Make started in-process runtimes; each is stopped at the end of the test."""
     made: list[TestRuntime] = []
 
@@ -110,6 +127,8 @@ def runtime_factory(tmp_path: Path) -> Iterator[Callable[..., TestRuntime]]:
                 settings: Settings | None = None) -> TestRuntime:
         base = tmp_path / f'runtime{len(made)}'
         base.mkdir()
+        if settings is None and db_url is None:
+            shutil.copyfile(migrated_sqlite_template, base / 'conduit.db')
         rt = TestRuntime(settings or make_settings(base, db_url))
         made.append(rt)
         # Classes and modules are registered before start, as a server loads services/ before it

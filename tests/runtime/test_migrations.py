@@ -14,8 +14,8 @@ from runtime.pubsub import statements
 from runtime.pubsub.registry import KIND_SERVICE, service_topic_name
 
 
-def test_migrations_match_models(db_url):
-    engine = make_engine(db_url, pool_size=1)
+def test_migrations_match_models(empty_db_url):
+    engine = make_engine(empty_db_url, pool_size=1)
     try:
         upgrade(engine)
         with engine.connect() as conn:
@@ -25,9 +25,9 @@ def test_migrations_match_models(db_url):
         engine.dispose()
 
 
-def test_upgrade_twice_is_harmless(db_url):
+def test_upgrade_twice_is_harmless(empty_db_url):
     """A second upgrade (every server start runs one) keeps the schema, the revision and the data."""
-    engine = make_engine(db_url, pool_size=1)
+    engine = make_engine(empty_db_url, pool_size=1)
     try:
         upgrade(engine)
         with engine.begin() as conn:
@@ -43,9 +43,9 @@ def test_upgrade_twice_is_harmless(db_url):
         engine.dispose()
 
 
-def test_duplicate_implicit_subscriptions_are_merged_before_the_unique_index(db_url):
+def test_duplicate_implicit_subscriptions_are_merged_before_the_unique_index(empty_db_url):
     """0013: a service's duplicate implicit subscriptions (an earlier race) become one; no waiting message is lost."""
-    engine = make_engine(db_url, pool_size=1)
+    engine = make_engine(empty_db_url, pool_size=1)
     try:
         upgrade(engine, '0012')
         with engine.begin() as conn:

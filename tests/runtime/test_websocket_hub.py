@@ -397,8 +397,8 @@ def test_an_expired_message_of_a_subscription_with_no_client_is_dead_lettered_by
 # Storage
 
 
-def test_migration_0009_gives_existing_topics_the_default_limit(db_url: str) -> None:
-    engine = make_engine(db_url, pool_size=1)
+def test_migration_0009_gives_existing_topics_the_default_limit(empty_db_url: str) -> None:
+    engine = make_engine(empty_db_url, pool_size=1)
     try:
         upgrade(engine, '0008')
         with engine.begin() as conn:

@@ -3,7 +3,8 @@
 `make bench` is not part of the suite (it takes half an hour and needs a quiet machine), so this
 keeps the scripts from rotting between runs. Nothing is written to bench/results (``--no-write``).
 The peers and REST benchmarks need what only `make bench` installs (Celery and Dramatiq, wrk);
-they run here when it is installed.
+they run here when it is installed. The scripts whose smallest run still takes the better part of a
+minute (they start several servers or hold a flood for seconds) run under `make chaos` only (LONG).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ SMALL = {
 }
 
 
+#: Scripts whose smoke run takes 35-105 s on this 2-core machine: `make chaos` runs them.
+LONG = {'websockets.py', 'sign_in_flood.py', 'dashboard.py', 'websocket_hostile.py', 'workers.py', 'file_transfer.py'}
+
+
 def _run(script: str, args: list[str], writes_results: bool = True) -> str:
     no_write = ['--no-write'] if writes_results else []  # a script that writes nothing has no such option
     proc = subprocess.run([sys.executable, str(REPO / 'bench' / script), *args, *no_write], cwd=REPO,
@@ -43,7 +48,8 @@ def _run(script: str, args: list[str], writes_results: bool = True) -> str:
     return proc.stdout
 
 
-@pytest.mark.parametrize('script', sorted(SMALL))
+@pytest.mark.parametrize('script', [pytest.param(s, marks=pytest.mark.chaos) if s in LONG else s
+                                    for s in sorted(SMALL)])
 def test_benchmark_runs(script: str) -> None:
     out = _run(script, SMALL[script])
     assert out.strip(), f'bench/{script} printed nothing'

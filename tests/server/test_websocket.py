@@ -5,6 +5,13 @@ is tested is what goes over the wire (docs/websockets.md has the protocol). Secu
 permissions and topics are made through the admin API once the server runs. Every hostile frame is
 followed by the check that matters most: /health still answers and a fresh connection still signs in
 and is answered ("never a dead worker"). Every test runs on SQLite and on PostgreSQL.
+
+The tests share one server per backend (starting one costs seconds of CPU), so none may see another's
+traces. A topic nobody subscribes to keeps what is published for its next subscriber, so a test stores
+messages only in topics of its own (orders.<tag>..., which the grants on orders.** cover) and
+unsubscribes what it subscribed to on the shared topics; the test that fills a security definition up
+to its subscription limit signs in with a definition of its own. The dead-peer test starts a server of
+its own: it needs other ping settings.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -59,12 +67,28 @@ allowed_origins = "{GOOD_ORIGIN}"
 '''
 
 
-@pytest.fixture
-def ws_server(server_factory: Callable[..., LiveServer]) -> LiveServer:
-    """A started server with the users, topics and permissions above, made through the admin API."""
-    server = server_factory(extra_config=WS_CONFIG).start()
+@pytest.fixture(scope='module')
+def ws_server(module_server_factory: Callable[..., LiveServer]) -> LiveServer:
+    """The module's started server with the users, topics and permissions above, made through the admin API."""
+    server = module_server_factory(extra_config=WS_CONFIG).start()
     provision(server, USERS, TOPICS, GRANTS)
     return server
+
+
+@pytest.fixture
+def tag() -> str:
+    """A suffix that makes this test's topic and definition names its own on the shared server."""
+    return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def own_topic(ws_server: LiveServer, tag: str) -> Callable[[str], str]:
+    """Make a topic of this test alone: own_topic('created') is orders.<tag>.created, own_topic('') orders.<tag>."""
+    def make(name: str) -> str:
+        topic = '.'.join(part for part in ('orders', tag, name) if part)
+        provision(ws_server, topics=[{'name': topic}])
+        return topic
+    return make
 
 
 def rest_pull(server: LiveServer, auth: tuple[str, str], **body: Any) -> list[dict[str, Any]]:
@@ -91,7 +115,9 @@ def test_sign_in_by_basic_auth_header_or_hello_frame(ws_server: LiveServer, peer
     by_hello = peers(ws_server)
     by_hello.send({'action': 'hello', 'id': 'h1', 'username': SUBSCRIBER[0], 'password': SUBSCRIBER[1]})
     assert by_hello.answer('h1') == {'action': 'authenticated', 'id': 'h1', 'username': SUBSCRIBER[0]}
-    assert by_hello.ok('subscribe', 'subscribed', topic='orders.created')['sub_key']
+    sub_key = by_hello.ok('subscribe', 'subscribed', topic='orders.created')['sub_key']
+    assert sub_key
+    by_hello.ok('unsubscribe', 'unsubscribed', sub_key=sub_key)  # nothing left on the shared topic
     by_hello.error('hello', 400, username=SUBSCRIBER[0], password=SUBSCRIBER[1])  # once is enough
 
     # A browser page of an allowed origin may use the header; any page may use the hello frame.
@@ -134,19 +160,21 @@ def test_sign_in_refusals_close_the_connection(ws_server: LiveServer, peers: Any
 # Publishing and receiving
 
 
-def test_publish_is_stored_and_received_with_rest_pulls_meta(ws_server: LiveServer, peers: Any) -> None:
+def test_publish_is_stored_and_received_with_rest_pulls_meta(ws_server: LiveServer, peers: Any,
+                                                              own_topic: Callable[[str], str]) -> None:
+    topic = own_topic('created')
     subscriber = peers(ws_server, hello=SUBSCRIBER)
-    sub = subscriber.ok('subscribe', 'subscribed', topic='orders.created')
+    sub = subscriber.ok('subscribe', 'subscribed', topic=topic)
     assert sub['sub_key'].startswith('sk.') and sub['queue_depth'] == 0 and sub['window'] == 100
     assert 'resumed' not in sub
-    r = requests.post(f'{ws_server.url}/pubsub/subscribe/topic/orders.created', auth=SUBSCRIBER, timeout=15)
+    r = requests.post(f'{ws_server.url}/pubsub/subscribe/topic/{topic}', auth=SUBSCRIBER, timeout=15)
     assert r.status_code == 200, r.text
     rest_sub_key = r.json()['sub_key']
 
     publisher = peers(ws_server, auth=PUBLISHER)
     fields = {'priority': 7, 'correl_id': 'corr-1', 'in_reply_to': 'msg-0', 'ext_client_id': 'crm-1',
               'expiration': 3600, 'pub_time': '2026-01-02T03:04:05.000000'}
-    published = publisher.ok('publish', 'published', topic='orders.created', data={'order': 1, 'ü': 'ß'}, **fields)
+    published = publisher.ok('publish', 'published', topic=topic, data={'order': 1, 'ü': 'ß'}, **fields)
     assert published['msg_id'].startswith('zpsm') and 'overflowed' not in published
 
     message = subscriber.messages(1)[0]
@@ -155,7 +183,7 @@ def test_publish_is_stored_and_received_with_rest_pulls_meta(ws_server: LiveServ
     assert meta['msg_id'] == published['msg_id'] and meta['ack_id'] == message['ack_id']
     assert (meta['topic_name'], meta['priority'], meta['correl_id'], meta['in_reply_to'], meta['ext_client_id'],
             meta['delivery_count'], meta['sub_key'], meta['pub_time_iso']) == \
-        ('orders.created', 7, 'corr-1', 'msg-0', 'crm-1', 1, sub['sub_key'], '2026-01-02T03:04:05.000000')
+        (topic, 7, 'corr-1', 'msg-0', 'crm-1', 1, sub['sub_key'], '2026-01-02T03:04:05.000000')
 
     # The same publication pulled over REST (manual acks, so that it too carries an ack_id): the same meta.
     pulled = rest_pull(ws_server, SUBSCRIBER, sub_key=rest_sub_key, ack='manual')
@@ -178,31 +206,33 @@ def test_publish_is_stored_and_received_with_rest_pulls_meta(ws_server: LiveServ
          message='the queue emptied by the ack')
 
     # A publication over REST reaches the WebSocket subscriber too, and the subscriber may publish.
-    msg_id = rest_publish(ws_server, PUBLISHER, 'orders.created', 'plain text')
+    msg_id = rest_publish(ws_server, PUBLISHER, topic, 'plain text')
     second = subscriber.messages(1)[0]
     assert (second['data'], second['meta']['msg_id']) == ('plain text', msg_id)
     assert subscriber.request('ack', ack_ids=[second['ack_id']])['acked'] == 1
 
 
-def test_publish_refusals_have_rests_statuses(ws_server: LiveServer, peers: Any) -> None:
+def test_publish_refusals_have_rests_statuses(ws_server: LiveServer, peers: Any,
+                                               own_topic: Callable[[str], str]) -> None:
+    topic = own_topic('created')  # what it stores, and a refusal that was none, stays out of the shared topics
     publisher = peers(ws_server, auth=PUBLISHER)
-    publisher.error('publish', 400, 'data', topic='orders.created')
-    publisher.error('publish', 400, 'data', topic='orders.created', data=None)
-    publisher.error('publish', 400, topic=' orders.created', data=1)
+    publisher.error('publish', 400, 'data', topic=topic)
+    publisher.error('publish', 400, 'data', topic=topic, data=None)
+    publisher.error('publish', 400, topic=f' {topic}', data=1)
     publisher.error('publish', 400, topic='orders#created', data=1)
     publisher.error('publish', 400, topic='x' * 201, data=1)
-    publisher.error('publish', 400, 'expiration', topic='orders.created', data=1, expiration='soon')
+    publisher.error('publish', 400, 'expiration', topic=topic, data=1, expiration='soon')
     publisher.error('publish', 401, 'Permission denied', topic='private.topic', data=1)
     publisher.error('publish', 403, 'Topic closed.topic is inactive', topic='closed.topic', data=1)
     publisher.error('publish', 404, 'ghost.topic', topic='ghost.topic', data=1)
     # Checks in REST's order: a name without permission is refused before it is looked up.
     publisher.error('publish', 401, 'Permission denied', topic='unknown.elsewhere', data=1)
     nobody = peers(ws_server, hello=NOBODY)
-    nobody.error('publish', 401, 'Permission denied', topic='orders.created', data=1)
-    nobody.error('subscribe', 401, 'Permission denied', topic='orders.created')
+    nobody.error('publish', 401, 'Permission denied', topic=topic, data=1)
+    nobody.error('subscribe', 401, 'Permission denied', topic=topic)
     nobody.error('subscribe', 401, 'Permission denied', pattern='orders.**')
     # The connection outlives every refusal.
-    assert publisher.ok('publish', 'published', topic='orders.created', data=0)['msg_id'].startswith('zpsm')
+    assert publisher.ok('publish', 'published', topic=topic, data=0)['msg_id'].startswith('zpsm')
 
 
 def test_subscribe_refusals(ws_server: LiveServer, peers: Any) -> None:
@@ -219,13 +249,19 @@ def test_subscribe_refusals(ws_server: LiveServer, peers: Any) -> None:
     subscriber.error('subscribe', 400)
     subscriber.error('subscribe', 400, topic=5)
     subscriber.error('subscribe', 400, pattern=['orders.*'])
-    assert subscriber.ok('subscribe', 'subscribed', topic='orders.created', window=1000)['window'] == 1000
-    assert subscriber.ok('subscribe', 'subscribed', topic='orders.created', window=1)['window'] == 1
+    widest = subscriber.ok('subscribe', 'subscribed', topic='orders.created', window=1000)
+    assert widest['window'] == 1000
+    narrowest = subscriber.ok('subscribe', 'subscribed', topic='orders.created', window=1)
+    assert narrowest['window'] == 1
+    for made in (widest, narrowest):  # nothing left on the shared topic
+        subscriber.ok('unsubscribe', 'unsubscribed', sub_key=made['sub_key'])
 
 
-def test_window_caps_unacked_messages(ws_server: LiveServer, peers: Any, db_url: str) -> None:
-    sub_key = detached_subscription(ws_server, db_url, SUBSCRIBER, 2, topic='orders.created')
-    sent = [rest_publish(ws_server, PUBLISHER, 'orders.created', {'n': n}) for n in range(5)]
+def test_window_caps_unacked_messages(ws_server: LiveServer, peers: Any, module_db_url: str,
+                                      own_topic: Callable[[str], str]) -> None:
+    topic = own_topic('created')
+    sub_key = detached_subscription(ws_server, module_db_url, SUBSCRIBER, 2, topic=topic)
+    sent = [rest_publish(ws_server, PUBLISHER, topic, {'n': n}) for n in range(5)]
     subscriber = peers(ws_server, hello=SUBSCRIBER)
     assert subscriber.ok('subscribe', 'subscribed', sub_key=sub_key)['queue_depth'] == 5
 
@@ -256,43 +292,50 @@ def test_window_caps_unacked_messages(ws_server: LiveServer, peers: Any, db_url:
          message='the queue emptied by the acks')
 
 
-def test_window_slides_as_acks_come(ws_server: LiveServer, peers: Any) -> None:
+def test_window_slides_as_acks_come(ws_server: LiveServer, peers: Any, own_topic: Callable[[str], str]) -> None:
     """A window of W lets W messages be unacknowledged at once, however they were published."""
+    topic = own_topic('created')
     subscriber = peers(ws_server, hello=SUBSCRIBER)
-    sub_key = subscriber.ok('subscribe', 'subscribed', topic='orders.created', window=3)['sub_key']
+    sub_key = subscriber.ok('subscribe', 'subscribed', topic=topic, window=3)['sub_key']
     # Published one by one, nothing acknowledged: the window still fills.
     held = []
     for n in range(3):
-        rest_publish(ws_server, PUBLISHER, 'orders.created', n)
+        rest_publish(ws_server, PUBLISHER, topic, n)
         held += subscriber.messages(1)
         assert (held[-1]['sub_key'], held[-1]['data']) == (sub_key, n), held[-1]
     # Full: one more waits; acknowledging one lets it through while the other two stay unacknowledged.
-    rest_publish(ws_server, PUBLISHER, 'orders.created', 3)
+    rest_publish(ws_server, PUBLISHER, topic, 3)
     assert not [f for f in subscriber.quiet(1.0) if f['action'] == 'message']
     assert subscriber.request('ack', ack_ids=[held[0]['ack_id']])['acked'] == 1
     assert subscriber.messages(1)[0]['data'] == 3
     assert subscriber.request('ack', ack_ids=[m['ack_id'] for m in held[1:]])['acked'] == 2
 
 
-def test_pattern_subscriptions_with_one_and_any_segments(ws_server: LiveServer, peers: Any) -> None:
+def test_pattern_subscriptions_with_one_and_any_segments(ws_server: LiveServer, peers: Any,
+                                                         own_topic: Callable[[str], str]) -> None:
+    # A tree of this test's own (root = orders.<tag>): a pattern subscription takes over the messages
+    # waiting in every topic it matches, so one on the shared orders.** would get other tests' leftovers.
+    topics = [own_topic(name) for name in ('', 'created', 'emea.received', 'cancelled')]
+    root = topics[0]
     subscriber = peers(ws_server, hello=SUBSCRIBER)
-    one = subscriber.ok('subscribe', 'subscribed', pattern='orders.*')['sub_key']
-    every = subscriber.ok('subscribe', 'subscribed', pattern='orders.**')['sub_key']
+    one = subscriber.ok('subscribe', 'subscribed', pattern=f'{root}.*')['sub_key']
+    every = subscriber.ok('subscribe', 'subscribed', pattern=f'{root}.**')['sub_key']
     assert one != every
-    topics = ['orders', 'orders.created', 'orders.emea.received', 'orders.cancelled']
     for n, topic in enumerate(topics):
         rest_publish(ws_server, PUBLISHER, topic, {'n': n})
-    # orders.* matches one segment after "orders." only; orders.** every depth and "orders" itself.
-    # Both end with orders.cancelled: what came before it in publication order is all they get.
+    # root.* matches one segment after "root." only; root.** every depth and the root itself.
+    # Both end with root.cancelled: what came before it in publication order is all they get.
     got_every = subscriber.take(4, sub_key=every)
     got_one = subscriber.take(2, sub_key=one)
     assert [m['meta']['topic_name'] for m in got_every] == topics
-    assert [m['meta']['topic_name'] for m in got_one] == ['orders.created', 'orders.cancelled']
+    assert [m['meta']['topic_name'] for m in got_one] == [f'{root}.created', f'{root}.cancelled']
 
 
-def test_resume_by_sub_key_and_unsubscribe(ws_server: LiveServer, peers: Any, db_url: str) -> None:
-    sub_key = detached_subscription(ws_server, db_url, SUBSCRIBER, 10, topic='orders.created')
-    sent = [rest_publish(ws_server, PUBLISHER, 'orders.created', n) for n in range(3)]
+def test_resume_by_sub_key_and_unsubscribe(ws_server: LiveServer, peers: Any, module_db_url: str,
+                                           own_topic: Callable[[str], str]) -> None:
+    topic = own_topic('created')
+    sub_key = detached_subscription(ws_server, module_db_url, SUBSCRIBER, 10, topic=topic)
+    sent = [rest_publish(ws_server, PUBLISHER, topic, n) for n in range(3)]
     first = peers(ws_server, hello=SUBSCRIBER)
     assert first.ok('subscribe', 'subscribed', sub_key=sub_key)['queue_depth'] == 3
     held = first.messages(3)
@@ -316,13 +359,13 @@ def test_resume_by_sub_key_and_unsubscribe(ws_server: LiveServer, peers: Any, db
 
     # Detached (the connection closed), the queue fills; unsubscribing from a new connection removes it all.
     second.close()
-    db = Database(db_url)
+    db = Database(module_db_url)
     try:
         sub_id = db.sub_id(sub_key)
         assert sub_id is not None
         poll(lambda: (db.ws_client(sub_key) or {}).get('owner') == '', message='the ws_client row released')
         for n in range(3):
-            rest_publish(ws_server, PUBLISHER, 'orders.created', n)
+            rest_publish(ws_server, PUBLISHER, topic, n)
         assert db.queued(sub_id) == 3
         third = peers(ws_server, hello=SUBSCRIBER)
         gone = third.ok('unsubscribe', 'unsubscribed', sub_key=sub_key)
@@ -375,13 +418,15 @@ def test_malformed_frames_are_answered_400_and_the_connection_stays(ws_server: L
     still_healthy(ws_server, SUBSCRIBER)
 
 
-def test_frame_over_max_frame_bytes_closes_1009(ws_server: LiveServer, peers: Any) -> None:
+def test_frame_over_max_frame_bytes_closes_1009(ws_server: LiveServer, peers: Any,
+                                                own_topic: Callable[[str], str]) -> None:
+    topic = own_topic('created')  # what it stores stays out of the shared topics
     # Just under the limit is an ordinary frame.
     near = peers(ws_server, hello=OTHER)
-    near.send({'action': 'publish', 'topic': 'orders.created', 'data': 'x' * (MAX_FRAME_BYTES - 200), 'id': 1})
+    near.send({'action': 'publish', 'topic': topic, 'data': 'x' * (MAX_FRAME_BYTES - 200), 'id': 1})
     assert near.answer(1)['action'] == 'published'
     one_frame = peers(ws_server, hello=SUBSCRIBER)
-    one_frame.send({'action': 'publish', 'topic': 'orders.created', 'data': 'x' * (MAX_FRAME_BYTES + 1)})
+    one_frame.send({'action': 'publish', 'topic': topic, 'data': 'x' * (MAX_FRAME_BYTES + 1)})
     assert one_frame.close_code() == 1009
     # The same size as fragments: the limit is on the message, not on each frame.
     fragments = peers(ws_server, hello=SUBSCRIBER)
@@ -484,16 +529,22 @@ def test_a_silent_peer_is_closed_and_a_live_one_kept(server_factory: Callable[..
 
 
 @pytest.mark.slow
-def test_two_hundred_connections_at_once(ws_server: LiveServer, peers: Any) -> None:
+def test_two_hundred_connections_at_once(ws_server: LiveServer, peers: Any, tag: str,
+                                         own_topic: Callable[[str], str]) -> None:
+    # 200 is max_subscriptions_per_definition, which counts subscriptions no client is attached to:
+    # ws.subscriber may hold some the other tests left, a definition of this test's own holds none.
+    crowd_name, crowd = f'ws.crowd.{tag}', (f'ws-crowd-{tag}', f'ws-crowd-pw-{tag}')
+    provision(ws_server, [(crowd_name, *crowd)], grants={crowd_name: {'pub': [], 'sub': ['orders.**']}})
+    topic = own_topic('created')
     count = 200
     connected = []
     for n in range(count):
-        peer = peers(ws_server, auth=SUBSCRIBER) if n % 2 else peers(ws_server, hello=SUBSCRIBER)
-        peer.send({'action': 'subscribe', 'id': n, 'topic': 'orders.created', 'window': 1})
+        peer = peers(ws_server, auth=crowd) if n % 2 else peers(ws_server, hello=crowd)
+        peer.send({'action': 'subscribe', 'id': n, 'topic': topic, 'window': 1})
         connected.append(peer)
     sub_keys = {peer.answer(n)['sub_key'] for n, peer in enumerate(connected)}
     assert len(sub_keys) == count
-    msg_id = rest_publish(ws_server, PUBLISHER, 'orders.created', {'to': 'all'})
+    msg_id = rest_publish(ws_server, PUBLISHER, topic, {'to': 'all'})
     for peer in connected:
         got = peer.messages(1)[0]
         assert got['meta']['msg_id'] == msg_id and got['sub_key'] in sub_keys
@@ -504,7 +555,7 @@ def test_two_hundred_connections_at_once(ws_server: LiveServer, peers: Any) -> N
     for n, peer in enumerate(connected):
         peer.send({'action': 'publish', 'id': f'p{n}', 'topic': 'orders.cancelled', 'data': n})
     for n, peer in enumerate(connected):
-        refused = peer.answer(f'p{n}')  # ws.subscriber has no pub permission: 401 for each, none lost
+        refused = peer.answer(f'p{n}')  # ws.crowd.<tag> has no pub permission: 401 for each, none lost
         assert (refused['action'], refused['status']) == ('error', 401), refused
     for peer in connected:
         peer.close()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.exc import DBAPIError, IntegrityError, InternalError, OperationalError
 
+from runtime.db.unavailable import storage_errors
 from runtime.errors import StorageUnavailable
-from runtime.pubsub.subscribers.pull import storage_errors
 
 
 class _DriverError(Exception):

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import gevent
 from gevent.event import Event
 
+from runtime.db.unavailable import storage_errors
 from runtime.errors import (
     BadRequest,
     ConduitError,
@@ -59,7 +60,6 @@ from runtime.observability.websocket_metrics import WebSocketMetrics
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import render_pull
 from runtime.pubsub.registry import KIND_WEBSOCKET
-from runtime.pubsub.subscribers.pull import storage_errors
 from runtime.pubsub.subscribers.websocket import AckTimeout, ClientGone
 from runtime.pubsub.topics import validate_pattern
 from runtime.service.invoke import new_cid

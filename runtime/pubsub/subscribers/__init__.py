@@ -22,17 +22,21 @@ from __future__ import annotations
 from runtime.pubsub.subscribers.base import Context, Deliverer, RunService, Subscriber
 from runtime.pubsub.subscribers.file import FileSubscriber
 from runtime.pubsub.subscribers.pull import PullSubscriber
-from runtime.pubsub.subscribers.rest_push import RestPushSubscriber
+from runtime.pubsub.subscribers.rest_push import OutboundPolicy, RestPushSubscriber
 from runtime.pubsub.subscribers.service import ServiceSubscriber
 from runtime.pubsub.subscribers.websocket import Attachments, WebSocketSubscriber
 
 __all__ = ['Attachments', 'Context', 'Deliverer', 'RunService', 'Subscriber', 'standard_subscribers']
 
 
-def standard_subscribers(run_service: RunService, attachments: Attachments) -> list[Subscriber]:
+def standard_subscribers(run_service: RunService, attachments: Attachments,
+                         push_allow_hosts: str = '') -> list[Subscriber]:
     """Every subscriber kind Conduit has: the one place a new kind is registered.
 
-    attachments: this worker's WebSocket connections and the subscriptions attached to them.
+    attachments: this worker's WebSocket connections and the subscriptions attached to them;
+    push_allow_hosts: [pubsub] push_allow_hosts, the hosts REST push may reach although the outbound
+    policy refuses their addresses.
     """
-    return [ServiceSubscriber(run_service), RestPushSubscriber(run_service), PullSubscriber(),
+    return [ServiceSubscriber(run_service), RestPushSubscriber(run_service, OutboundPolicy(push_allow_hosts)),
+            PullSubscriber(),
             WebSocketSubscriber(run_service, attachments), FileSubscriber(run_service)]

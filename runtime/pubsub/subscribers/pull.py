@@ -47,18 +47,16 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, delete, func, select, update
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import Message, QueueEntry
-from runtime.errors import StorageUnavailable, SubscriptionNotFound, UnrenderableMessage
+from runtime.db.unavailable import storage_errors
+from runtime.errors import SubscriptionNotFound, UnrenderableMessage
 from runtime.pubsub import statements
 from runtime.pubsub.dead_letters import DeadLetterer, Moves
 from runtime.pubsub.message import Delivery, render_pull, service_view
@@ -162,24 +160,6 @@ def render_for_service(p: Pulled, now: float, limits: JsonLimits = DEFAULT_LIMIT
 
 def _allow_all(_sub: SubInfo, _topic: str) -> bool:
     return True
-
-
-@contextmanager
-def storage_errors() -> Iterator[None]:
-    """Turn a database that cannot be reached (or is locked) into StorageUnavailable (503)."""
-    try:
-        yield
-    except (DBAPIError, PoolTimeout) as e:
-        # Of the driver's errors, only these mean the database is out of reach: operational and interface
-        # errors, and a session the server ended (one idle inside a transaction too long, after a stall:
-        # runtime.db.engine.idle_transaction_options). Any other is a fault of its own.
-        if isinstance(e, DBAPIError) and not (isinstance(e, (OperationalError, InterfaceError))
-                                              or e.connection_invalidated):
-            raise
-        # The class name only: a driver's message may quote statement parameters, i.e. message data.
-        cause = type(getattr(e, 'orig', None) or e).__name__
-        _log.error('database unavailable: %s', cause)
-        raise StorageUnavailable(f'storage unavailable, nothing was changed ({cause})') from None
 
 
 def new_ack_id() -> str:

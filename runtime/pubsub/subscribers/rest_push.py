@@ -385,9 +385,12 @@ class RestPushSubscriber:
     queue_limited = True
     spread = True
 
-    def __init__(self, run_service: RunService) -> None:
+    def __init__(self, run_service: RunService, policy: OutboundPolicy) -> None:
         #: Runs the topic's and subscription's hook services.
         self._run = run_service
+        # One policy per process: the connection classes requests builds and the push_url checks of the
+        # object files and the admin API read it (set_outbound_policy).
+        set_outbound_policy(policy)
 
     def check(self, where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
         """A REST push subscription has an http(s) URL without credentials."""
