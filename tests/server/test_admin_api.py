@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import re
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
 
 from tests.live_server import LiveServer, poll
@@ -42,8 +45,8 @@ class Picky(Service):
         data = self.request.payload
         meta = self.request.raw_request
         with open(OUT, 'a') as f:
-            f.write(json.dumps({'data': data, 'msg_id': meta['msg_id'], 'count': meta['delivery_count'],
-                                'publisher': meta['publisher']}) + '\\n')
+            f.write(json.dumps({'topic': meta['topic_name'], 'data': data, 'msg_id': meta['msg_id'],
+                                'count': meta['delivery_count'], 'publisher': meta['publisher']}) + '\\n')
         if not (isinstance(data, dict) and data.get('ok')):
             raise ValueError('not ok')
 
@@ -81,39 +84,88 @@ def _start(server_factory: Any, tmp_path: Path, workers: int = 1) -> tuple[LiveS
     return server, Admin(server), out
 
 
-def _records(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+# Every test but the two-worker one shares one server per backend (starting one is most of what a
+# test costs): each names its objects with its own tag, and reads only the deliveries of its own
+# topics from the file all of them share.
 
 
-def _fill(path: str) -> str:
-    return re.sub(r'{(\w+)}', lambda m: '1' if m.group(1) == 'sub_id' else 'x', path)
+@pytest.fixture(scope='module')
+def shared(module_server_factory: Callable[..., LiveServer],
+           tmp_path_factory: pytest.TempPathFactory) -> tuple[LiveServer, Path]:
+    """The module's server with the test services, and the file its test.picky writes deliveries to."""
+    out = tmp_path_factory.mktemp('admin-api-out') / 'delivered.jsonl'
+    server = module_server_factory(extra_config=FAST, env={'CONDUIT_TEST_OUT': str(out)})
+    server.write_module('test_admin_services.py', SERVICES)
+    return server.start(), out
 
 
-def test_every_admin_endpoint_requires_admin_credentials(server: LiveServer) -> None:
+@pytest.fixture
+def tag() -> str:
+    """A suffix that makes this test's object names its own on the shared server."""
+    return uuid.uuid4().hex[:8]
+
+
+def _records(out: Path, topic: str) -> list[dict[str, Any]]:
+    """What test.picky got from one topic, in order."""
+    lines = out.read_text().splitlines() if out.exists() else []
+    return [r for r in map(json.loads, lines) if r['topic'] == topic]
+
+
+def _fill(path: str, sub_id: int) -> str:
+    return re.sub(r'{(\w+)}', lambda m: str(sub_id) if m.group(1) == 'sub_id' else 'x', path)
+
+
+def test_every_admin_endpoint_requires_admin_credentials(shared: tuple[LiveServer, Path], tag: str) -> None:
+    server, _out = shared
     admin = Admin(server)
-    admin('POST', '/admin/security', 201, json={'name': 'client', 'username': 'client', 'password': 'client-pw'})
-    admin('POST', '/admin/topics', 201, json={'name': 'guarded'})
-    topics_before = admin('GET', '/admin/topics')['topics']
+    client, guarded = f'client-{tag}', f'guarded.{tag}'
+    admin('POST', '/admin/security', 201, json={'name': client, 'username': client, 'password': 'client-pw'})
+    admin('POST', '/admin/topics', 201, json={'name': guarded})
+    admin('PUT', f'/admin/security/{client}/permissions', json={'sub': [guarded]})
+    # The paths with a subscription id name this test's own, which holds a message: had any of those
+    # requests got through (a purge, a pause, a delete), it would show.
+    sub_id = admin('POST', '/admin/subscriptions', 201, json={'topic': guarded, 'kind': 'pull',
+                                                             'security': client})['subscription']['id']
+    admin('POST', '/admin/publish', json={'topic': guarded, 'data': 'kept'})
+
+    def topics() -> tuple[list[str], list[dict[str, Any]]]:
+        # Other tests' queues may still be settling on the shared server: their depths are not compared.
+        listed = admin('GET', '/admin/topics')['topics']
+        return [t['name'] for t in listed], [t for t in listed if t['name'] == guarded]
+
+    def subscription() -> dict[str, Any]:
+        view = admin('GET', f'/admin/subscriptions/{sub_id}')['subscription']
+        (view['oldest_message'] or {}).pop('age_secs', None)  # grows by itself
+        return view
+
+    sub_before = subscription()
+    assert sub_before['queue_depth'] == 1 and sub_before['is_active'] is True
+    topics_before = topics()
+    security_before = admin('GET', '/admin/security')['security']
+    assert client in [s['name'] for s in security_before]
     doc = server.request('GET', '/openapi.json', auth=server.admin).json()
     admin_ops = [(m.upper(), p) for p, ops in doc['paths'].items() if p.startswith('/admin') for m in ops]
     assert len(admin_ops) > 50
     for method, path in admin_ops + [('GET', '/admin'), ('GET', '/admin/no/such/thing')]:
-        url = _fill(path)
-        for auth in (None, (server.admin[0], 'wrong'), ('client', 'client-pw'), ('', '')):
+        url = _fill(path, sub_id)
+        for auth in (None, (server.admin[0], 'wrong'), (client, 'client-pw'), ('', '')):
             r = server.request(method, url, auth=auth, json={'name': 'x'})
             assert r.status_code == 401, f'{method} {url} with {auth and auth[0]!r}: {r.status_code} {r.text}'
             assert r.headers['WWW-Authenticate'].startswith('Basic realm=')
             assert r.json()['is_ok'] is False
     # Nothing those requests could have changed did change.
-    assert admin('GET', '/admin/topics')['topics'] == topics_before
-    assert [s['name'] for s in admin('GET', '/admin/security')['security']] == ['client']
+    assert topics() == topics_before
+    assert admin('GET', '/admin/security')['security'] == security_before
+    assert subscription() == sub_before
 
 
-def test_bad_input_gets_a_clear_4xx_and_nothing_stored_changes(server: LiveServer) -> None:
+def test_bad_input_gets_a_clear_4xx_and_nothing_stored_changes(shared: tuple[LiveServer, Path], tag: str) -> None:
+    server, _out = shared
     admin = Admin(server)
-    admin('POST', '/admin/topics', 201, json={'name': 'kept'})
-    admin('POST', '/admin/security', 201, json={'name': 'r', 'username': 'r', 'password': 'pw'})
-    sub_id = admin('POST', '/admin/subscriptions', 201, json={'topic': 'kept', 'kind': 'pull', 'security': 'r'})[
+    kept, reader = f'kept.{tag}', f'r-{tag}'
+    admin('POST', '/admin/topics', 201, json={'name': kept})
+    admin('POST', '/admin/security', 201, json={'name': reader, 'username': reader, 'password': 'pw'})
+    sub_id = admin('POST', '/admin/subscriptions', 201, json={'topic': kept, 'kind': 'pull', 'security': reader})[
         'subscription']['id']
     # NUL characters: PostgreSQL refuses them, so they must never reach a query.
     for method, path in (('GET', '/admin/security/a%00b'), ('GET', f'/admin/queues/{sub_id}/messages/a%00b'),
@@ -121,14 +173,14 @@ def test_bad_input_gets_a_clear_4xx_and_nothing_stored_changes(server: LiveServe
         assert 'NUL' in admin(method, path, 400)['details']
     for path, body in (('/admin/topics', {'name': 'a\x00b'}), ('/admin/topics', {'name': 'x', 'hook_service': 'a\x00'}),
                        (f'/admin/queues/{sub_id}/redrive', {'msg_ids': ['a\x00b']}),
-                       ('/admin/publish', {'topic': 'kept', 'data': 'a\x00b'}),
-                       ('/admin/publish', {'topic': 'kept', 'data': {'x': '\ud800'}}),
+                       ('/admin/publish', {'topic': kept, 'data': 'a\x00b'}),
+                       ('/admin/publish', {'topic': kept, 'data': {'x': '\ud800'}}),
                        ('/admin/security', {'name': 's', 'username': 'u', 'password': '\ud800'}),
                        ('/admin/channels', {'name': 'c', 'service': 's', 'url_path': '/a', 'methods': 'BREW'}),
                        ('/admin/topics', {'name': 'big', 'max_depth_gd': 2 ** 40}),
-                       ('/admin/subscriptions', {'topic': 'kept', 'kind': 'pull', 'security': 'r',
+                       ('/admin/subscriptions', {'topic': kept, 'kind': 'pull', 'security': reader,
                                                  'options': {'max_attempts': 'many'}}),
-                       ('/admin/subscriptions', {'topic': 'kept', 'kind': 'rest_push', 'push_url': 'ftp://x'})):
+                       ('/admin/subscriptions', {'topic': kept, 'kind': 'rest_push', 'push_url': 'ftp://x'})):
         r = server.request('POST', path, data=json.dumps(body), auth=server.admin,
                            headers={'Content-Type': 'application/json'})
         assert r.status_code == 400, f'{path} {body!r}: {r.status_code} {r.text}'
@@ -142,36 +194,38 @@ def test_bad_input_gets_a_clear_4xx_and_nothing_stored_changes(server: LiveServe
     assert server.request('POST', '/admin/topics', data=b'{}' + b' ' * 6_000_000, auth=server.admin).status_code == 413
     admin('GET', '/admin/queues/abc', 404)  # not an id
     admin('GET', '/admin/queues/99999999999999999999999', 404)
-    assert [t['name'] for t in admin('GET', '/admin/topics')['topics'] if t['name'] == 'kept'] == ['kept']
+    assert [t['name'] for t in admin('GET', '/admin/topics')['topics'] if t['name'] == kept] == [kept]
     assert admin('GET', '/health')['is_ok'] is True
 
 
-def test_topics_crud_and_runtime_details(server_factory, tmp_path) -> None:
-    server, admin, _out = _start(server_factory, tmp_path)
-    created = admin('POST', '/admin/topics', 201, json={'name': 'orders.created', 'max_depth_gd': 500})['topic']
+def test_topics_crud_and_runtime_details(shared: tuple[LiveServer, Path], tag: str) -> None:
+    server, _out = shared
+    admin = Admin(server)
+    orders, lonely, customer, puller = f'orders_{tag}.created', f'lonely.{tag}', f'/customer_{tag}/new', f'puller-{tag}'
+    created = admin('POST', '/admin/topics', 201, json={'name': orders, 'max_depth_gd': 500})['topic']
     assert created['max_depth_gd'] == 500 and created['origin'] == 'api'
-    assert 'already exists' in admin('POST', '/admin/topics', 409, json={'name': 'ORDERS.created'})['details']
+    assert 'already exists' in admin('POST', '/admin/topics', 409, json={'name': f'ORDERS_{tag}.created'})['details']
     assert 'topic name' in admin('POST', '/admin/topics', 400, json={'name': ' bad'})['details']
     assert 'depth_check_freq' in admin('POST', '/admin/topics', 400, json={'name': 'a', 'depth_check_freq': 5})[
         'details']
     assert "'colour'" in admin('POST', '/admin/topics', 400, json={'name': 'a', 'colour': 'red'})['details']
-    admin('POST', '/admin/topics', 201, json={'name': '/customer/new'})
-    assert admin('GET', '/admin/topics//customer/new')['topic']['name'] == '/customer/new'
+    admin('POST', '/admin/topics', 201, json={'name': customer})
+    assert admin('GET', f'/admin/topics/{customer}')['topic']['name'] == customer
     admin('GET', '/admin/topics/no.such.topic', 404)
 
-    admin('POST', '/admin/security', 201, json={'name': 'puller', 'username': 'puller', 'password': 'pw-1'})
-    admin('PUT', '/admin/security/puller/permissions', json={'sub': ['orders.**']})
-    pull = admin('POST', '/admin/subscriptions', 201, json={'topic': 'orders.*', 'kind': 'pull',
-                                                           'security': 'puller'})
+    admin('POST', '/admin/security', 201, json={'name': puller, 'username': puller, 'password': 'pw-1'})
+    admin('PUT', f'/admin/security/{puller}/permissions', json={'sub': [f'orders_{tag}.**']})
+    pull = admin('POST', '/admin/subscriptions', 201, json={'topic': f'orders_{tag}.*', 'kind': 'pull',
+                                                           'security': puller})
     assert pull['sub_key'].startswith('sk.')
     pull_id = pull['subscription']['id']
-    paused = admin('POST', '/admin/subscriptions', 201, json={'topic': 'orders.created', 'kind': 'service',
+    paused = admin('POST', '/admin/subscriptions', 201, json={'topic': orders, 'kind': 'service',
                                                              'service': 'test.echo', 'is_active': False})
     assert paused['subscription']['is_active'] is False
-    msg_ids = [admin('POST', '/admin/publish', json={'topic': 'orders.created', 'data': {'n': n}})['msg_id']
+    msg_ids = [admin('POST', '/admin/publish', json={'topic': orders, 'data': {'n': n}})['msg_id']
                for n in range(3)]
 
-    details = admin('GET', '/admin/topics/orders.created?last=2')
+    details = admin('GET', f'/admin/topics/{orders}?last=2')
     assert details['depth'] == {'gd': 0, 'non_gd': 0}
     assert [p['msg_id'] for p in details['last_publications']] == msg_ids[::-1][:2]
     assert details['last_pub_time_iso'] == details['last_publications'][0]['pub_time_iso']
@@ -181,54 +235,59 @@ def test_topics_crud_and_runtime_details(server_factory, tmp_path) -> None:
     assert queues[pull_id]['oldest_message']['msg_id'] == msg_ids[0]
     assert 'sub_key' not in json.dumps(details) and pull['sub_key'] not in json.dumps(details)
     listed = {t['name']: t for t in admin('GET', '/admin/topics')['topics']}
-    assert listed['orders.created']['subscriptions'] == 2
+    assert listed[orders]['subscriptions'] == 2
 
     # A topic with no subscribers keeps what is published (depth), until one subscribes.
-    admin('POST', '/admin/topics', 201, json={'name': 'lonely'})
-    admin('POST', '/admin/publish', json={'topic': 'lonely', 'data': 'hi'})
-    assert admin('GET', '/admin/topics/lonely')['depth'] == {'gd': 1, 'non_gd': 0}
+    admin('POST', '/admin/topics', 201, json={'name': lonely})
+    admin('POST', '/admin/publish', json={'topic': lonely, 'data': 'hi'})
+    assert admin('GET', f'/admin/topics/{lonely}')['depth'] == {'gd': 1, 'non_gd': 0}
 
-    assert admin('PATCH', '/admin/topics/orders.created', json={'is_active': False})['topic']['is_active'] is False
-    admin('POST', '/admin/publish', 403, json={'topic': 'orders.created', 'data': 1})
-    admin('PATCH', '/admin/topics/orders.created', json={'is_active': True})
-    admin('PATCH', '/admin/topics/orders.created', 400, json={'name': 'renamed'})
+    assert admin('PATCH', f'/admin/topics/{orders}', json={'is_active': False})['topic']['is_active'] is False
+    admin('POST', '/admin/publish', 403, json={'topic': orders, 'data': 1})
+    admin('PATCH', f'/admin/topics/{orders}', json={'is_active': True})
+    admin('PATCH', f'/admin/topics/{orders}', 400, json={'name': 'renamed'})
 
-    deleted = admin('DELETE', '/admin/topics/orders.created')
-    assert deleted['subscriptions_deleted'] == 1  # the exact one; the orders.* pattern stays
-    admin('GET', '/admin/topics/orders.created', 404)
+    deleted = admin('DELETE', f'/admin/topics/{orders}')
+    assert deleted['subscriptions_deleted'] == 1  # the exact one; the orders_<tag>.* pattern stays
+    admin('GET', f'/admin/topics/{orders}', 404)
     assert admin('GET', f'/admin/subscriptions/{pull_id}')['subscription']['queue_depth'] == 3
 
 
-def test_pause_and_resume_delivery(server_factory, tmp_path) -> None:
-    server, admin, out = _start(server_factory, tmp_path)
-    admin('POST', '/admin/topics', 201, json={'name': 'jobs'})
-    sub = admin('POST', '/admin/subscriptions', 201, json={'topic': 'jobs', 'kind': 'service',
+def test_pause_and_resume_delivery(shared: tuple[LiveServer, Path], tag: str) -> None:
+    server, out = shared
+    admin = Admin(server)
+    jobs = f'jobs.{tag}'
+    admin('POST', '/admin/topics', 201, json={'name': jobs})
+    sub = admin('POST', '/admin/subscriptions', 201, json={'topic': jobs, 'kind': 'service',
                                                           'service': 'test.picky'})['subscription']
-    admin('POST', '/admin/publish', json={'topic': 'jobs', 'data': {'ok': True, 'n': 1}})
-    poll(lambda: len(_records(out)) == 1, message='first delivery')
+    admin('POST', '/admin/publish', json={'topic': jobs, 'data': {'ok': True, 'n': 1}})
+    poll(lambda: len(_records(out, jobs)) == 1, message='first delivery')
 
     paused = admin('POST', f'/admin/subscriptions/{sub["id"]}/pause')['subscription']
     assert paused['is_active'] is False
-    admin('POST', '/admin/publish', json={'topic': 'jobs', 'data': {'ok': True, 'n': 2}})
+    admin('POST', '/admin/publish', json={'topic': jobs, 'data': {'ok': True, 'n': 2}})
     poll(lambda: admin('GET', f'/admin/queues/{sub["id"]}')['queue']['queue_depth'] == 1, message='queued')
     time.sleep(0.5)
-    assert len(_records(out)) == 1, 'a paused subscription got a message'
+    assert len(_records(out, jobs)) == 1, 'a paused subscription got a message'
 
     assert admin('POST', f'/admin/subscriptions/{sub["id"]}/resume')['subscription']['is_active'] is True
-    poll(lambda: len(_records(out)) == 2, message='delivery after resume')
-    assert _records(out)[1]['data'] == {'ok': True, 'n': 2}
+    poll(lambda: len(_records(out, jobs)) == 2, message='delivery after resume')
+    assert _records(out, jobs)[1]['data'] == {'ok': True, 'n': 2}
     admin('POST', '/admin/subscriptions/999999/pause', 404)
 
 
-def test_queue_browse_and_edits_in_place_are_seen_by_the_next_delivery(server_factory, tmp_path) -> None:
-    server, admin, out = _start(server_factory, tmp_path)
-    admin('POST', '/admin/topics', 201, json={'name': 'invoices'})
+def test_queue_browse_and_edits_in_place_are_seen_by_the_next_delivery(shared: tuple[LiveServer, Path],
+                                                                        tag: str) -> None:
+    server, out = shared
+    admin = Admin(server)
+    invoices, reader = f'invoices.{tag}', f'reader-{tag}'
+    admin('POST', '/admin/topics', 201, json={'name': invoices})
     sub = admin('POST', '/admin/subscriptions', 201, json={
-        'topic': 'invoices', 'kind': 'service', 'service': 'test.picky',
+        'topic': invoices, 'kind': 'service', 'service': 'test.picky',
         'options': {'max_attempts': 1000, 'wait_non_sock_err': 0.3}})['subscription']
     queue = f'/admin/queues/{sub["id"]}'
-    msg_id = admin('POST', '/admin/publish', json={'topic': 'invoices', 'data': {'ok': False, 'amount': 10}})['msg_id']
-    poll(lambda: _records(out), message='a failed first attempt')
+    msg_id = admin('POST', '/admin/publish', json={'topic': invoices, 'data': {'ok': False, 'amount': 10}})['msg_id']
+    poll(lambda: _records(out, invoices), message='a failed first attempt')
     # The service ran; its failure is stored a moment later, when the delivery loop settles the attempt.
     def stored_failure() -> dict[str, Any] | None:
         message = admin('GET', f'{queue}/messages/{msg_id}')['message']
@@ -241,19 +300,20 @@ def test_queue_browse_and_edits_in_place_are_seen_by_the_next_delivery(server_fa
     edited = admin('PATCH', f'{queue}/messages/{msg_id}', json={'data': {'ok': True, 'amount': 11}, 'priority': 8})
     assert edited['message']['data'] == {'ok': True, 'amount': 11} and edited['message']['priority'] == 8
     assert edited['held_by'] == 1
-    poll(lambda: any(r['data'] == {'ok': True, 'amount': 11} for r in _records(out)), message='edited delivery')
-    last = _records(out)[-1]
+    poll(lambda: any(r['data'] == {'ok': True, 'amount': 11} for r in _records(out, invoices)),
+         message='edited delivery')
+    last = _records(out, invoices)[-1]
     assert last['msg_id'] == msg_id and last['data'] == {'ok': True, 'amount': 11}
     poll(lambda: admin('GET', queue)['queue']['queue_depth'] == 0, message='queue drained')
     admin('GET', f'{queue}/messages/{msg_id}', 404)
 
     # Browsing a pull queue: delivery order, paging, edits, deletes, purge.
-    admin('POST', '/admin/security', 201, json={'name': 'reader', 'username': 'reader', 'password': 'pw'})
-    admin('PUT', '/admin/security/reader/permissions', json={'sub': ['invoices']})
-    pull = admin('POST', '/admin/subscriptions', 201, json={'topic': 'invoices', 'kind': 'pull',
-                                                           'security': 'reader'})['subscription']
+    admin('POST', '/admin/security', 201, json={'name': reader, 'username': reader, 'password': 'pw'})
+    admin('PUT', f'/admin/security/{reader}/permissions', json={'sub': [invoices]})
+    pull = admin('POST', '/admin/subscriptions', 201, json={'topic': invoices, 'kind': 'pull',
+                                                           'security': reader})['subscription']
     queue = f'/admin/queues/{pull["id"]}'
-    ids = [admin('POST', '/admin/publish', json={'topic': 'invoices', 'data': {'n': n, 'ok': True},
+    ids = [admin('POST', '/admin/publish', json={'topic': invoices, 'data': {'n': n, 'ok': True},
                                                  'priority': p})['msg_id']
            for n, p in enumerate([5, 9, 5, 1, 5])]
     page = admin('GET', f'{queue}/messages?limit=2')
@@ -277,14 +337,16 @@ def test_queue_browse_and_edits_in_place_are_seen_by_the_next_delivery(server_fa
     assert admin('GET', f'{queue}/messages')['messages'] == []
 
 
-def test_dead_letters_are_edited_and_redriven_back_to_delivery(server_factory, tmp_path) -> None:
-    server, admin, out = _start(server_factory, tmp_path)
-    admin('POST', '/admin/topics', 201, json={'name': 'payments'})
+def test_dead_letters_are_edited_and_redriven_back_to_delivery(shared: tuple[LiveServer, Path], tag: str) -> None:
+    server, out = shared
+    admin = Admin(server)
+    payments = f'payments.{tag}'
+    admin('POST', '/admin/topics', 201, json={'name': payments})
     sub = admin('POST', '/admin/subscriptions', 201, json={
-        'topic': 'payments', 'kind': 'service', 'service': 'test.picky',
+        'topic': payments, 'kind': 'service', 'service': 'test.picky',
         'options': {'max_attempts': 1, 'err_should_block': False}})['subscription']
     queue = f'/admin/queues/{sub["id"]}'
-    ids = [admin('POST', '/admin/publish', json={'topic': 'payments', 'data': {'ok': False, 'n': n}})['msg_id']
+    ids = [admin('POST', '/admin/publish', json={'topic': payments, 'data': {'ok': False, 'n': n}})['msg_id']
            for n in range(3)]
     poll(lambda: admin('GET', queue)['queue']['dead_letters'] == 3, message='three dead letters')
     page = admin('GET', f'{queue}/dead-letters?limit=2')
@@ -296,8 +358,8 @@ def test_dead_letters_are_edited_and_redriven_back_to_delivery(server_factory, t
     edited = admin('PATCH', f'{queue}/dead-letters/{ids[0]}', json={'data': {'ok': True, 'n': 0, 'fixed': True}})
     assert edited['dead_letter']['data']['fixed'] is True
     assert admin('POST', f'{queue}/redrive', json={'msg_ids': [ids[0]]})['redriven'] == [ids[0]]
-    poll(lambda: any(r['data'].get('fixed') for r in _records(out)), message='the re-driven letter delivered')
-    redelivered = [r for r in _records(out) if r['data'].get('fixed')][0]
+    poll(lambda: any(r['data'].get('fixed') for r in _records(out, payments)), message='the re-driven letter delivered')
+    redelivered = [r for r in _records(out, payments) if r['data'].get('fixed')][0]
     assert redelivered['msg_id'] == ids[0] and redelivered['count'] == 1  # the delivery count was reset
     admin('GET', f'{queue}/dead-letters/{ids[0]}', 404)
 
@@ -309,6 +371,11 @@ def test_dead_letters_are_edited_and_redriven_back_to_delivery(server_factory, t
     assert admin('DELETE', f'{queue}/dead-letters/{ids[1]}')['deleted'] == ids[1]
     assert admin('DELETE', f'{queue}/dead-letters')['deleted'] == 1
     assert admin('GET', queue)['queue']['dead_letters'] == 0
+
+
+# On a server of its own, with two workers: each change must reach both. The shared server keeps the
+# one worker the other tests were written for: with two, which worker delivers, and when it learns of
+# a pause, would become part of what they check.
 
 
 def test_security_definitions_password_change_and_channels_without_restart(server_factory, tmp_path) -> None:
@@ -369,29 +436,32 @@ def test_security_definitions_password_change_and_channels_without_restart(serve
         assert secret not in server.log(), secret
 
 
-def test_publish_on_behalf_of_an_endpoint(server_factory, tmp_path) -> None:
-    server, admin, out = _start(server_factory, tmp_path)
-    admin('POST', '/admin/security', 201, json={'name': 'erp', 'username': 'erp', 'password': 'pw'})
-    admin('POST', '/admin/topics', 201, json={'name': 'erp.events'})
-    admin('POST', '/admin/subscriptions', 201, json={'topic': 'erp.events', 'kind': 'service',
+def test_publish_on_behalf_of_an_endpoint(shared: tuple[LiveServer, Path], tag: str) -> None:
+    server, out = shared
+    admin = Admin(server)
+    erp, events = f'erp-{tag}', f'erp_{tag}.events'
+    admin('POST', '/admin/security', 201, json={'name': erp, 'username': erp, 'password': 'pw'})
+    admin('POST', '/admin/topics', 201, json={'name': events})
+    admin('POST', '/admin/subscriptions', 201, json={'topic': events, 'kind': 'service',
                                                     'service': 'test.picky'})
-    sent = admin('POST', '/admin/publish', json={'topic': 'erp.events', 'data': {'ok': True}, 'security': 'erp',
+    sent = admin('POST', '/admin/publish', json={'topic': events, 'data': {'ok': True}, 'security': erp,
                                                  'correl_id': 'c-1'})
-    assert sent['topic_name'] == 'erp.events'
-    poll(lambda: _records(out), message='delivery')
-    assert _records(out)[0] == {'data': {'ok': True}, 'msg_id': sent['msg_id'], 'count': 1,
-                                'publisher': 'security:erp'}
+    assert sent['topic_name'] == events
+    poll(lambda: _records(out, events), message='delivery')
+    assert _records(out, events)[0] == {'topic': events, 'data': {'ok': True}, 'msg_id': sent['msg_id'], 'count': 1,
+                                        'publisher': f'security:{erp}'}
     # To a service: through its implicit topic.
-    to_service = admin('POST', '/admin/publish', json={'topic': 'test.picky', 'data': {'ok': True, 'direct': 1},
+    to_service = admin('POST', '/admin/publish', json={'topic': 'test.picky', 'data': {'ok': True, 'direct': tag},
                                                        'service': 'test.echo'})
     assert to_service['topic_name'] == '/zato/s/to/test_picky'
-    poll(lambda: any(r['data'].get('direct') for r in _records(out)), message='delivery to the service')
-    assert _records(out)[-1]['publisher'] == 'service:test.echo'
+    direct = poll(lambda: [r for r in _records(out, '/zato/s/to/test_picky') if r['msg_id'] == to_service['msg_id']],
+                  message='delivery to the service')
+    assert direct[-1]['data'] == {'ok': True, 'direct': tag} and direct[-1]['publisher'] == 'service:test.echo'
 
-    admin('POST', '/admin/publish', 400, json={'topic': 'erp.events', 'data': 1, 'security': 'nope'})
-    admin('POST', '/admin/publish', 400, json={'topic': 'erp.events', 'data': 1, 'security': 'erp',
+    admin('POST', '/admin/publish', 400, json={'topic': events, 'data': 1, 'security': 'nope'})
+    admin('POST', '/admin/publish', 400, json={'topic': events, 'data': 1, 'security': erp,
                                                'service': 'test.echo'})
-    admin('POST', '/admin/publish', 400, json={'topic': 'erp.events'})
-    admin('POST', '/admin/publish', 400, json={'topic': 'erp.events', 'data': 1, 'priority': 11})
+    admin('POST', '/admin/publish', 400, json={'topic': events})
+    admin('POST', '/admin/publish', 400, json={'topic': events, 'data': 1, 'priority': 11})
     admin('POST', '/admin/publish', 404, json={'topic': 'no.such', 'data': 1})
     admin('POST', '/admin/publish', 400, data=b'{not json', headers={'Content-Type': 'application/json'})

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -80,7 +81,20 @@ def shop(server_factory: Callable[..., LiveServer]) -> LiveServer:
     return server.start()
 
 
-def test_a_second_start_touches_nothing_and_says_already_running(shop: LiveServer) -> None:
+@pytest.fixture(scope='module')
+def shared_shop(module_server_factory: Callable[..., LiveServer]) -> LiveServer:
+    """``shop`` for the whole module, for the tests that leave shop.yaml, its channel and its service as they were."""
+    server = module_server_factory()
+    server.write_objects('shop.yaml', OBJECTS)
+    return server.start()
+
+
+# The tests on ``shop`` get a server of their own: each rewrites shop.yaml, detaches or undeploys
+# what the shared tests need as the file declares it, checks exact server-wide lists (every
+# subscription's depth, the audit log), or starts a second server on the same configuration.
+
+
+def test_a_second_start_touches_nothing_then_undeploying_a_service_in_use_needs_force(shop: LiveServer) -> None:
     for n in range(3):
         r = admin(shop, 'POST', '/admin/publish', json={'topic': 'shop.orders', 'data': {'n': n}})
         assert r.status_code == 200, r.text
@@ -97,6 +111,22 @@ def test_a_second_start_touches_nothing_and_says_already_running(shop: LiveServe
 
     assert state(shop) == before
     assert shop.request('GET', '/shop/ping').status_code == 200
+
+    # The server is as the fixture made it (and three messages queued): undeploying what its objects
+    # use is refused unless forced. This shares the server above, to spare a start.
+    r = admin(shop, 'DELETE', '/admin/services/conduit.ping')
+    assert r.status_code == 409
+    for user in ("channel 'shop.ping'", "job 'shop.nightly'"):
+        assert user in r.json()['details']
+    assert shop.invoke('conduit.ping') is not None
+
+    cli = run_cli(shop, 'undeploy', 'conduit.ping')
+    assert cli.returncode != 0 and "channel 'shop.ping'" in cli.stderr and '--force' in cli.stderr
+
+    cli = run_cli(shop, 'undeploy', 'conduit.ping', '--force')
+    assert cli.returncode == 0, cli.stderr
+    assert "now pointing nowhere: channel 'shop.ping'" in cli.stderr
+    assert admin(shop, 'GET', '/admin/services/conduit.ping').status_code == 404
 
 
 def test_edits_of_file_objects_are_refused_naming_the_file_unless_detached(shop: LiveServer) -> None:
@@ -209,40 +239,55 @@ def test_every_admin_write_is_audited_with_before_and_after_and_no_secret(shop: 
     assert 'second-secret' not in cli.stdout
 
 
-def test_undeploying_a_service_in_use_is_refused_unless_forced(shop: LiveServer) -> None:
-    r = admin(shop, 'DELETE', '/admin/services/conduit.ping')
-    assert r.status_code == 409
-    for user in ("channel 'shop.ping'", "job 'shop.nightly'"):
-        assert user in r.json()['details']
-    assert shop.invoke('conduit.ping') is not None
+def test_objects_apply_reaches_a_running_server_and_detach_works_on_every_kind(shop: LiveServer) -> None:
+    extra = shop.base / 'extra.yaml'
+    extra.write_text('channel_rest:\n  - {name: extra.ping, service: conduit.ping, url_path: /extra/ping}\n')
+    dry = run_cli(shop, 'objects', 'apply', str(extra), '--dry-run')
+    assert dry.returncode == 0 and 'extra.ping' in dry.stdout and '1 to create' in dry.stdout, dry.stderr
+    assert shop.request('GET', '/extra/ping').status_code == 404
 
-    cli = run_cli(shop, 'undeploy', 'conduit.ping')
-    assert cli.returncode != 0 and "channel 'shop.ping'" in cli.stderr and '--force' in cli.stderr
+    applied = run_cli(shop, 'objects', 'apply', str(extra))
+    assert applied.returncode == 0 and 'applied: 1 create' in applied.stdout, applied.stderr
+    poll(lambda: shop.request('GET', '/extra/ping').status_code == 200, message='applied channel live')
+    assert 'shop.ping' in state(shop)['channels']  # the server's own file is not part of that application
 
-    cli = run_cli(shop, 'undeploy', 'conduit.ping', '--force')
-    assert cli.returncode == 0, cli.stderr
-    assert "now pointing nowhere: channel 'shop.ping'" in cli.stderr
-    assert admin(shop, 'GET', '/admin/services/conduit.ping').status_code == 404
+    sub_id = admin(shop, 'GET', '/admin/subscriptions').json()['subscriptions'][0]['id']
+    for args in (('sub', 'pause', str(sub_id)), ('sec', 'edit', 'shop.sec', '--realm', 'Shop'),
+                 ('topic', 'edit', 'shop.orders', '--set', 'has_gd=false'), ('job', 'pause', 'shop.nightly')):
+        refused = run_cli(shop, *args)
+        assert refused.returncode != 0 and 'shop.yaml' in refused.stderr, args
+        done = run_cli(shop, *args, '--detach')
+        assert done.returncode == 0, (args, done.stderr)
+    assert admin(shop, 'GET', f'/admin/subscriptions/{sub_id}').json()['subscription']['is_active'] is False
+    detached = admin(shop, 'GET', '/admin/audit', params={'action': 'detach'}).json()['entries']
+    assert sorted(e['kind'] for e in detached) == ['job', 'security', 'subscription', 'topic']
 
 
-def test_channels_and_subscriptions_must_name_what_exists_and_not_clash(shop: LiveServer) -> None:
-    r = admin(shop, 'POST', '/admin/channels', json={'name': 'c1', 'service': 'no.such.service', 'url_path': '/c1'})
+# The tests on ``shared_shop`` leave shop.yaml's channel, its service and what they themselves
+# check as they found them; what they make is named their own.
+
+
+def test_channels_and_subscriptions_must_name_what_exists_and_not_clash(shared_shop: LiveServer) -> None:
+    shop, tag = shared_shop, uuid.uuid4().hex[:8]
+    c1, c2 = f'c1-{tag}', f'c2-{tag}'
+    r = admin(shop, 'POST', '/admin/channels', json={'name': c1, 'service': 'no.such.service',
+                                                     'url_path': f'/{c1}'})
     assert r.status_code == 400 and "'no.such.service'" in r.json()['details']
 
-    r = admin(shop, 'POST', '/admin/channels', json={'name': 'c2', 'service': 'conduit.ping',
+    r = admin(shop, 'POST', '/admin/channels', json={'name': c2, 'service': 'conduit.ping',
                                                      'url_path': '/shop/ping', 'methods': ['GET', 'POST']})
     assert r.status_code == 409
     assert "channel 'shop.ping' already answers GET /shop/ping" in r.json()['details']
-    r = admin(shop, 'POST', '/admin/channels', json={'name': 'c2', 'service': 'conduit.ping',
+    r = admin(shop, 'POST', '/admin/channels', json={'name': c2, 'service': 'conduit.ping',
                                                      'url_path': '/shop/{what}', 'methods': ['POST']})
     assert r.status_code == 201, r.text
-    r = admin(shop, 'PATCH', '/admin/channels/c2', json={'url_path': '/shop/ping', 'methods': []})
+    r = admin(shop, 'PATCH', f'/admin/channels/{c2}', json={'url_path': '/shop/ping', 'methods': []})
     assert r.status_code == 409 and "'shop.ping'" in r.json()['details']
 
-    r = admin(shop, 'POST', '/admin/subscriptions', json={'topic': 'no.such.topic', 'kind': 'service',
+    r = admin(shop, 'POST', '/admin/subscriptions', json={'topic': f'no.such.{tag}', 'kind': 'service',
                                                           'service': 'conduit.ping'})
-    assert r.status_code == 400 and "'no.such.topic'" in r.json()['details']
-    r = admin(shop, 'POST', '/admin/subscriptions', json={'topic': 'no.such.*', 'kind': 'service',
+    assert r.status_code == 400 and f"'no.such.{tag}'" in r.json()['details']
+    r = admin(shop, 'POST', '/admin/subscriptions', json={'topic': f'no.such.{tag}.*', 'kind': 'service',
                                                           'service': 'conduit.ping'})
     assert r.status_code == 201, r.text
 
@@ -261,7 +306,8 @@ _BAD_BODIES = [b'not json', b'[]', b'{"kind": "channel"}', b'{"kind": "bogus", "
                b'{"kind": "subscription", "name": "99999999999"}', b'{"kind": "channel", "name": "a\\u0000b"}']
 
 
-def test_audit_and_detach_refuse_hostile_input(shop: LiveServer) -> None:
+def test_audit_and_detach_refuse_hostile_input(shared_shop: LiveServer) -> None:
+    shop = shared_shop
     for path in _SPELLINGS:
         for method in ('GET', 'POST'):
             r = shop.request(method, path, json={'kind': 'channel', 'name': 'shop.ping'})
@@ -289,10 +335,12 @@ def test_audit_and_detach_refuse_hostile_input(shop: LiveServer) -> None:
     assert r.status_code == 400 and 'force' in r.json()['details']
     r = admin(shop, 'PATCH', '/admin/channels/shop.ping?detach=maybe', json={'is_active': False})
     assert r.status_code == 400 and 'detach' in r.json()['details']
-    assert 'Traceback' not in shop.log()
+    assert 'Traceback' not in shop.log()  # the whole shared log: the other tests on it must leave none either
 
 
-def test_detach_of_unknown_or_unowned_objects(shop: LiveServer) -> None:
+# Detaches shop.yaml's topic and job, which no other test on the shared server checks.
+def test_detach_of_unknown_or_unowned_objects(shared_shop: LiveServer) -> None:
+    shop = shared_shop
     r = admin(shop, 'POST', '/admin/detach', json={'kind': 'channel', 'name': 'nope'})
     assert r.status_code == 404
     r = admin(shop, 'POST', '/admin/detach', json={'kind': 'topic', 'name': 'SHOP.ORDERS'})
@@ -302,27 +350,3 @@ def test_detach_of_unknown_or_unowned_objects(shop: LiveServer) -> None:
     cli = run_cli(shop, 'objects', 'detach', 'job', 'shop.nightly')
     assert cli.returncode == 0 and 'shop.yaml' in cli.stdout, cli.stderr
     assert admin(shop, 'PATCH', '/admin/jobs/shop.nightly', json={'hours': 1}).status_code == 200
-
-
-def test_objects_apply_reaches_a_running_server_and_detach_works_on_every_kind(shop: LiveServer) -> None:
-    extra = shop.base / 'extra.yaml'
-    extra.write_text('channel_rest:\n  - {name: extra.ping, service: conduit.ping, url_path: /extra/ping}\n')
-    dry = run_cli(shop, 'objects', 'apply', str(extra), '--dry-run')
-    assert dry.returncode == 0 and 'extra.ping' in dry.stdout and '1 to create' in dry.stdout, dry.stderr
-    assert shop.request('GET', '/extra/ping').status_code == 404
-
-    applied = run_cli(shop, 'objects', 'apply', str(extra))
-    assert applied.returncode == 0 and 'applied: 1 create' in applied.stdout, applied.stderr
-    poll(lambda: shop.request('GET', '/extra/ping').status_code == 200, message='applied channel live')
-    assert 'shop.ping' in state(shop)['channels']  # the server's own file is not part of that application
-
-    sub_id = admin(shop, 'GET', '/admin/subscriptions').json()['subscriptions'][0]['id']
-    for args in (('sub', 'pause', str(sub_id)), ('sec', 'edit', 'shop.sec', '--realm', 'Shop'),
-                 ('topic', 'edit', 'shop.orders', '--set', 'has_gd=false'), ('job', 'pause', 'shop.nightly')):
-        refused = run_cli(shop, *args)
-        assert refused.returncode != 0 and 'shop.yaml' in refused.stderr, args
-        done = run_cli(shop, *args, '--detach')
-        assert done.returncode == 0, (args, done.stderr)
-    assert admin(shop, 'GET', f'/admin/subscriptions/{sub_id}').json()['subscription']['is_active'] is False
-    detached = admin(shop, 'GET', '/admin/audit', params={'action': 'detach'}).json()['entries']
-    assert sorted(e['kind'] for e in detached) == ['job', 'security', 'subscription', 'topic']
