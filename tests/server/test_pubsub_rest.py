@@ -1,9 +1,13 @@
 """The REST pub/sub API (publish, subscribe, pull, acknowledge) against real servers.
 
 Clients here speak plain HTTP as a non-Python client would: JSON text in, JSON text out, Basic Auth.
-Credentials, topics and permissions come from object files written before the server starts.
-Every test runs on SQLite and on PostgreSQL (the ``server_factory`` fixture). The last few test what the
-API is built on (runtime.pubsub.pull) in-process, where timing and concurrency are easier to control.
+Credentials, topics and permissions come from object files written before the server starts. Every
+test runs on SQLite and on PostgreSQL. The API tests share one server per backend
+(``module_server_factory``), started with an object file for each of them whose topic, user and
+definition names are the test's own (``Names``): no test sees another's subscriptions or messages.
+The test that takes the database away has a fresh server (``server_factory``). The last few test
+what the API is built on (runtime.pubsub.pull) in-process, where timing and concurrency are easier
+to control.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ import json
 import sqlite3
 import textwrap
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import gevent
 import psycopg
@@ -31,49 +37,113 @@ from runtime.testing import TestRuntime, make_settings
 from tests.conftest import PG_ADMIN_URL
 from tests.live_server import LiveServer, poll
 
-OBJECTS = '''
+
+class Names:
+    """One test's topics, security definitions and users, all named with a tag of the test's own.
+
+    Unique, because tests that share a server would otherwise see each other: a pull without a
+    sub_key reads every subscription of the caller, and the capped topic fills up only while no one
+    subscribes to it.
+    """
+
+    def __init__(self) -> None:
+        self.tag = uuid.uuid4().hex[:8]
+        self.publisher_def, self.subscriber_def = f'crm.publisher.{self.tag}', f'erp.subscriber.{self.tag}'
+        self.nobody_def, self.retired_def = f'no.rights.{self.tag}', f'retired.{self.tag}'
+        self.publisher = (f'crm-pub-{self.tag}', 'crm-pub-pw-1')
+        self.subscriber = (f'erp-sub-{self.tag}', 'erp-sub-pw-2')
+        self.nobody = (f'nobody-{self.tag}', 'nobody-pw-3')
+        self.retired = (f'retired-{self.tag}', 'retired-pw-4')
+
+    def topic(self, name: str) -> str:
+        """The test's topic (or pattern) for a name of the shape 'orders.created' or '/customer/new'."""
+        return f'/t{self.tag}{name}' if name.startswith('/') else f't{self.tag}.{name}'
+
+
+def objects(n: Names) -> str:
+    """The object file of one test's names."""
+    t = n.topic
+    return f'''
 security:
-  - name: crm.publisher
-    username: crm-pub
-    password: crm-pub-pw-1
-  - name: erp.subscriber
-    username: erp-sub
-    password: erp-sub-pw-2
-  - name: no.rights
-    username: nobody
-    password: nobody-pw-3
-  - name: retired
-    username: retired
-    password: retired-pw-4
+  - name: {n.publisher_def}
+    username: {n.publisher[0]}
+    password: {n.publisher[1]}
+  - name: {n.subscriber_def}
+    username: {n.subscriber[0]}
+    password: {n.subscriber[1]}
+  - name: {n.nobody_def}
+    username: {n.nobody[0]}
+    password: {n.nobody[1]}
+  - name: {n.retired_def}
+    username: {n.retired[0]}
+    password: {n.retired[1]}
     is_active: false
 
 pubsub_topic:
-  - name: orders.created
-  - name: orders.cancelled
-  - name: /customer/new
-  - name: orders.closed
+  - name: {t('orders.created')}
+  - name: {t('orders.cancelled')}
+  - name: {t('/customer/new')}
+  - name: {t('orders.closed')}
     is_active: false
-  - name: orders.private
+  - name: {t('orders.private')}
     is_api_sub_allowed: false
-  - name: orders.capped
+  - name: {t('orders.capped')}
     max_depth_gd: 1
     on_max_depth: reject
-  - name: orders.short
+  - name: {t('orders.short')}
     limit_message_expiry: 60
 
 pubsub_permission:
-  - security: crm.publisher
-    pub: ['orders.**', ghost.topic, /customer/*]
-  - security: erp.subscriber
-    sub: ['orders.*', /customer/*]
-  - security: retired
+  - security: {n.publisher_def}
+    pub: ['{t('orders.**')}', {t('ghost.topic')}, {t('/customer/*')}]
+  - security: {n.subscriber_def}
+    sub: ['{t('orders.*')}', {t('/customer/*')}]
+  - security: {n.retired_def}
     pub: ['**']
     sub: ['**']
 '''
 
-PUBLISHER = ('crm-pub', 'crm-pub-pw-1')
-SUBSCRIBER = ('erp-sub', 'erp-sub-pw-2')
-NOBODY = ('nobody', 'nobody-pw-3')
+
+def start_with_objects(server: LiveServer, request: pytest.FixtureRequest) -> list[Names]:
+    """Start a module's shared server with an object file for each of its tests (on its backend) that takes names.
+
+    Written before the start, the files cost the tests no wait, and the server hashes their passwords
+    in one application: each file added later would have it check the passwords of every file again.
+    """
+    backend = request.getfixturevalue('module_db_backend')
+    wanted = [Names() for item in request.session.items
+              if item.module is request.module and 'names' in item.fixturenames
+              and getattr(item, 'callspec', None) is not None
+              and item.callspec.params.get('module_db_backend') == backend]
+    for n in wanted:
+        server.write_objects(f'objects-{n.tag}.yaml', objects(n))
+    server.start()
+    return wanted
+
+
+def take_names(server: LiveServer, ready: list[Names]) -> Names:
+    """A test's objects on a shared server: ones written before the start, or, if none is left, loaded now."""
+    if ready:
+        return ready.pop()
+    n = Names()
+    load_objects(server, n)
+    return n
+
+
+def load_objects(server: LiveServer, n: Names) -> None:
+    """Write one test's object file into a running server; return once the server acts on all of it."""
+    server.write_objects(f'objects-{n.tag}.yaml', objects(n))
+    publisher, subscriber = Client(server, n.publisher), Client(server, n.subscriber)
+
+    # Definitions, topics and permissions are reloaded one after the other. These two refusals need
+    # all three (a known user, a permission for the topic, the topic's state) and change nothing.
+    def loaded() -> bool:
+        closed = publisher.publish(n.topic('orders.closed'), None)
+        private = subscriber.subscribe(n.topic('orders.private'))
+        return (closed.status_code == 403 and 'is inactive' in closed.json()['details']
+                and private.status_code == 403 and 'is_api_sub_allowed' in private.json()['details'])
+    poll(loaded, 30, message=f'the object file of {n.tag} in force')
+
 
 #: Small limits so that "too large" is cheap to send.
 LIMITS = '''
@@ -127,26 +197,39 @@ def error(r: requests.Response, status: int, *named: str) -> dict[str, Any]:
     return body
 
 
+@pytest.fixture(scope='module')
+def shared_api(module_server_factory: Callable[..., LiveServer],
+               request: pytest.FixtureRequest) -> tuple[LiveServer, list[Names]]:
+    """The module's server, shared by the API tests, and the objects in it no test has taken yet."""
+    server = module_server_factory(extra_config=LIMITS)
+    return server, start_with_objects(server, request)
+
+
 @pytest.fixture
-def api(server_factory: Callable[..., LiveServer]) -> LiveServer:
-    """A started server with the objects above."""
-    server = server_factory(extra_config=LIMITS)
-    server.write_objects('objects.yaml', OBJECTS)
-    return server.start()
+def api(shared_api: tuple[LiveServer, list[Names]]) -> LiveServer:
+    """The shared server."""
+    return shared_api[0]
 
 
-def test_the_whole_rest_journey(api: LiveServer) -> None:
-    publisher, subscriber = Client(api, PUBLISHER), Client(api, SUBSCRIBER)
+@pytest.fixture
+def names(shared_api: tuple[LiveServer, list[Names]]) -> Names:
+    """This test's objects, in force on the shared server."""
+    return take_names(*shared_api)
+
+
+def test_the_whole_rest_journey(api: LiveServer, names: Names) -> None:
+    publisher, subscriber = Client(api, names.publisher), Client(api, names.subscriber)
+    created, customer = names.topic('orders.created'), names.topic('/customer/new')
 
     # Subscribe (again: the same subscription) and publish from the other client.
-    sub = ok(subscriber.subscribe('orders.created'))
+    sub = ok(subscriber.subscribe(created))
     assert sub['sub_key'].startswith('sk.') and len(sub['sub_key']) >= 35 and sub['queue_depth'] == 0
-    assert ok(subscriber.subscribe('orders.created'))['sub_key'] == sub['sub_key']
-    sent = [ok(publisher.publish('orders.created', {'data': {'n': n}, 'priority': p, 'correl_id': f'c{n}',
-                                                    'ext_client_id': 'crm-1', 'in_reply_to': 'msg.0'}))
+    assert ok(subscriber.subscribe(created))['sub_key'] == sub['sub_key']
+    sent = [ok(publisher.publish(created, {'data': {'n': n}, 'priority': p, 'correl_id': f'c{n}',
+                                           'ext_client_id': 'crm-1', 'in_reply_to': 'msg.0'}))
             for n, p in enumerate([5, 9, 5])]
     assert all(s['msg_id'].startswith('zpsm') for s in sent)
-    assert ok(subscriber.subscribe('orders.created'))['queue_depth'] == 3
+    assert ok(subscriber.subscribe(created))['queue_depth'] == 3
 
     # Auto ack: priority first, then publication; what was handed over is gone.
     got = ok(subscriber.get(sub_key=sub['sub_key'], max_messages=2))
@@ -155,7 +238,7 @@ def test_the_whole_rest_journey(api: LiveServer) -> None:
     meta = got['messages'][0]['meta']
     assert meta['msg_id'] == sent[1]['msg_id'] and meta['sub_key'] == sub['sub_key']
     assert (meta['topic_name'], meta['priority'], meta['expiration'], meta['delivery_count']) == \
-        ('orders.created', 9, 31536000, 1)
+        (created, 9, 31536000, 1)
     assert (meta['correl_id'], meta['in_reply_to'], meta['ext_client_id']) == ('c1', 'msg.0', 'crm-1')
     assert meta['size'] == len('{"n":1}') and 'ack_id' not in meta
     for key in ('pub_time_iso', 'recv_time_iso', 'expiration_time_iso', 'time_since_pub', 'time_since_recv'):
@@ -166,8 +249,8 @@ def test_the_whole_rest_journey(api: LiveServer) -> None:
                                                     'message_count': 0, 'messages': []}
 
     # Manual ack: leased for ack_deadline; unacked messages come back with their attempt counted.
-    first = ok(publisher.publish('orders.created', {'data': 'first'}))['msg_id']
-    second = ok(publisher.publish('orders.created', {'data': 'second'}))['msg_id']
+    first = ok(publisher.publish(created, {'data': 'first'}))['msg_id']
+    second = ok(publisher.publish(created, {'data': 'second'}))['msg_id']
     got = ok(subscriber.get(ack='manual', ack_deadline=1))
     leased = {m['meta']['msg_id']: m['meta'] for m in got['messages']}
     assert list(leased) == [first, second] and all(m['delivery_count'] == 1 for m in leased.values())
@@ -182,45 +265,46 @@ def test_the_whole_rest_journey(api: LiveServer) -> None:
     assert ok(subscriber.ack([stale]))['not_found'] == [stale]
     assert ok(subscriber.ack([fresh, stale])) | {'cid': None} == {
         'is_ok': True, 'cid': None, 'status': '200 OK', 'acked': 1, 'not_found': [stale]}
-    assert ok(subscriber.subscribe('orders.created'))['queue_depth'] == 0
+    assert ok(subscriber.subscribe(created))['queue_depth'] == 0
 
     # A topic with '/' in its name, sent as it is and percent-encoded; permissions changed at run time.
-    cust = ok(subscriber.subscribe('/customer/new'))['sub_key']
-    ok(publisher.publish('/customer/new', {'data': [1]}))
-    ok(publisher.post('/pubsub/topic/%2Fcustomer%2Fnew', {'data': [2]}))
+    cust = ok(subscriber.subscribe(customer))['sub_key']
+    ok(publisher.publish(customer, {'data': [1]}))
+    ok(publisher.post(f'/pubsub/topic/{quote(customer, safe="")}', {'data': [2]}))
     got = ok(subscriber.get(sub_key=cust, max_messages=1))  # Zato's single-message form, too
-    assert got['data'] == [1] and got['meta']['topic_name'] == '/customer/new' and got['messages'][0]['data'] == [1]
-    put = api.request('PUT', '/admin/security/erp.subscriber/permissions', auth=api.admin,
-                      params={'detach': 'true'}, json={'sub': ['orders.*']})
+    assert got['data'] == [1] and got['meta']['topic_name'] == customer and got['messages'][0]['data'] == [1]
+    put = api.request('PUT', f'/admin/security/{names.subscriber_def}/permissions', auth=api.admin,
+                      params={'detach': 'true'}, json={'sub': [names.topic('orders.*')]})
     assert put.status_code == 200, put.text
-    assert error(subscriber.subscribe('/customer/new'), 401)['details'] == 'Permission denied'
+    assert error(subscriber.subscribe(customer), 401)['details'] == 'Permission denied'
     assert ok(subscriber.get(sub_key=cust))['message_count'] == 0  # queued before, no longer readable
 
     # Unsubscribe: by sub_key, then all of the caller's on a topic; then there is nothing to read.
-    assert ok(subscriber.post('/pubsub/unsubscribe/topic/orders.created', {'sub_key': sub['sub_key']})) \
+    assert ok(subscriber.post(f'/pubsub/unsubscribe/topic/{created}', {'sub_key': sub['sub_key']})) \
         ['unsubscribed'] == 1
-    assert ok(subscriber.post('/pubsub/unsubscribe/topic//customer/new'))['unsubscribed'] == 1
+    assert ok(subscriber.post(f'/pubsub/unsubscribe/topic/{customer}'))['unsubscribed'] == 1
     assert error(subscriber.get(), 401)['details'] == 'No subscription found for user'
     error(subscriber.get(sub_key=sub['sub_key']), 404, 'subscription not found')
     # Published with no subscriber: kept for the next one.
-    ok(publisher.publish('orders.created', {'data': 'kept'}))
-    new = ok(subscriber.subscribe('orders.created'))
+    ok(publisher.publish(created, {'data': 'kept'}))
+    new = ok(subscriber.subscribe(created))
     assert new['sub_key'] != sub['sub_key'] and new['queue_depth'] == 1
 
 
-def test_publish_stores_any_json_value_and_applies_zato_defaults(api: LiveServer) -> None:
-    publisher, subscriber = Client(api, PUBLISHER), Client(api, SUBSCRIBER)
-    ok(subscriber.subscribe('orders.created'))
-    ok(subscriber.subscribe('orders.short'))
+def test_publish_stores_any_json_value_and_applies_zato_defaults(api: LiveServer, names: Names) -> None:
+    publisher, subscriber = Client(api, names.publisher), Client(api, names.subscriber)
+    created, short = names.topic('orders.created'), names.topic('orders.short')
+    ok(subscriber.subscribe(created))
+    ok(subscriber.subscribe(short))
     values = [{}, '', 0, False, [], 'text', {'nested': {'list': [1, None]}}]
     for value in values:
-        ok(publisher.publish('orders.created', {'data': value}))
-    ok(publisher.publish('orders.created', {'data': 'q', 'priority': -1}))
-    ok(publisher.publish('orders.short', {'data': 'capped', 'expiration': 100000}))
+        ok(publisher.publish(created, {'data': value}))
+    ok(publisher.publish(created, {'data': 'q', 'priority': -1}))
+    ok(publisher.publish(short, {'data': 'capped', 'expiration': 100000}))
     # Last, and read at once: it lives for 1 s only.
-    ok(publisher.publish('orders.created', {'data': 'p', 'priority': 12, 'expiration': 0.2,
-                                            'pub_time': '2026-01-01T10:00:00+00:00', 'has_gd': True,
-                                            'unknown_key': 'ignored'}))
+    ok(publisher.publish(created, {'data': 'p', 'priority': 12, 'expiration': 0.2,
+                                   'pub_time': '2026-01-01T10:00:00+00:00', 'has_gd': True,
+                                   'unknown_key': 'ignored'}))
     got = ok(subscriber.get(max_messages=100))['messages']
     assert [m['data'] for m in got] == values + ['q', 'capped', 'p']
     by_data = {json.dumps(m['data']): m['meta'] for m in got}
@@ -230,12 +314,13 @@ def test_publish_stores_any_json_value_and_applies_zato_defaults(api: LiveServer
     assert by_data['""']['mime_type'] == 'text/plain' and 'mime_type' not in by_data['{}']
 
 
-def test_max_messages_max_len_and_one_queue_of_several_subscriptions(api: LiveServer) -> None:
-    publisher, subscriber = Client(api, PUBLISHER), Client(api, SUBSCRIBER)
-    created = ok(subscriber.subscribe('orders.created'))['sub_key']
-    cancelled = ok(subscriber.subscribe('orders.cancelled'))['sub_key']
-    for topic, data, priority in (('orders.created', 'a' * 30, 5), ('orders.cancelled', 'b' * 10, 5),
-                                  ('orders.created', 'c' * 10, 7), ('orders.cancelled', 'd' * 10, 7)):
+def test_max_messages_max_len_and_one_queue_of_several_subscriptions(api: LiveServer, names: Names) -> None:
+    publisher, subscriber = Client(api, names.publisher), Client(api, names.subscriber)
+    created_topic, cancelled_topic = names.topic('orders.created'), names.topic('orders.cancelled')
+    created = ok(subscriber.subscribe(created_topic))['sub_key']
+    cancelled = ok(subscriber.subscribe(cancelled_topic))['sub_key']
+    for topic, data, priority in ((created_topic, 'a' * 30, 5), (cancelled_topic, 'b' * 10, 5),
+                                  (created_topic, 'c' * 10, 7), (cancelled_topic, 'd' * 10, 7)):
         ok(publisher.publish(topic, {'data': data, 'priority': priority}))
     # A first message longer than max_len stays queued and nothing is returned.
     assert ok(subscriber.get(max_len=9))['message_count'] == 0
@@ -253,62 +338,66 @@ def test_max_messages_max_len_and_one_queue_of_several_subscriptions(api: LiveSe
             name = 'test.bulk'
 
             def handle(self):
-                numbers = list(range(self.request.payload['count']))
+                topic, numbers = self.request.payload['topic'], list(range(self.request.payload['count']))
                 def publish(part):
                     for n in part:
-                        self.publish('orders.created', n)
+                        self.publish(topic, n)
                 gevent.joinall([gevent.spawn(publish, numbers[i::20]) for i in range(20)], raise_error=True)
     '''))
     poll(lambda: api.request('GET', '/admin/services/test.bulk', auth=api.admin).status_code == 200,
          message='test.bulk deployed')
-    api.invoke('test.bulk', {'count': 1005})
+    api.invoke('test.bulk', {'topic': created_topic, 'count': 1005})
     got = ok(subscriber.get(max_messages=5000))
     assert got['message_count'] == 1000 and len(got['messages']) == 1000
     rest = ok(subscriber.get())['messages']
     assert sorted(m['data'] for m in got['messages'] + rest) == list(range(1005))
 
 
-def test_every_error_status_names_the_problem(api: LiveServer) -> None:
-    publisher, subscriber, nobody = Client(api, PUBLISHER), Client(api, SUBSCRIBER), Client(api, NOBODY)
-    anonymous = Client(api, None)
+def test_every_error_status_names_the_problem(api: LiveServer, names: Names) -> None:
+    logged = len(api.log())  # the shared server's log holds other tests' lines before this
+    publisher, subscriber = Client(api, names.publisher), Client(api, names.subscriber)
+    nobody, anonymous = Client(api, names.nobody), Client(api, None)
+    t = names.topic
+    created, closed, ghost = t('orders.created'), t('orders.closed'), t('ghost.topic')
 
     # 401: no credentials, a wrong password, an unknown user, an inactive definition; each with a challenge.
-    for client, details in ((anonymous, 'Authentication required'), (Client(api, ('crm-pub', 'wrong')),
-                            'Invalid credentials'), (Client(api, ('ghost', 'crm-pub-pw-1')), 'Invalid credentials'),
-                            (Client(api, ('retired', 'retired-pw-4')), 'security definition is inactive')):
-        for r in (client.publish('orders.created', {'data': 1}), client.subscribe('orders.created'),
-                  client.get(), client.ack(['ack.1']), client.post('/pubsub/unsubscribe/topic/orders.created')):
+    for client, details in ((anonymous, 'Authentication required'),
+                            (Client(api, (names.publisher[0], 'wrong')), 'Invalid credentials'),
+                            (Client(api, ('ghost', names.publisher[1])), 'Invalid credentials'),
+                            (Client(api, names.retired), 'security definition is inactive')):
+        for r in (client.publish(created, {'data': 1}), client.subscribe(created),
+                  client.get(), client.ack(['ack.1']), client.post(f'/pubsub/unsubscribe/topic/{created}')):
             assert error(r, 401)['details'] == details
             assert r.headers['WWW-Authenticate'] == 'Basic realm="Conduit pub/sub"'
-    error(Client(api, ('retired', 'retired-pw-4')).get(), 401, 'inactive')
+    error(Client(api, names.retired).get(), 401, 'inactive')
 
     # 400: bad JSON, bad topic names, data null or missing, malformed fields.
-    error(publisher.post('/pubsub/topic/orders.created', raw='{"data": '), 400, 'not valid JSON')
-    error(publisher.post('/pubsub/topic/orders.created', raw=b'\xff\xfe'), 400, 'request body')
-    error(publisher.post('/pubsub/topic/orders.created', raw='[1]'), 400, 'JSON object')
-    for path, named in (('%20orders.created', 'whitespace'), ('orders.created%20', 'whitespace'),
+    error(publisher.post(f'/pubsub/topic/{created}', raw='{"data": '), 400, 'not valid JSON')
+    error(publisher.post(f'/pubsub/topic/{created}', raw=b'\xff\xfe'), 400, 'request body')
+    error(publisher.post(f'/pubsub/topic/{created}', raw='[1]'), 400, 'JSON object')
+    for path, named in ((f'%20{created}', 'whitespace'), (f'{created}%20', 'whitespace'),
                         ('x' * 201, 'longer than 200'), ('%C3%A9t%C3%A9', 'not ASCII'), ('a%23b', "'#'"),
                         ('orders.*', "'*'"), ('', 'empty')):
         error(publisher.publish(path, {'data': 1}), 400, named)
         error(subscriber.subscribe(path), 400, named)
-    error(publisher.publish('orders.created', {'data': None}), 400, 'data is required')
-    error(publisher.publish('orders.created', {'priority': 5}), 400, 'data is required')
-    error(publisher.publish('orders.created', None), 400, 'data is required')
-    error(publisher.publish('orders.created', {'data': 1, 'expiration': 'soon'}), 400, 'expiration')
-    error(publisher.publish('orders.created', {'data': 1, 'pub_time': 'yesterday'}), 400, 'pub_time')
-    error(publisher.publish('orders.created', {'data': 1, 'correl_id': 'x' * 201}), 400, 'correl_id')
-    error(publisher.publish('orders.created', {'data': 1, 'has_gd': 'yes'}), 400, 'has_gd')
+    error(publisher.publish(created, {'data': None}), 400, 'data is required')
+    error(publisher.publish(created, {'priority': 5}), 400, 'data is required')
+    error(publisher.publish(created, None), 400, 'data is required')
+    error(publisher.publish(created, {'data': 1, 'expiration': 'soon'}), 400, 'expiration')
+    error(publisher.publish(created, {'data': 1, 'pub_time': 'yesterday'}), 400, 'pub_time')
+    error(publisher.publish(created, {'data': 1, 'correl_id': 'x' * 201}), 400, 'correl_id')
+    error(publisher.publish(created, {'data': 1, 'has_gd': 'yes'}), 400, 'has_gd')
     # NUL characters: PostgreSQL cannot store them (a 503, and a failed group commit, before), SQLite could.
-    error(publisher.publish('orders.created', {'data': 'a\x00b'}), 400, 'NUL')
-    error(publisher.publish('orders.created', {'data': 1, 'correl_id': 'c\x00'}), 400, 'correl_id')
-    error(publisher.publish('orders.created', {'data': 1, 'mime_type': 'text/\x00'}), 400, 'mime_type')
-    ok(publisher.publish('orders.created', {'data': {'nul': 'a\x00b'}}))  # JSON escapes it: fine
+    error(publisher.publish(created, {'data': 'a\x00b'}), 400, 'NUL')
+    error(publisher.publish(created, {'data': 1, 'correl_id': 'c\x00'}), 400, 'correl_id')
+    error(publisher.publish(created, {'data': 1, 'mime_type': 'text/\x00'}), 400, 'mime_type')
+    ok(publisher.publish(created, {'data': {'nul': 'a\x00b'}}))  # JSON escapes it: fine
     # Lone surrogates cannot be stored on either database (a 500 before).
-    error(publisher.post('/pubsub/topic/orders.created', raw='{"data": "\\ud800"}'), 400, 'data', 'Unicode')
-    error(publisher.post('/pubsub/topic/orders.created', raw='{"data": {"k": ["\\udc00"]}}'), 400, 'Unicode')
-    error(publisher.post('/pubsub/topic/orders.created', raw='{"data": 1, "correl_id": "\\udc00"}'), 400,
+    error(publisher.post(f'/pubsub/topic/{created}', raw='{"data": "\\ud800"}'), 400, 'data', 'Unicode')
+    error(publisher.post(f'/pubsub/topic/{created}', raw='{"data": {"k": ["\\udc00"]}}'), 400, 'Unicode')
+    error(publisher.post(f'/pubsub/topic/{created}', raw='{"data": 1, "correl_id": "\\udc00"}'), 400,
           'correl_id')
-    ok(subscriber.subscribe('orders.created'))
+    ok(subscriber.subscribe(created))
     error(subscriber.get(ack='later'), 400, "'ack'")
     error(subscriber.get(max_messages='ten'), 400, 'max_messages')
     error(subscriber.get(ack='manual', ack_deadline=-1), 400, 'ack_deadline')
@@ -317,40 +406,41 @@ def test_every_error_status_names_the_problem(api: LiveServer) -> None:
     assert ok(subscriber.ack(['ack.\x00', 'x' * 5000]))['not_found'] == ['ack.\x00', 'x' * 5000]  # 500 before
 
     # No pub or sub permission: 401 (Zato 4.1's code, the default; tests/server/test_zato_compat.py has "http").
-    for r in (nobody.publish('orders.created', {'data': 1}), subscriber.publish('orders.created', {'data': 1}),
-              publisher.subscribe('orders.created')):
+    for r in (nobody.publish(created, {'data': 1}), subscriber.publish(created, {'data': 1}),
+              publisher.subscribe(created)):
         assert error(r, 401)['details'] == 'Permission denied'
     # 403: an inactive topic, self-subscription not allowed.
-    assert error(publisher.publish('orders.closed', {'data': 1}), 403)['details'] == 'Topic orders.closed is inactive'
-    error(subscriber.subscribe('orders.private'), 403, 'is_api_sub_allowed')
+    assert error(publisher.publish(closed, {'data': 1}), 403)['details'] == f'Topic {closed} is inactive'
+    error(subscriber.subscribe(t('orders.private')), 403, 'is_api_sub_allowed')
 
     # 404: no such topic, sub_key or subscription.
-    error(publisher.publish('ghost.topic', {'data': 1}), 404, "topic not found: 'ghost.topic'")
-    error(subscriber.subscribe('orders.ghost'), 404, 'orders.ghost')
+    error(publisher.publish(ghost, {'data': 1}), 404, f"topic not found: '{ghost}'")
+    error(subscriber.subscribe(t('orders.ghost')), 404, t('orders.ghost'))
     error(subscriber.get(sub_key='sk.' + '0' * 40), 404, 'subscription not found')
     error(subscriber.ack(['ack.1'], sub_key='sk.forged'), 404, 'subscription not found')
     assert error(nobody.get(), 401)['details'] == 'No subscription found for user'
-    assert ok(subscriber.post('/pubsub/unsubscribe/topic/orders.cancelled'))['unsubscribed'] == 0
+    assert ok(subscriber.post(f'/pubsub/unsubscribe/topic/{t("orders.cancelled")}'))['unsubscribed'] == 0
 
     # 413: a message over pubsub.max_message_size, a body over http.max_body_size.
-    error(publisher.publish('orders.created', {'data': 'x' * 6000}), 413, '6000 bytes', '5000')
-    error(publisher.publish('orders.created', {'data': 'x' * 30000}), 413, '20000 bytes')
+    error(publisher.publish(created, {'data': 'x' * 6000}), 413, '6000 bytes', '5000')
+    error(publisher.publish(created, {'data': 'x' * 30000}), 413, '20000 bytes')
 
     # 503: a topic at its max depth that rejects (no subscriber: the first message waits in the topic).
-    ok(publisher.publish('orders.capped', {'data': 1}))
-    error(publisher.publish('orders.capped', {'data': 2}), 503, "'orders.capped' is full")
+    capped = t('orders.capped')
+    ok(publisher.publish(capped, {'data': 1}))
+    error(publisher.publish(capped, {'data': 2}), 503, f"'{capped}' is full")
 
     # Checks run in order: credentials, topic name, permission, topic, data.
     error(anonymous.publish('%20bad', None), 401)
     error(nobody.publish('%20bad', None), 400, 'whitespace')
-    error(nobody.publish('orders.ghost', None), 401, 'Permission denied')
-    error(publisher.publish('ghost.topic', None), 404)
-    error(publisher.publish('orders.closed', None), 403, 'inactive')
+    error(nobody.publish(t('orders.ghost'), None), 401, 'Permission denied')
+    error(publisher.publish(ghost, None), 404)
+    error(publisher.publish(closed, None), 403, 'inactive')
 
     # Other methods are refused in the same envelope; the server is still fine.
-    error(requests.get(api.url + '/pubsub/topic/orders.created', auth=PUBLISHER, timeout=10), 405)
-    ok(publisher.publish('orders.created', {'data': 'still serving'}))
-    assert 'Traceback' not in api.log()
+    error(requests.get(f'{api.url}/pubsub/topic/{created}', auth=names.publisher, timeout=10), 405)
+    ok(publisher.publish(created, {'data': 'still serving'}))
+    assert 'Traceback' not in api.log()[logged:]
 
 
 @contextmanager
@@ -383,20 +473,23 @@ def storage_down(server: LiveServer) -> Iterator[None]:
 
 def test_storage_unavailable_answers_503_and_nothing_is_acknowledged(
         server_factory: Callable[..., LiveServer]) -> None:
+    # A fresh server: a busy timeout of its own, and a database taken away under it.
     server = server_factory(env={'CONDUIT_DATABASE_SQLITE_BUSY_TIMEOUT_MS': '300'})
-    server.write_objects('objects.yaml', OBJECTS)
+    names = Names()
+    server.write_objects('objects.yaml', objects(names))
     server.start()
-    publisher, subscriber = Client(server, PUBLISHER), Client(server, SUBSCRIBER)
-    ok(subscriber.subscribe('orders.created'))
-    ok(publisher.publish('orders.created', {'data': 'before'}))
+    publisher, subscriber = Client(server, names.publisher), Client(server, names.subscriber)
+    created = names.topic('orders.created')
+    ok(subscriber.subscribe(created))
+    ok(publisher.publish(created, {'data': 'before'}))
 
     with storage_down(server):
-        error(publisher.publish('orders.created', {'data': 'during'}), 503, 'storage unavailable')
+        error(publisher.publish(created, {'data': 'during'}), 503, 'storage unavailable')
         error(subscriber.get(), 503, 'storage unavailable')
-        error(subscriber.subscribe('orders.cancelled'), 503, 'storage unavailable')
+        error(subscriber.subscribe(names.topic('orders.cancelled')), 503, 'storage unavailable')
 
     def published() -> bool:
-        return publisher.publish('orders.created', {'data': 'after'}).status_code == 200
+        return publisher.publish(created, {'data': 'after'}).status_code == 200
     poll(published, timeout=20, message='publishing works again')
     got = ok(subscriber.get())
     assert [m['data'] for m in got['messages']] == ['before', 'after']  # never 'during'

@@ -3,7 +3,8 @@
 - An enmasse file with the keys Zato 4.1's importers accept loads, keys Conduit does not use listed
   in exactly one warning; a real typo is an error naming the file, the object and the key.
 - The REST pub/sub API answers with Zato 4.1's status codes and texts by default, and with the
-  stricter HTTP codes under ``pubsub.rest_status_codes = "http"`` (real servers).
+  stricter HTTP codes under ``pubsub.rest_status_codes = "http"`` (real servers: one per backend
+  shared by the tests of the default, each with objects of its own; a fresh one for "http").
 - A publisher's pub_time comes back verbatim, correl_id defaults to the request's cid, msg_ids start
   with ``zpsm``, and ``zato.s.to.<service>`` is the service's topic.
 (One message per POST with the flat body, to a real receiver: tests/runtime/test_pubsub_push.py.)
@@ -31,7 +32,7 @@ from runtime.scheduler.jobs import JobDefinition
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.live_server import LiveServer
-from tests.server.test_pubsub_rest import NOBODY, OBJECTS, PUBLISHER, SUBSCRIBER, Client, error, ok
+from tests.server.test_pubsub_rest import Client, Names, error, objects, ok, start_with_objects, take_names
 
 # An enmasse file in Zato 4.1's keys (and a few of 3.x's exports), as a migrating user has it.
 ENMASSE = '''
@@ -246,55 +247,75 @@ def test_zato_names_of_a_key_and_conduits_together_are_refused(
 # REST status codes
 
 
+@pytest.fixture(scope='module')
+def zato_shared(module_server_factory: Callable[..., LiveServer],
+                request: pytest.FixtureRequest) -> tuple[LiveServer, list[Names]]:
+    """A server on the default (Zato) status codes shared by the module, and the objects no test has taken yet.
+
+    The objects are those of tests/server/test_pubsub_rest.py, named for each test.
+    """
+    server = module_server_factory()
+    return server, start_with_objects(server, request)
+
+
 @pytest.fixture
-def zato_api(server_factory: Callable[..., LiveServer]) -> LiveServer:
-    """A server with the objects of tests/server/test_pubsub_rest.py, on the default (Zato) status codes."""
-    server = server_factory()
-    server.write_objects('objects.yaml', OBJECTS)
-    return server.start()
+def zato_api(zato_shared: tuple[LiveServer, list[Names]]) -> LiveServer:
+    """The shared server."""
+    return zato_shared[0]
 
 
-def test_zato_status_codes_and_texts_are_the_default(zato_api: LiveServer) -> None:
-    publisher, subscriber = Client(zato_api, PUBLISHER), Client(zato_api, SUBSCRIBER)
-    nobody = Client(zato_api, NOBODY)
+@pytest.fixture
+def names(zato_shared: tuple[LiveServer, list[Names]]) -> Names:
+    """This test's objects, in force on the shared server."""
+    return take_names(*zato_shared)
+
+
+def test_zato_status_codes_and_texts_are_the_default(zato_api: LiveServer, names: Names) -> None:
+    publisher, subscriber = Client(zato_api, names.publisher), Client(zato_api, names.subscriber)
+    nobody = Client(zato_api, names.nobody)
+    created, closed = names.topic('orders.created'), names.topic('orders.closed')
 
     # Credentials first: missing, then wrong.
     assert error(Client(zato_api, None).publish('%20bad', None), 401)['details'] == 'Authentication required'
-    assert error(Client(zato_api, ('crm-pub', 'nope')).publish('%20bad', None), 401)['details'] == \
+    assert error(Client(zato_api, (names.publisher[0], 'nope')).publish('%20bad', None), 401)['details'] == \
         'Invalid credentials'
     # Then the topic name (400 with the reason), the permission (401), the topic's state (403), the data (400).
     error(nobody.publish('%20bad', None), 400, 'whitespace')
-    for r in (nobody.publish('orders.closed', None), nobody.publish('orders.created', {'data': 1}),
-              publisher.subscribe('orders.created')):
+    for r in (nobody.publish(closed, None), nobody.publish(created, {'data': 1}),
+              publisher.subscribe(created)):
         body = error(r, 401)
         assert body['details'] == 'Permission denied'
         assert r.headers['WWW-Authenticate'] == 'Basic realm="Conduit pub/sub"'
-    assert error(publisher.publish('orders.closed', None), 403)['details'] == 'Topic orders.closed is inactive'
-    error(publisher.publish('orders.created', {'priority': 1}), 400, 'data')
+    assert error(publisher.publish(closed, None), 403)['details'] == f'Topic {closed} is inactive'
+    error(publisher.publish(created, {'priority': 1}), 400, 'data')
 
     # Pulling (or acking) with no subscription at all; unsubscribing when not subscribed.
     assert error(subscriber.get(), 401)['details'] == 'No subscription found for user'
     assert error(subscriber.ack(['ack.1']), 401)['details'] == 'No subscription found for user'
-    assert ok(subscriber.post('/pubsub/unsubscribe/topic/orders.created'))['unsubscribed'] == 0
+    assert ok(subscriber.post(f'/pubsub/unsubscribe/topic/{created}'))['unsubscribed'] == 0
     error(subscriber.get(sub_key='sk.' + '0' * 40), 404, 'subscription not found')  # a sub_key of no one
 
     # A denied permission is no failed sign-in: many of them do not get the client throttled.
     for _ in range(15):
-        error(nobody.publish('orders.created', {'data': 1}), 401)
-    assert ok(publisher.publish('orders.created', {'data': 'still fine'}))
-    assert "security definition 'no.rights' has no 'pub' permission for topic 'orders.created'" in zato_api.log()
+        error(nobody.publish(created, {'data': 1}), 401)
+    assert ok(publisher.publish(created, {'data': 'still fine'}))
+    assert f"security definition '{names.nobody_def}' has no 'pub' permission for topic '{created}'" in zato_api.log()
 
 
 def test_http_status_codes_under_the_setting(server_factory: Callable[..., LiveServer]) -> None:
+    # A fresh server: the status codes are its configuration, read at the start.
     server = server_factory(extra_config='[pubsub]\nrest_status_codes = "http"\n')
-    server.write_objects('objects.yaml', OBJECTS)
+    names = Names()
+    server.write_objects('objects.yaml', objects(names))
     server.start()
-    publisher, subscriber, nobody = Client(server, PUBLISHER), Client(server, SUBSCRIBER), Client(server, NOBODY)
-    error(nobody.publish('orders.created', {'data': 1}), 403, "'no.rights'", "'pub' permission", "'orders.created'")
-    error(publisher.subscribe('orders.created'), 403, "'sub' permission")
-    error(publisher.publish('orders.closed', {'data': 1}), 403, "topic 'orders.closed' is inactive")
+    publisher, subscriber = Client(server, names.publisher), Client(server, names.subscriber)
+    nobody = Client(server, names.nobody)
+    created, closed = names.topic('orders.created'), names.topic('orders.closed')
+    error(nobody.publish(created, {'data': 1}), 403, f"'{names.nobody_def}'", "'pub' permission", f"'{created}'")
+    error(publisher.subscribe(created), 403, "'sub' permission")
+    error(publisher.publish(closed, {'data': 1}), 403, f"topic '{closed}' is inactive")
     error(subscriber.get(), 404, 'no subscription')
-    error(subscriber.post('/pubsub/unsubscribe/topic/orders.created'), 404, 'subscription not found')
+    error(subscriber.post(f'/pubsub/unsubscribe/topic/{created}'), 404, 'subscription not found')
 
 
 def test_an_unknown_rest_status_codes_value_is_refused(tmp_path: Path) -> None:
@@ -308,21 +329,22 @@ def test_an_unknown_rest_status_codes_value_is_refused(tmp_path: Path) -> None:
 # Messages
 
 
-def test_msg_ids_start_with_zpsm(zato_api: LiveServer) -> None:
-    publisher = Client(zato_api, PUBLISHER)
-    sent = [ok(publisher.publish('orders.created', {'data': n})) for n in range(3)]
+def test_msg_ids_start_with_zpsm(zato_api: LiveServer, names: Names) -> None:
+    publisher = Client(zato_api, names.publisher)
+    sent = [ok(publisher.publish(names.topic('orders.created'), {'data': n})) for n in range(3)]
     assert all(s['msg_id'].startswith('zpsm') and len(s['msg_id']) == 28 for s in sent)
     assert len({s['msg_id'] for s in sent}) == 3
 
 
-def test_pub_time_is_returned_verbatim_as_pub_time_iso(zato_api: LiveServer) -> None:
-    publisher, subscriber = Client(zato_api, PUBLISHER), Client(zato_api, SUBSCRIBER)
-    sub_key = ok(subscriber.subscribe('orders.created'))['sub_key']
+def test_pub_time_is_returned_verbatim_as_pub_time_iso(zato_api: LiveServer, names: Names) -> None:
+    publisher, subscriber = Client(zato_api, names.publisher), Client(zato_api, names.subscriber)
+    created = names.topic('orders.created')
+    sub_key = ok(subscriber.subscribe(created))['sub_key']
     stamps = ['2026-01-01T10:00:00+00:00', '2025-12-31T23:59:59.123456Z', '2026-03-01 08:00:00']
-    sent = [ok(publisher.publish('orders.created', {'data': n, 'pub_time': stamp}))
+    sent = [ok(publisher.publish(created, {'data': n, 'pub_time': stamp}))
             for n, stamp in enumerate(stamps)]
-    sent.append(ok(publisher.publish('orders.created', {'data': 3, 'pub_time': 1767261600})))
-    sent.append(ok(publisher.publish('orders.created', {'data': 4})))
+    sent.append(ok(publisher.publish(created, {'data': 3, 'pub_time': 1767261600})))
+    sent.append(ok(publisher.publish(created, {'data': 4})))
 
     metas = [m['meta'] for m in ok(subscriber.get(sub_key=sub_key))['messages']]
     assert [m['msg_id'] for m in metas] == [s['msg_id'] for s in sent]  # publication order: the server's clock
@@ -335,15 +357,16 @@ def test_pub_time_is_returned_verbatim_as_pub_time_iso(zato_api: LiveServer) -> 
 
     for bad, reason in (('yesterday', 'ISO 8601'), ('2026-01-01T10:00:00' + '0' * 60, 'at most 64'),
                         (True, 'ISO 8601'), ({'at': 1}, 'ISO 8601'), (1e300, 'Unix time')):
-        error(publisher.publish('orders.created', {'data': 1, 'pub_time': bad}), 400, 'pub_time', reason)
+        error(publisher.publish(created, {'data': 1, 'pub_time': bad}), 400, 'pub_time', reason)
 
 
-def test_correl_id_defaults_to_the_cid_of_the_publishing_request(zato_api: LiveServer) -> None:
-    publisher, subscriber = Client(zato_api, PUBLISHER), Client(zato_api, SUBSCRIBER)
-    sub_key = ok(subscriber.subscribe('orders.created'))['sub_key']
-    sent = [ok(publisher.publish('orders.created', {'data': 0})),
-            ok(publisher.publish('orders.created', {'data': 1, 'correl_id': 'mine'})),
-            ok(publisher.publish('orders.created', {'data': 2, 'correl_id': ''}))]
+def test_correl_id_defaults_to_the_cid_of_the_publishing_request(zato_api: LiveServer, names: Names) -> None:
+    publisher, subscriber = Client(zato_api, names.publisher), Client(zato_api, names.subscriber)
+    created = names.topic('orders.created')
+    sub_key = ok(subscriber.subscribe(created))['sub_key']
+    sent = [ok(publisher.publish(created, {'data': 0})),
+            ok(publisher.publish(created, {'data': 1, 'correl_id': 'mine'})),
+            ok(publisher.publish(created, {'data': 2, 'correl_id': ''}))]
     metas = [m['meta'] for m in ok(subscriber.get(sub_key=sub_key))['messages']]
     assert [m['correl_id'] for m in metas] == [sent[0]['cid'], 'mine', sent[2]['cid']]
     assert len({s['cid'] for s in sent}) == 3
