@@ -71,8 +71,9 @@ def test_filter_count_and_redrive_or_delete_all_that_match(server_factory: Any, 
               json={'data': {'ok': True, 'n': 100 + len(row['msg_id'])}})
     done = admin('POST', '/admin/dead-letters/redrive', json={'topic': 'dlq.orders', 'expected': 5})
     assert done['redriven'] == 5
-    poll(lambda: sum(1 for r in _records(out) if r['data'].get('ok')) == 5, message='five re-driven deliveries')
-    assert all(r['count'] == 1 for r in _records(out) if r['data'].get('ok'))  # attempts were reset
+    poll(lambda: sum(1 for r in _records(out, 'dlq.orders') if r['data'].get('ok')) == 5,
+         message='five re-driven deliveries')
+    assert all(r['count'] == 1 for r in _records(out, 'dlq.orders') if r['data'].get('ok'))  # attempts were reset
 
     assert admin('POST', '/admin/dead-letters/delete', json={'sub_id': invoices, 'expected': 3})['deleted'] == 3
     assert admin('POST', '/admin/dead-letters/count', json={})['count'] == 0
