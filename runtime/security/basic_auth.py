@@ -156,7 +156,7 @@ class SecurityRegistry:
             failed_key = self._failed_key(required, username, password)
             if not _failed_recently(failed_cache, failed_key):
                 # Spend the same time as a real check so usernames cannot be probed by timing.
-                _in_pool(verify_password, password, _dummy_hash())
+                _in_pool(_verify_unknown, password)
                 _remember_failure(failed_cache, failed_key)
             raise Unauthorized(realm)
         if ok_cache.get(key) != definition.password_hash:
@@ -188,6 +188,11 @@ def _remember_failure(cache: dict[bytes, float], key: bytes) -> None:
     if len(cache) >= MAX_CACHED_CHECKS:
         cache.clear()
     cache[key] = time.monotonic() + FAILED_CHECK_TTL_SECS
+
+
+def _verify_unknown(password: str) -> bool:
+    """An unknown user's password check: a scrypt like a real one (the first makes the hash too); never true."""
+    return verify_password(password, _dummy_hash())
 
 
 @functools.cache
