@@ -565,10 +565,11 @@ def bulk_subscriptions(srv: Server, count: int, topic: str = IDLE_TOPIC, kind: s
     from runtime.db.engine import transaction
     from runtime.pubsub import statements
     from runtime.pubsub.registry import KIND_WEBSOCKET
+    from runtime.pubsub.subscribers import SUBSCRIBER_KINDS
     started = time.perf_counter()
     keys = []
     with transaction(srv.engine(), write=True) as conn:
-        registry = statements.load_registry(conn, PubSubSection())
+        registry = statements.load_registry(conn, PubSubSection(), SUBSCRIBER_KINDS.options)
         for _ in range(count):
             _, key = statements.create_subscription(
                 conn, registry, topic, kind, security=SECURITY, origin='api',
@@ -583,11 +584,12 @@ def registry_load_ms(srv: Server, times: int = 3) -> float:
     from runtime.config import PubSubSection
     from runtime.db.engine import transaction
     from runtime.pubsub import statements
+    from runtime.pubsub.subscribers import SUBSCRIBER_KINDS
     took = []
     for _ in range(times):
         started = time.perf_counter()
         with transaction(srv.engine()) as conn:
-            statements.load_registry(conn, PubSubSection())
+            statements.load_registry(conn, PubSubSection(), SUBSCRIBER_KINDS.options)
         took.append((time.perf_counter() - started) * 1000)
     return common.stats(took)[1]
 

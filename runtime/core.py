@@ -57,7 +57,7 @@ from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
 from runtime.pubsub.permissions import PermissionAdmin, Permissions
 from runtime.pubsub.permissions import section_handler as permissions_section
 from runtime.pubsub.queue_admin import QueueAdmin
-from runtime.pubsub.subscribers import standard_subscribers
+from runtime.pubsub.subscribers import SUBSCRIBER_KINDS, KindTools, standard_subscribers
 from runtime.pubsub.subscribers.websocket import Attachments
 from runtime.pubsub.topic_admin import TopicAdmin
 from runtime.pubsub.websocket_hub import WebSocketHub
@@ -118,7 +118,7 @@ def make_objects_applier(settings: Settings, engine: Engine, demo: bool, files: 
     applier = ObjectsApplier(engine, objects_dirs(settings, demo), files,
                              service_catalog=lambda: catalog(engine, service_dirs, loaded),
                              reserved_usernames=reserved_usernames(settings.admin, settings.dashboard))
-    for handler in pubsub_sections(settings.pubsub):
+    for handler in pubsub_sections(settings.pubsub, SUBSCRIBER_KINDS):
         applier.add_handler(handler)
     applier.add_handler(permissions_section())  # after 'security': it names definitions
     applier.add_handler(scheduler_section(settings.scheduler))
@@ -182,8 +182,8 @@ class Runtime:
         #: The WebSocket subscriptions attached to this worker's connections (the WebSocket plug-in delivers them).
         self.ws_attachments = Attachments()
         self.broker = Broker(self.engine, settings.pubsub,
-                             subscribers=standard_subscribers(self._run_service, self.ws_attachments,
-                                                              settings.pubsub.push_allow_hosts),
+                             subscribers=standard_subscribers(KindTools(self._run_service, self.ws_attachments,
+                                                                        settings.pubsub.push_allow_hosts)),
                              spawn=spawn, has_service=self.store.has,
                              overflow_dir=settings.path(settings.pubsub.overflow_dir), observers=observers,
                              json_limits=JsonLimits.from_settings(settings.http),

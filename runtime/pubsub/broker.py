@@ -48,6 +48,7 @@ from runtime.pubsub.catalog import Catalog
 from runtime.pubsub.dead_letters import DeadLetterer
 from runtime.pubsub.delivery import DeliveryLoop
 from runtime.pubsub.group_commit import GroupCommitter
+from runtime.pubsub.kinds import Kinds
 from runtime.pubsub.leases import LeaseManager
 from runtime.pubsub.limits import OverflowLog, QueueDepths, TopicDepths, within_queue_limits
 from runtime.pubsub.message import MSG_ID_PREFIX, MsgId, Publication
@@ -92,6 +93,8 @@ class Broker:
         self.registry = Registry()
         #: The plug-in of each subscriber kind (runtime.pubsub.subscribers).
         self.subscribers: dict[str, Subscriber] = {s.kind: s for s in subscribers}
+        #: The same by kind name, with the delivery options they declare.
+        self.kinds = Kinds(subscribers)
         self._delivered_kinds = frozenset(k for k, s in self.subscribers.items() if s.delivered)
         self._spread_kinds = frozenset(k for k, s in self.subscribers.items() if s.delivered and s.spread)
         self._limited_kinds = frozenset(k for k, s in self.subscribers.items() if s.queue_limited)
@@ -127,7 +130,7 @@ class Broker:
         #: On PostgreSQL, vacuums the queue table once enough of it is dead (see runtime.pubsub.queue_vacuum).
         self.queue_vacuum = QueueVacuum(engine, settings.queue_vacuum_secs, settings.queue_vacuum_dead_rows)
         #: Topic and subscription administration.
-        self.catalog = Catalog(engine, settings, lambda: self.registry, self.subscribers, self.reload,
+        self.catalog = Catalog(engine, settings, lambda: self.registry, self.kinds, self.reload,
                                self.wakeups.poll_once)
 
     @property
@@ -180,7 +183,9 @@ class Broker:
     @one_reload_at_a_time
     def reload(self) -> None:
         """Reload topics and subscriptions from the database."""
-        self.registry = run_transaction(self.engine, lambda c: statements.load_registry(c, self.settings), write=False)
+        options = self.kinds.options
+        self.registry = run_transaction(self.engine, lambda c: statements.load_registry(c, self.settings, options),
+                                        write=False)
         self._topic_depths.clear()  # a new subscription may have taken a topic's backlog: count again
         self._queue_depths.invalidate(self.registry.subs.keys())  # and queues may have been purged or removed
         for sub_id, loop in list(self.loops.items()):

@@ -21,14 +21,12 @@ from runtime.db.blocking import run_transaction
 from runtime.db.models import Subscription
 from runtime.errors import ConfigError, SubscriptionNotFound, TopicNotFound
 from runtime.pubsub import statements
+from runtime.pubsub.options import DeliveryOptions
 from runtime.pubsub.registry import (
     KIND_SERVICE,
-    KINDS,
-    DeliveryOptions,
     Registry,
     SubInfo,
     TopicInfo,
-    check_kind_options,
     check_topic_attributes,
     service_topic_name,
 )
@@ -36,7 +34,7 @@ from runtime.pubsub.topics import validate_pattern, validate_topic_name
 
 if TYPE_CHECKING:
     from runtime.config import PubSubSection
-    from runtime.pubsub.subscribers.base import Subscriber
+    from runtime.pubsub.kinds import Kinds
 
 #: Sync key bumped whenever topics or subscriptions change.
 SYNC_KEY = 'pubsub'
@@ -46,13 +44,14 @@ class Catalog:
     """Topics and subscriptions: creating, removing, pausing, and looking at their queues."""
 
     def __init__(self, engine: Engine, settings: PubSubSection, registry: Callable[[], Registry],
-                 subscribers: Mapping[str, Subscriber], changed: Callable[[], None],
+                 kinds: Kinds, changed: Callable[[], None],
                  subscribed: Callable[[], None]) -> None:
         self._engine = engine
         self._settings = settings
         #: The registry of this worker as it is now (the broker replaces it at each reload).
         self._registry = registry
-        self._subscribers = subscribers
+        #: The subscriber kinds this worker has (a subscription of another kind is refused).
+        self.kinds = kinds
         self._changed = changed
         self._subscribed = subscribed
         #: One implicit topic made at a time in this worker (see ensure_service_topic).
@@ -98,10 +97,10 @@ class Catalog:
         settings = self._settings
 
         def work(conn: Connection) -> None:
-            registry = statements.load_registry(conn, settings)
+            registry = statements.load_registry(conn, settings, self.kinds.options)
             if registry.topic(name) is None:
                 statements.create_topic(conn, name, {'has_gd': True}, is_service_topic=True, origin='service')
-                registry = statements.load_registry(conn, settings)
+                registry = statements.load_registry(conn, settings, self.kinds.options)
             if registry.service_subscription(service) is None:
                 statements.create_subscription(conn, registry, name, KIND_SERVICE, service=service, origin='service')
             bump(conn, SYNC_KEY)
@@ -117,6 +116,11 @@ class Catalog:
 
     # Subscriptions
 
+    def check_subscription(self, kind: str, where: str, service: str = '', push_url: str = '',
+                           options: Mapping[str, Any] | None = None) -> DeliveryOptions:
+        """A new subscription's options typed over [pubsub]; ConfigError unless its kind has what it needs."""
+        return self.kinds.check(self._settings, kind, where, service, push_url, options)
+
     def subscribe(self, pattern: str, kind: str = KIND_SERVICE, *, service: str = '', security: str = '',
                   push_url: str = '', options: dict[str, Any] | None = None, origin: str = 'api',
                   check: Callable[[Connection], None] | None = None) -> SubInfo:
@@ -126,12 +130,7 @@ class Catalog:
         limit counted there is counted with the insert); whatever it raises refuses the subscription.
         """
         validate_pattern(pattern)
-        if kind not in KINDS or kind not in self._subscribers:
-            raise ConfigError('subscription', f'kind must be one of {", ".join(KINDS)}, not {kind!r}')
-        where = f'subscription to {pattern!r}'
-        check_kind_options(kind, options, where)
-        typed = DeliveryOptions.from_settings(self._settings, options, where)
-        self._subscribers[kind].check(where, service, push_url, typed)
+        self.check_subscription(kind, f'subscription to {pattern!r}', service, push_url, options)
 
         def work(conn: Connection) -> str:
             # Topics only: loading every subscription here too made each subscribe cost O(subscriptions) twice.

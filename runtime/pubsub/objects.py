@@ -44,19 +44,18 @@ from runtime.objects.applier import DELETE, Scope, SectionHandler
 from runtime.objects.checks import topic_missing
 from runtime.pubsub import statements
 from runtime.pubsub.catalog import SYNC_KEY
+from runtime.pubsub.kinds import Kinds
 from runtime.pubsub.registry import (
     KIND_FILE,
     KIND_PULL,
     KIND_REST_PUSH,
     KIND_SERVICE,
     TOPIC_ATTRIBUTES,
-    DeliveryOptions,
     TopicInfo,
-    check_kind_options,
     check_topic_attributes,
     parse_options,
 )
-from runtime.pubsub.subscribers.file import check_file_subscription, shown_target
+from runtime.pubsub.subscribers.file import shown_target
 from runtime.pubsub.subscribers.rest_push import check_push_url
 from runtime.pubsub.topics import InvalidTopicName, normalize, validate_pattern, validate_topic_name
 from runtime.security import secret_refs
@@ -183,13 +182,13 @@ def _subscription_kind(item: dict[str, Any], where: str) -> tuple[str, str, str]
     return (KIND_SERVICE, str(service), '') if service else (KIND_REST_PUSH, '', str(endpoint))
 
 
-def make_apply_subscriptions(settings: PubSubSection,  # type: ignore[no-untyped-def]
+def make_apply_subscriptions(settings: PubSubSection, kinds: Kinds,  # type: ignore[no-untyped-def]
                              endpoints: dict[str, dict[str, Any]] | None = None):
-    """The handler of section pubsub_subscription (it validates options against the server defaults)."""
+    """The handler of section pubsub_subscription (each subscription checked by its kind, over the server defaults)."""
     endpoints = {} if endpoints is None else endpoints
 
     def apply_subscriptions(conn: Connection, items: list[dict[str, Any]], scope: Scope) -> None:
-        registry = statements.load_registry(conn, settings)
+        registry = statements.load_registry(conn, settings, kinds.options)
         declared: set[int] = set()
         for item in items:
             where = _where(item, 'pubsub_subscription')
@@ -212,11 +211,9 @@ def make_apply_subscriptions(settings: PubSubSection,  # type: ignore[no-untyped
                 options = endpoint_options | options  # the subscription's own options win
                 options['push_rest_endpoint'] = endpoint_name
                 is_active = is_active and bool(endpoint.get('is_active', True))
-            check_kind_options(kind, options, where)
-            typed = DeliveryOptions.from_settings(settings, options, where)
             if kind == KIND_FILE:
                 push_url = item['file_target']
-                check_file_subscription(push_url, typed, where)
+            kinds.check(settings, kind, where, service, push_url, options)
             for pattern in topics:
                 try:
                     validate_pattern(pattern)
@@ -276,9 +273,9 @@ def _existing(conn: Connection, kind: str, service: str, security: str, pattern:
     return None
 
 
-def section_handlers(settings: PubSubSection) -> list[SectionHandler]:
+def section_handlers(settings: PubSubSection, kinds: Kinds) -> list[SectionHandler]:
     """Handlers to register with the ObjectsApplier, in order (outgoing_rest before pubsub_subscription)."""
     endpoints: dict[str, dict[str, Any]] = {}
     return [SectionHandler('pubsub_topic', apply_topics, (SYNC_KEY,)),
             SectionHandler('outgoing_rest', make_outgoing_rest_handler(endpoints)),
-            SectionHandler('pubsub_subscription', make_apply_subscriptions(settings, endpoints), (SYNC_KEY,))]
+            SectionHandler('pubsub_subscription', make_apply_subscriptions(settings, kinds, endpoints), (SYNC_KEY,))]

@@ -9,44 +9,23 @@ topic's depth, not on how many pattern subscriptions exist.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
-from runtime.config import PubSubSection
 from runtime.errors import ConfigError, InvalidTopicName
-from runtime.files import naming, writers
+from runtime.pubsub.options import DeliveryOptions
 from runtime.pubsub.topics import PatternIndex, normalize, validate_topic_name
-from runtime.security import secret_refs
 
 #: Prefix of the topics made for publications to a service.
 SERVICE_TOPIC_PREFIX = '/zato/s/to/'
 
-#: Subscriber kinds.
+#: The names of the subscriber kinds Conduit has (each is a plug-in of ``runtime.pubsub.subscribers``).
 KIND_SERVICE = 'service'
 KIND_PULL = 'pull'
 KIND_REST_PUSH = 'rest_push'
 KIND_WEBSOCKET = 'websocket'
 KIND_FILE = 'file'
-KINDS = (KIND_SERVICE, KIND_PULL, KIND_REST_PUSH, KIND_WEBSOCKET, KIND_FILE)
-
-#: HTTP methods a REST push subscription may use.
-PUSH_METHODS = ('POST', 'PUT', 'PATCH')
-
-#: Bodies a REST push subscription may send: Zato 4.1's flat message (the default), or ``{data, meta}``.
-PUSH_FORMATS = ('flat', 'envelope')
-
-#: What one file of a file subscription holds: one message, or one delivery batch (of one topic).
-FILE_PER = ('message', 'batch')
-
-#: Fields a file subscription's name template (file_name) may use.
-FILE_NAME_FIELDS = naming.OUTBOUND_FIELDS
-
-#: Delivery options only file subscriptions take.
-FILE_OPTION_PREFIX = 'file_'
-
-#: Options whose values are ${CONDUIT_SECRET_...} references (never shown in errors as given).
-SECRET_OPTIONS = ('push_password', 'file_password', 'file_private_key')
 
 
 #: Zato 4.1's name of a service's topic is this prefix and the service's name; an alias of the topic above.
@@ -134,126 +113,6 @@ def check_topic_attributes(attrs: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class DeliveryOptions:
-    """How one subscription's messages are delivered."""
-
-    delivery_batch_size: int = 100
-    max_attempts: int = 25
-    wait_sock_err: float = 10.0
-    wait_non_sock_err: float = 3.0
-    max_wait_secs: float = 600.0
-    err_should_block: bool = True
-    max_in_flight: int = 1
-    hook_service: str = ''
-    # REST push (runtime.pubsub.subscribers.rest_push): method, batching and timeout towards the endpoint.
-    push_method: str = 'POST'
-    wrap_one_msg_in_list: bool = False
-    #: 'flat' (Zato 4.1: msg_id, topic_name, data, ... at the top level) or 'envelope' ({data, meta}).
-    push_format: str = 'flat'
-    #: False: one message per request, as Zato 4.1 pushes; true: each delivery batch in one request (a list).
-    push_batch: bool = False
-    push_timeout_secs: float = 10.0
-    #: Basic Auth towards the endpoint; the password only as a ${CONDUIT_SECRET_...} reference (see
-    #: runtime.security.secret_refs), resolved at delivery.
-    push_username: str = ''
-    push_password: str = ''
-    #: The outgoing_rest definition a subscription from the object files pushes to.
-    push_rest_endpoint: str = ''
-    #: Unused: security definitions keep only password hashes. Accepted so that options stored by
-    #: earlier versions still load; Basic Auth towards the endpoint is push_username/push_password.
-    push_security: str = ''
-    # File subscribers (runtime.pubsub.subscribers.file): the target directory is the subscription's
-    # push_url (file:///abs/dir or sftp://user@host:port/abs/dir).
-    #: 'json', 'jsonl' or 'csv' (runtime.files.writers).
-    file_format: str = 'json'
-    #: 'message': one file per message; 'batch': one file per delivery batch (per topic in it).
-    file_per: str = 'message'
-    #: The name template, relative to the target directory (fields: FILE_NAME_FIELDS).
-    file_name: str = '{topic}-{date}-{msg_id}.{ext}'
-    #: CSV columns, comma-separated; '' takes the messages' keys.
-    file_csv_columns: str = ''
-    #: SFTP credentials, only as ${CONDUIT_SECRET_...} references (runtime.security.secret_refs), resolved at connect.
-    file_password: str = ''
-    file_private_key: str = ''
-    #: The SFTP server's host key ('ssh-ed25519 AAAA...'), or a known_hosts file: one of them is required.
-    file_host_key: str = ''
-    file_known_hosts: str = ''
-
-    @classmethod
-    def from_settings(cls, settings: PubSubSection, overrides: dict[str, Any] | None = None,
-                      where: str = 'subscription') -> DeliveryOptions:
-        """Server defaults with a subscription's own options on top."""
-        base = cls(**{f.name: getattr(settings, f.name) for f in fields(cls) if hasattr(settings, f.name)})
-        return base.with_overrides(overrides or {}, where)
-
-    def with_overrides(self, overrides: dict[str, Any], where: str) -> DeliveryOptions:
-        """A copy with some options changed; ConfigError names an unknown or mistyped one."""
-        typed: dict[str, Any] = {}
-        for key, value in overrides.items():
-            if not hasattr(self, key):
-                raise ConfigError(where, f'unknown delivery option {key!r}')
-            default = getattr(self, key)
-            if isinstance(default, bool):
-                ok = isinstance(value, bool)
-            elif isinstance(default, (int, float)):
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
-                if ok and isinstance(default, int) and not isinstance(default, bool):
-                    ok = float(value).is_integer()
-                    value = int(value) if ok else value
-            else:
-                ok = isinstance(value, str)
-            if not ok:
-                shown = '(hidden)' if key in SECRET_OPTIONS else repr(value)
-                raise ConfigError(where, f'delivery option {key} has an invalid value {shown}')
-            typed[key] = value
-        result = replace(self, **typed)
-        if result.delivery_batch_size < 1 or result.max_attempts < 1 or result.max_in_flight < 1:
-            raise ConfigError(where, 'delivery_batch_size, max_attempts and max_in_flight must be at least 1')
-        if result.push_method.upper() not in PUSH_METHODS:
-            raise ConfigError(where, f'push_method must be one of {", ".join(PUSH_METHODS)}, '
-                                     f'not {result.push_method!r}')
-        if result.push_format not in PUSH_FORMATS:
-            raise ConfigError(where, f'push_format must be one of {", ".join(PUSH_FORMATS)}, '
-                                     f'not {result.push_format!r}')
-        if result.push_timeout_secs <= 0:
-            raise ConfigError(where, 'push_timeout_secs must be more than 0')
-        if result.push_password:
-            # Stored options are plain JSON in the database: only the reference may go there, and only
-            # to a variable meant for it (any other would hand the server's environment to the endpoint).
-            secret_refs.reference_name(result.push_password, 'push_password', where)
-        if result.push_password and not result.push_username:
-            raise ConfigError(where, 'push_password needs push_username')
-        if any(key.startswith(FILE_OPTION_PREFIX) for key in typed):
-            result._check_file_options(where)
-        return result
-
-    def _check_file_options(self, where: str) -> None:
-        """ConfigError unless the file_* options are well-formed (the target itself is checked with the kind)."""
-        if self.file_format not in writers.FORMATS:
-            raise ConfigError(where, f'file_format must be one of {", ".join(writers.FORMATS)}, '
-                                     f'not {self.file_format!r}')
-        if self.file_per not in FILE_PER:
-            raise ConfigError(where, f'file_per must be one of {", ".join(FILE_PER)}, not {self.file_per!r}')
-        name = self.file_name
-        if not name.strip() or name.startswith('/') or '\x00' in name or len(name) > 1000:
-            raise ConfigError(where, 'file_name must be a name template relative to the target directory, '
-                                     'e.g. {topic}-{date}-{msg_id}.{ext}')
-        naming.check_template(name, FILE_NAME_FIELDS, where)
-        writers.check_columns(self.file_csv_columns, where)
-        for key in ('file_password', 'file_private_key'):
-            if getattr(self, key):
-                # Only the reference is stored, and only to a variable meant for it (runtime.security.secret_refs).
-                secret_refs.reference_name(getattr(self, key), key, where)
-        host_key = self.file_host_key.strip()
-        if host_key and (len(host_key.split()) < 2 or any(ord(c) < 32 for c in host_key)):
-            raise ConfigError(where, "file_host_key must be the server's public key on one line, "
-                                     "e.g. 'ssh-ed25519 AAAA...'")
-        known = self.file_known_hosts
-        if known and (not known.startswith('/') or any(ord(c) < 32 for c in known)):
-            raise ConfigError(where, 'file_known_hosts must be the absolute path of a known_hosts file')
-
-
-@dataclass(frozen=True)
 class SubInfo:
     """A subscription as delivery and publication see it."""
 
@@ -280,14 +139,6 @@ class SubInfo:
         where = f'{url.scheme}://{url.hostname or ""}{port}{url.path}' if url else ''
         who = self.service or self.security or where or '?'
         return f'sub#{self.id}({self.kind}:{who} on {self.pattern})'
-
-
-def check_kind_options(kind: str, options: dict[str, Any] | None, where: str) -> None:
-    """ConfigError if a subscription of kind is given options of another kind (file_* outside kind file)."""
-    if kind != KIND_FILE:
-        given = sorted(k for k in options or {} if isinstance(k, str) and k.startswith(FILE_OPTION_PREFIX))
-        if given:
-            raise ConfigError(where, f'{", ".join(given)}: file_* options are for subscriptions of kind file only')
 
 
 def parse_options(raw: str) -> dict[str, Any]:

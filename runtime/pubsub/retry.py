@@ -21,7 +21,7 @@ import socket
 from dataclasses import dataclass
 
 from runtime.errors import UnrenderableMessage
-from runtime.pubsub.registry import DeliveryOptions
+from runtime.pubsub.options import DeliveryOptions
 
 #: Share of the wait added or removed at random.
 JITTER = 0.2

@@ -23,7 +23,8 @@ from runtime.errors import ConfigError
 from runtime.pubsub import queue_sql
 from runtime.pubsub.failure import MAX_TRACEBACK_CHARS
 from runtime.pubsub.message import Delivery, Publication
-from runtime.pubsub.registry import KIND_WEBSOCKET, DeliveryOptions, Registry, SubInfo, TopicInfo, parse_options
+from runtime.pubsub.options import DeliveryOptions, OptionTypes
+from runtime.pubsub.registry import KIND_WEBSOCKET, Registry, SubInfo, TopicInfo, parse_options
 from runtime.pubsub.topics import matches, normalize
 
 #: Columns of a message handed to subscribers.
@@ -63,24 +64,24 @@ def _topics(conn: Connection) -> list[TopicInfo]:
             for r in conn.execute(select(Topic)).all()]
 
 
-def load_registry(conn: Connection, settings: PubSubSection) -> Registry:
-    """Every topic and subscription, as a Registry."""
+def load_registry(conn: Connection, settings: PubSubSection, option_types: OptionTypes) -> Registry:
+    """Every topic and subscription, as a Registry (options typed by option_types, over settings)."""
     subs = []
     # Most subscriptions share a few option texts (every WebSocket client's is its window): each text is
-    # checked once per load, not once per subscription.
-    parsed: dict[str, DeliveryOptions] = {}
+    # checked once per load and kind, not once per subscription.
+    parsed: dict[tuple[str, str], DeliveryOptions] = {}
     for r in conn.execute(select(Subscription)).all():
-        options = parsed.get(r.options)
+        options = parsed.get((r.kind, r.options))
         if options is None:
             try:
-                options = DeliveryOptions.from_settings(settings, parse_options(r.options), f'subscription #{r.id}')
+                options = option_types.typed(settings, r.kind, parse_options(r.options), f'subscription #{r.id}')
             except (ConfigError, ValueError) as e:
                 # One subscription stored with options a newer version refuses must not stop all the others.
                 _log.error('subscription #%d: stored delivery options are invalid (%s); server defaults apply',
                            r.id, e)
-                options = DeliveryOptions.from_settings(settings)
+                options = option_types.typed(settings, r.kind, {}, f'subscription #{r.id}')
             else:
-                parsed[r.options] = options
+                parsed[(r.kind, r.options)] = options
         subs.append(SubInfo(id=r.id, sub_key=r.sub_key, pattern=r.pattern, kind=r.kind, service=r.service,
                             security=r.security, push_url=r.push_url, is_active=r.is_active, options=options))
     return Registry(_topics(conn), subs)

@@ -1,6 +1,6 @@
 """The scheduler: jobs stored in the database, each firing run exactly once across all workers.
 
-See ``runner`` for how firings are claimed, ``jobs`` for job types and fire times, ``store`` for
+See ``runner`` for how firings are claimed, ``jobs`` for job types and fire times, ``statements`` for
 the SQL, and ``objects`` for the ``scheduler`` section of the object files.
 """
 

@@ -81,3 +81,19 @@ def test_hostile_bodies_are_refused_naming_the_field_never_a_500(client: AppClie
     assert 400 <= answer.status_code < 500, (answer.status_code, answer.text)
     assert answer.json['is_ok'] is False and answer.json['details']
     assert 'Traceback' not in answer.text
+
+
+@pytest.mark.parametrize('options, named', [
+    ({'with_overrides': 'x'}, "unknown delivery option 'with_overrides'"),  # was a TypeError, answered 500
+    ({'kinds': []}, "unknown delivery option 'kinds'"),
+    ({'file_format': 'csv'}, 'file_format: file_* options are for subscriptions of kind file only'),
+    ({'push_method': 'DELETE'}, 'push_method must be one of POST, PUT, PATCH'),
+    ({'push_username': 'u', 'push_password': 'plain-secret'}, 'push_password must be a'),
+])
+def test_hostile_delivery_options_are_refused_naming_the_option(client: AppClient, options: dict[str, object],
+                                                                 named: str) -> None:
+    assert client.simulate_post('/admin/topics', json={'name': 'hostile.options'}).status_code == 201
+    answer = client.simulate_post('/admin/subscriptions', json={
+        'topic': 'hostile.options', 'kind': 'service', 'service': 'conduit.ping', 'options': options})
+    assert answer.status_code == 400, (answer.status_code, answer.text)
+    assert named in answer.json['details'] and 'plain-secret' not in answer.text

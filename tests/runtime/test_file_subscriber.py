@@ -33,8 +33,10 @@ from runtime.config import Settings
 from runtime.errors import ConfigError, FileTargetUnreachable, FileWriteFailed
 from runtime.pubsub.hooks import DeliveryHook
 from runtime.pubsub.message import Delivery
-from runtime.pubsub.registry import DeliveryOptions, SubInfo
-from runtime.pubsub.subscribers.file import FileDeliverer, parse_target, shown_target
+from runtime.pubsub.options import DeliveryOptions
+from runtime.pubsub.registry import SubInfo
+from runtime.pubsub.subscribers import SUBSCRIBER_KINDS
+from runtime.pubsub.subscribers.file import FileDeliverer, FileOptions, parse_target, shown_target
 from runtime.testing import TestRuntime, admin_client, make_settings, wait_until
 from tests.sshd import SshServer
 
@@ -403,8 +405,8 @@ def test_file_options_belong_to_file_subscriptions_only(make_rt: Callable[..., T
 
 
 def test_targets_are_shown_and_labelled_without_credentials() -> None:
-    opts = DeliveryOptions().with_overrides({'file_password': '${CONDUIT_SECRET_SFTP}',
-                                             'file_host_key': HOST_KEY}, 'w')
+    opts = SUBSCRIBER_KINDS.options.typed(None, 'file', {'file_password': '${CONDUIT_SECRET_SFTP}',
+                                                         'file_host_key': HOST_KEY}, 'w').of(FileOptions)
     target = parse_target('sftp://ann%40corp@[::1]:2222/srv/out%20box', opts, 'w')
     assert target.label == 'sftp://ann@corp@[::1]:2222/srv/out box'
     assert target.directory == '/srv/out box' and target.sftp is not None
@@ -444,7 +446,8 @@ def test_config_objects_declare_a_file_subscription(make_rt: Callable[..., TestR
     path.write_text(OBJECTS.format(out=out), encoding='utf-8')
     rt = make_rt(settings=settings)
     [sub] = rt.broker.registry.all_subscribers('payroll.paid')
-    assert (sub.kind, sub.push_url, sub.options.file_format, sub.options.file_per, sub.options.max_attempts) == (
+    file_options = sub.options.of(FileOptions)
+    assert (sub.kind, sub.push_url, file_options.file_format, file_options.file_per, sub.options.max_attempts) == (
         'file', f'file://{out}', 'jsonl', 'batch', 4)
     msg_id = rt.broker.publish('payroll.paid', {'employee': 7, 'amount': 1200})
     wait_until(lambda: files(out), TIMEOUT, message='a file')
@@ -657,12 +660,13 @@ def test_a_link_planted_in_the_target_is_refused_and_nothing_is_written_elsewher
         out = server.root / 'outbox'
         elsewhere = server.root / 'elsewhere'
         url = f'sftp://{server.username}@{server.host}:{server.port}{out}'
-        options = DeliveryOptions(file_name=template, file_format='jsonl', file_private_key=server.key_reference,
-                                  file_host_key=server.host_key_line)
+        options = DeliveryOptions(kinds=(FileOptions(file_name=template, file_format='jsonl',
+                                                     file_private_key=server.key_reference,
+                                                     file_host_key=server.host_key_line),))
     else:
         out, elsewhere = tmp_path / 'outbox', tmp_path / 'elsewhere'
         url = f'file://{out}'
-        options = DeliveryOptions(file_name=template, file_format='jsonl')
+        options = DeliveryOptions(kinds=(FileOptions(file_name=template, file_format='jsonl'),))
     out.mkdir()
     elsewhere.mkdir()
     os.symlink(elsewhere, out / planted)  # planted by whoever collects the files

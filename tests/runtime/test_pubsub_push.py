@@ -38,9 +38,11 @@ from runtime.errors import ConfigError, PushFailed, PushUnreachable
 from runtime.pubsub.broker import lease_name
 from runtime.pubsub.delivery import DeliveryLoop
 from runtime.pubsub.hooks import DeliveryHook
-from runtime.pubsub.registry import DeliveryOptions, SubInfo
+from runtime.pubsub.options import DeliveryOptions
+from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.retry import JITTER, is_socket_error
 from runtime.pubsub.statements import Delivery
+from runtime.pubsub.subscribers.rest_push import RestPushOptions
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.live_server import free_port
@@ -526,10 +528,10 @@ def test_config_objects_outgoing_rest_and_push_rest_endpoint(
 
     [sub] = rt.broker.registry.all_subscribers('cfg.push')
     assert (sub.kind, sub.push_url) == ('rest_push', receiver.url)
-    opts = sub.options
-    assert (opts.push_rest_endpoint, opts.push_timeout_secs, opts.push_username, opts.push_password) == (
+    opts, push = sub.options, sub.options.of(RestPushOptions)
+    assert (push.push_rest_endpoint, push.push_timeout_secs, push.push_username, push.push_password) == (
         'crm.hook', 5, 'conduit', '${CONDUIT_SECRET_PUSH_TEST}')
-    assert (opts.delivery_batch_size, opts.wrap_one_msg_in_list, opts.max_attempts) == (2, True, 4)
+    assert (opts.delivery_batch_size, push.wrap_one_msg_in_list, opts.max_attempts) == (2, True, 4)
     rt.broker.publish('cfg.push', {'n': 1})
     wait_until(lambda: receiver.requests, TIMEOUT, message='a request')
     [request] = receiver.requests

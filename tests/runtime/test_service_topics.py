@@ -83,10 +83,10 @@ def test_a_worker_that_loses_the_race_uses_the_winners_subscription(
     real_load = statements.load_registry
     calls = 0
 
-    def stale(conn: Connection, settings: object) -> object:
+    def stale(conn: Connection, settings: object, option_types: object) -> object:
         nonlocal calls
         calls += 1
-        registry = real_load(conn, settings)  # type: ignore[arg-type]
+        registry = real_load(conn, settings, option_types)  # type: ignore[arg-type]
         if calls > 1:
             return registry
         return Registry(list(registry.topics.values()),

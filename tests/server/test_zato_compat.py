@@ -27,7 +27,8 @@ from runtime.config import Settings, load_settings
 from runtime.db.models import RestChannel
 from runtime.errors import ConfigError
 from runtime.objects import zato_keys
-from runtime.pubsub.registry import TOPIC_ATTRIBUTES, DeliveryOptions
+from runtime.pubsub.registry import TOPIC_ATTRIBUTES
+from runtime.pubsub.subscribers import SUBSCRIBER_KINDS
 from runtime.scheduler.jobs import JobDefinition
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
@@ -434,7 +435,7 @@ def test_no_key_conduit_implements_is_in_the_ignored_lists() -> None:
     # An implemented key left in IGNORED_KEYS would be dropped before its handler saw it.
     implemented = {
         'pubsub_topic': set(TOPIC_ATTRIBUTES) | {'name'},
-        'pubsub_subscription': {f.name for f in fields(DeliveryOptions)} | {
+        'pubsub_subscription': set(SUBSCRIBER_KINDS.options.names()) | {
             'name', 'service', 'push_service', 'security', 'topic_list', 'delivery_type', 'is_active',
             'push_rest_endpoint', 'rest_push_endpoint'},
         'pubsub_permission': {'security', 'pub', 'sub', 'patterns'},

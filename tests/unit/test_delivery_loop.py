@@ -12,7 +12,8 @@ import gevent
 import pytest
 
 from runtime.pubsub.observers import Observers, PubSubObserver
-from runtime.pubsub.registry import DeliveryOptions, SubInfo
+from runtime.pubsub.options import DeliveryOptions
+from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.statements import Delivery
 from runtime.testing.memory import MSG_ID_PREFIX, DeliveryFailed, MemoryQueueBackend
 

@@ -217,6 +217,50 @@ def test_nothing_below_the_http_layer_imports_it() -> None:
     assert users == [], f'modules below HTTP importing runtime.http: {users}'
 
 
+#: The core of pub/sub: it asks a subscriber kind through its plug-in (runtime.pubsub.kinds) and never
+#: imports a kind's module, the file transfer package or the HTTP layer.
+PUBSUB_CORE = ('runtime.pubsub.registry', 'runtime.pubsub.catalog', 'runtime.pubsub.broker', 'runtime.pubsub.sweeper',
+               'runtime.pubsub.statements', 'runtime.pubsub.options', 'runtime.pubsub.kinds',
+               'runtime.pubsub.delivery', 'runtime.pubsub.leases', 'runtime.pubsub.queue_sql')
+
+#: The subscriber kinds' package, and what of it any module may import: the registration and the protocol.
+KINDS_PACKAGE = 'runtime.pubsub.subscribers'
+KINDS_PUBLIC = (KINDS_PACKAGE, KINDS_PACKAGE + '.base')
+
+#: Modules outside the kinds that still reach into one kind's module, and the kind modules they import: what is
+#: left to move into the kinds. The list may only shrink (an entry that no longer imports its kind fails too).
+KIND_MODULE_USERS = {
+    'runtime.http.admin.subscription_views': {'runtime.pubsub.subscribers.file'},
+    'runtime.http.handover': {'runtime.pubsub.subscribers.pull'},
+    'runtime.http.pubsub_rest': {'runtime.pubsub.subscribers.pull'},
+    'runtime.http.websocket.session': {'runtime.pubsub.subscribers.websocket'},
+    'runtime.pubsub.api': {'runtime.pubsub.subscribers.pull'},
+    'runtime.pubsub.objects': {'runtime.pubsub.subscribers.file', 'runtime.pubsub.subscribers.rest_push'},
+    'runtime.pubsub.websocket_hub': {'runtime.pubsub.subscribers.websocket'},
+}
+
+
+def _kind_modules_imported(imported: set[str]) -> set[str]:
+    return {i for i in imported if _in_package(i, KINDS_PACKAGE) and i not in KINDS_PUBLIC}
+
+
+def test_the_core_of_pubsub_imports_no_kind_no_file_transfer_and_no_http() -> None:
+    graph = import_graph(module_files())
+    assert all(m in graph for m in PUBSUB_CORE), 'a module of PUBSUB_CORE was renamed: update the list'
+    found = {m: sorted(i for i in graph[m] if _in_package(i, 'runtime.files') or _in_package(i, 'runtime.http')
+                       or i in _kind_modules_imported(graph[m]))
+             for m in PUBSUB_CORE}
+    assert {m: i for m, i in found.items() if i} == {}, 'the core of pub/sub imports a kind, runtime.files or HTTP'
+
+
+def test_no_new_module_reaches_into_a_subscriber_kind() -> None:
+    graph = import_graph(module_files())
+    users = {m: _kind_modules_imported(imported) for m, imported in graph.items()
+             if not _in_package(m, KINDS_PACKAGE) and m != ROOT and _kind_modules_imported(imported)}
+    assert users == KIND_MODULE_USERS, ('modules outside runtime/pubsub/subscribers importing a kind module changed '
+                                        '(a kind is reached through runtime.pubsub.subscribers and its plug-in)')
+
+
 if __name__ == '__main__':
     # What is left to fix, for whoever removes it: the cycles in runtime/, and the modules importing the root.
     _graph = import_graph(module_files())

@@ -13,7 +13,7 @@ import socket
 import pytest
 
 from runtime.errors import UnrenderableMessage
-from runtime.pubsub.registry import DeliveryOptions
+from runtime.pubsub.options import DeliveryOptions
 from runtime.pubsub.retry import JITTER, REASON_UNRENDERABLE, RedeliveryDecision, decide, is_socket_error
 
 NOW = 1_000_000.0

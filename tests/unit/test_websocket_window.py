@@ -19,7 +19,8 @@ import gevent
 from runtime.http.websocket.session import Channel, Session
 from runtime.pubsub.delivery import DeliveryLoop, Outcome
 from runtime.pubsub.observers import Observers, PubSubObserver
-from runtime.pubsub.registry import KIND_WEBSOCKET, DeliveryOptions, SubInfo
+from runtime.pubsub.options import DeliveryOptions
+from runtime.pubsub.registry import KIND_WEBSOCKET, SubInfo
 from runtime.pubsub.statements import Delivery
 from runtime.pubsub.subscribers.base import Context
 from runtime.pubsub.subscribers.websocket import Attachments, WebSocketSubscriber

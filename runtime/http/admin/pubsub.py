@@ -56,18 +56,14 @@ from runtime.http.openapi import (
 )
 from runtime.pubsub.queue_admin import MAX_PAGE
 from runtime.pubsub.registry import (
-    KIND_FILE,
     KIND_PULL,
     KIND_REST_PUSH,
     KIND_SERVICE,
     KIND_WEBSOCKET,
-    KINDS,
-    DeliveryOptions,
     TopicInfo,
-    check_kind_options,
     check_topic_attributes,
 )
-from runtime.pubsub.subscribers.file import check_file_subscription
+from runtime.pubsub.subscribers import SUBSCRIBER_KINDS
 from runtime.pubsub.topics import validate_pattern, validate_topic_name
 from runtime.util.timefmt import iso
 
@@ -107,9 +103,11 @@ TOPIC_NAME = string(200, 1, pattern=_NAME_PATTERN,
                     description='A topic name: ASCII, no # or wildcards, no whitespace at either end')
 TOPIC = obj({'id': INT, 'name': STR, 'is_service_topic': BOOL, 'origin': STR, 'created_at_iso': TIME,
              **{k: ANY for k in _TOPIC_ATTR_SCHEMAS}}, required=['id', 'name'], additional=True)
-_OPTION_SCHEMAS = {f.name: (BOOL if isinstance(f.default, bool) else
-                            {'type': 'number', 'minimum': 0} if isinstance(f.default, (int, float)) else string(1000))
-                   for f in fields(DeliveryOptions)}
+#: The kinds and delivery options the API describes: those Conduit registers (runtime.pubsub.subscribers).
+KINDS = SUBSCRIBER_KINDS.names
+_OPTION_SCHEMAS = {name: (BOOL if isinstance(default, bool) else
+                          {'type': 'number', 'minimum': 0} if isinstance(default, (int, float)) else string(1000))
+                   for name, default in SUBSCRIBER_KINDS.options.defaults().items()}
 OPTIONS = obj(_OPTION_SCHEMAS, description='Delivery options overriding the [pubsub] defaults')
 #: A topic name in a path: it may hold '/', sent as it is or as %2F (/admin/topics//customer/new).
 _TOPIC_PARAM = {'name': 'name', 'in': 'path', 'required': True, 'schema': string(200, 1),
@@ -276,8 +274,7 @@ def _options(body: Body, parts: AdminParts, base: dict[str, Any], where: str, ki
             raise InvalidInput(f'options.{key}', 'must not contain control characters or invalid Unicode')
     options = {**base, **given}
     try:
-        check_kind_options(kind, options, where)
-        DeliveryOptions.from_settings(parts.settings.pubsub, options, where)
+        parts.catalog.kinds.options.typed(parts.settings.pubsub, kind, options, where)
     except ConfigError as e:
         raise BadRequest(str(e)) from None
     return options
@@ -285,14 +282,6 @@ def _options(body: Body, parts: AdminParts, base: dict[str, Any], where: str, ki
 
 def _check_endpoint(parts: AdminParts, kind: str, service: str, security: str, push_url: str,
                     options: dict[str, Any], where: str) -> None:
-    if kind == KIND_FILE:
-        if service:
-            raise InvalidInput('service', 'a file subscription takes no service')
-        try:
-            typed = DeliveryOptions.from_settings(parts.settings.pubsub, options, where)
-            check_file_subscription(push_url, typed, where)
-        except ConfigError as e:
-            raise BadRequest(str(e)) from None
     if service and not parts.store.has(service):
         raise InvalidInput('service', f'names no deployed service ({service!r})')
     if security and not security_exists(parts, security):
@@ -305,9 +294,14 @@ def _check_endpoint(parts: AdminParts, kind: str, service: str, security: str, p
         # Only the definition owning it may resume it over a WebSocket (subscribe {sub_key}).
         raise InvalidInput('security', 'is required for a websocket subscription')
     if kind == KIND_REST_PUSH:
-        parts = urlsplit(push_url)
-        if parts.scheme not in ('http', 'https') or not parts.hostname:
+        url = urlsplit(push_url)
+        if url.scheme not in ('http', 'https') or not url.hostname:
             raise InvalidInput('push_url', 'must be an http:// or https:// URL for a REST push subscription')
+    try:
+        # What the kind itself requires of its fields and options (a file subscription's target, say).
+        parts.catalog.check_subscription(kind, where, service, push_url, options)
+    except ConfigError as e:
+        raise BadRequest(str(e)) from None
 
 
 _SUB_FIELDS = {'topic', 'kind', 'service', 'security', 'push_url', 'options', 'is_active'}
@@ -350,8 +344,8 @@ class SubscriptionsResource(_PubSubResource):
         if self._topics.topic_missing(pattern):
             raise InvalidInput('topic', f'names no topic ({pattern!r}): create the topic first, or give a pattern')
         kind = body.text('kind', required=True)
-        if kind not in KINDS:
-            raise InvalidInput('kind', f'must be one of {", ".join(KINDS)}')
+        if kind not in self._catalog.kinds:
+            raise InvalidInput('kind', f'must be one of {", ".join(self._catalog.kinds.names)}')
         service, security = body.text('service'), body.text('security')
         push_url = body.text('push_url', max_len=1000)
         where = f'subscription to {pattern!r}'

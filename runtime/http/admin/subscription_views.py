@@ -10,12 +10,12 @@ the subscription is made.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from runtime.http.openapi import BOOL, INT, NUM, STR, TIME, obj
-from runtime.pubsub.registry import KIND_FILE, KIND_WEBSOCKET, KINDS
+from runtime.pubsub.registry import KIND_FILE, KIND_WEBSOCKET
+from runtime.pubsub.subscribers import SUBSCRIBER_KINDS
 from runtime.pubsub.subscribers.file import shown_target
 from runtime.util.timefmt import iso, iso_or_none
 
@@ -41,8 +41,8 @@ _CLIENT_FIELDS = {
 #: OpenAPI schema of the client of a WebSocket subscription (null in a view of another kind).
 CLIENT = {'oneOf': [{'type': 'null'}, obj(_CLIENT_FIELDS, additional=True)]}
 #: OpenAPI schema of a subscription as sub_view shows it.
-SUBSCRIPTION = obj({'id': INT, 'topic': STR, 'kind': {'enum': list(KINDS)}, 'service': STR, 'security': STR,
-                    'push_url': STR, 'is_active': BOOL, 'options': obj(additional=True), 'origin': STR,
+SUBSCRIPTION = obj({'id': INT, 'topic': STR, 'kind': {'enum': list(SUBSCRIBER_KINDS.names)}, 'service': STR,
+                    'security': STR, 'push_url': STR, 'is_active': BOOL, 'options': obj(additional=True), 'origin': STR,
                     'created_at_iso': TIME, 'queue_depth': INT, 'oldest_message': OLDEST, 'dead_letters': INT,
                     'client': {**CLIENT, 'description': 'WebSocket subscriptions only: the client, if it has a row'},
                     'target': {**STR, 'description': 'File subscriptions only: where files are written (push_url), '
@@ -89,7 +89,8 @@ def sub_view(sub: SubInfo, stats: dict[str, Any] | None, row: Any,
     """
     stats = stats or {'depth': 0, 'oldest_message': None, 'dead_letters': 0}
     view = {'id': sub.id, 'topic': sub.pattern, 'kind': sub.kind, 'service': sub.service, 'security': sub.security,
-            'push_url': _safe_url(sub.push_url), 'is_active': sub.is_active, 'options': asdict(sub.options),
+            'push_url': _safe_url(sub.push_url), 'is_active': sub.is_active,
+            'options': SUBSCRIBER_KINDS.options.flat(sub.options),
             'origin': row.origin if row else 'api', 'created_at_iso': iso(row.created_at) if row else None,
             'queue_depth': stats['depth'], 'oldest_message': stats['oldest_message'],
             'dead_letters': stats['dead_letters']}

@@ -11,32 +11,33 @@ what the subscription's ``DeliveryLoop`` calls (a ``Deliver`` for one message at
 loop ends; ``queue_limited`` says whether its queues obey the topics' max depths. The broker
 knows no kind by name: it asks the plug-in of a subscription's kind.
 
-Adding a kind is one new module with its ``Subscriber`` class, registered in
-``standard_subscribers`` below, and its name added to ``runtime.pubsub.registry.KINDS`` (the kinds
-stored subscriptions may have); broker.py does not change. The file subscriber (``file``) was
-added so.
+A kind declares its own delivery options (``options``: a ``runtime.pubsub.options.KindOptions``
+dataclass, checked by the kind; REST push's ``push_*``, the file subscriber's ``file_*``), and how
+a worker makes its plug-in (``build``, from the ``KindTools`` every kind is offered). The broker,
+the catalog and the registry name no kind's options: they type them through ``Kinds``.
+
+Adding a kind is one new module with its ``Subscriber`` class and one line in ``SUBSCRIBER_KINDS``
+below (its import and its entry); nothing else changes (``tests/runtime/test_example_kind.py`` registers
+the example kind ``tests/example_kind/memo.py`` so).
 """
 
 from __future__ import annotations
 
-from runtime.pubsub.subscribers.base import Context, Deliverer, RunService, Subscriber
+from runtime.pubsub.kinds import Kinds
+from runtime.pubsub.subscribers.base import Context, Deliverer, KindTools, RunService, Subscriber
 from runtime.pubsub.subscribers.file import FileSubscriber
 from runtime.pubsub.subscribers.pull import PullSubscriber
-from runtime.pubsub.subscribers.rest_push import OutboundPolicy, RestPushSubscriber
+from runtime.pubsub.subscribers.rest_push import RestPushSubscriber
 from runtime.pubsub.subscribers.service import ServiceSubscriber
 from runtime.pubsub.subscribers.websocket import Attachments, WebSocketSubscriber
 
-__all__ = ['Attachments', 'Context', 'Deliverer', 'RunService', 'Subscriber', 'standard_subscribers']
+__all__ = ['SUBSCRIBER_KINDS', 'Attachments', 'Context', 'Deliverer', 'KindTools', 'RunService', 'Subscriber',
+           'standard_subscribers']
+
+#: Every subscriber kind Conduit has, in the order errors and the API list them: the one place a kind is registered.
+SUBSCRIBER_KINDS = Kinds([ServiceSubscriber, PullSubscriber, RestPushSubscriber, WebSocketSubscriber, FileSubscriber])
 
 
-def standard_subscribers(run_service: RunService, attachments: Attachments,
-                         push_allow_hosts: str = '') -> list[Subscriber]:
-    """Every subscriber kind Conduit has: the one place a new kind is registered.
-
-    attachments: this worker's WebSocket connections and the subscriptions attached to them;
-    push_allow_hosts: [pubsub] push_allow_hosts, the hosts REST push may reach although the outbound
-    policy refuses their addresses.
-    """
-    return [ServiceSubscriber(run_service), RestPushSubscriber(run_service, OutboundPolicy(push_allow_hosts)),
-            PullSubscriber(),
-            WebSocketSubscriber(run_service, attachments), FileSubscriber(run_service)]
+def standard_subscribers(tools: KindTools, kinds: Kinds = SUBSCRIBER_KINDS) -> list[Subscriber]:
+    """One worker's plug-in of every kind, each made from what the worker offers."""
+    return [kinds.plugin(name).build(tools) for name in kinds.names]

@@ -10,7 +10,8 @@ from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
 
 if TYPE_CHECKING:
     from runtime.pubsub.delivery import Deliver, DeliverBatch, Outcome
-    from runtime.pubsub.registry import DeliveryOptions, SubInfo, TopicInfo
+    from runtime.pubsub.options import DeliveryOptions, KindOptions
+    from runtime.pubsub.registry import SubInfo, TopicInfo
 
 #: Runs a named service with data: run(service, data, channel, raw_request) -> its response payload.
 RunService = Callable[[str, Any, str, 'dict[str, Any] | None'], Any]
@@ -26,6 +27,19 @@ class Context:
     sub_allowed: Callable[[SubInfo, TopicInfo], bool] | None = None
     #: What JSON data may hold when rendered for subscribers.
     json_limits: JsonLimits = DEFAULT_LIMITS
+
+
+@dataclass(frozen=True)
+class KindTools:
+    """What a worker gives its subscriber plug-ins when it makes them (each takes what it needs)."""
+
+    #: Runs the topic's and subscription's hook services, and a service subscriber's service.
+    run_service: RunService
+    #: This worker's WebSocket connections and the subscriptions attached to them (a
+    #: ``runtime.pubsub.subscribers.websocket.Attachments``: that module imports this one).
+    attachments: Any
+    #: [pubsub] push_allow_hosts: the hosts REST push may reach although the outbound policy refuses their addresses.
+    push_allow_hosts: str = ''
 
 
 class Deliverer(NamedTuple):
@@ -52,9 +66,19 @@ class Subscriber(Protocol):
     queue_limited: bool
     #: Whether the kind's delivery leases are shared out among the live workers (``runtime.pubsub.leases``).
     spread: bool
+    #: The delivery options the kind declares for its own subscriptions (None: only the common ones).
+    options: type[KindOptions] | None
 
-    def check(self, where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
-        """ConfigError unless a new subscription of this kind has what it needs (its options already typed)."""
+    @classmethod
+    def build(cls, tools: KindTools) -> Subscriber:
+        """The kind's plug-in of one worker."""
+
+    @staticmethod
+    def check(where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
+        """ConfigError unless a new subscription of this kind has what it needs (its options already typed).
+
+        A static method: the object files are checked before any worker has made its plug-ins.
+        """
 
     def wants_delivery(self, sub: SubInfo) -> bool:
         """Whether this worker should try to hold sub's delivery lease now (and so run its delivery loop)."""

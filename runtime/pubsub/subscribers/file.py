@@ -77,13 +77,71 @@ from runtime.files.sftp_params import SftpParams, check_params
 from runtime.files.sources import open_source
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import Delivery
-from runtime.pubsub.registry import KIND_FILE, DeliveryOptions, SubInfo
+from runtime.pubsub.options import DeliveryOptions, KindOptions
+from runtime.pubsub.registry import KIND_FILE, SubInfo
 from runtime.pubsub.retry import is_socket_error
-from runtime.pubsub.subscribers.base import Context, Deliverer, RunService
+from runtime.pubsub.subscribers.base import Context, Deliverer, KindTools, RunService
 from runtime.pubsub.subscribers.service import prepare, render_batch
+from runtime.security import secret_refs
 from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
 
 _log = logging.getLogger(__name__)
+
+#: What one file of a file subscription holds: one message, or one delivery batch (of one topic).
+FILE_PER = ('message', 'batch')
+
+#: Fields a file subscription's name template (file_name) may use.
+FILE_NAME_FIELDS = naming.OUTBOUND_FIELDS
+
+
+@dataclass(frozen=True)
+class FileOptions(KindOptions):
+    """A file subscription's own delivery options: what its files hold, their names, and the SFTP credentials."""
+
+    own_kind_only = True
+    family = 'file_*'
+    secret = ('file_password', 'file_private_key')
+
+    #: 'json', 'jsonl' or 'csv' (runtime.files.writers).
+    file_format: str = 'json'
+    #: 'message': one file per message; 'batch': one file per delivery batch (per topic in it).
+    file_per: str = 'message'
+    #: The name template, relative to the target directory (fields: FILE_NAME_FIELDS).
+    file_name: str = '{topic}-{date}-{msg_id}.{ext}'
+    #: CSV columns, comma-separated; '' takes the messages' keys.
+    file_csv_columns: str = ''
+    #: SFTP credentials, only as ${CONDUIT_SECRET_...} references (runtime.security.secret_refs), resolved at connect.
+    file_password: str = ''
+    file_private_key: str = ''
+    #: The SFTP server's host key ('ssh-ed25519 AAAA...'), or a known_hosts file: one of them is required.
+    file_host_key: str = ''
+    file_known_hosts: str = ''
+
+    def check(self, where: str) -> None:
+        """ConfigError unless the file_* options are well-formed (the target itself is checked with the kind)."""
+        if self.file_format not in writers.FORMATS:
+            raise ConfigError(where, f'file_format must be one of {", ".join(writers.FORMATS)}, '
+                                     f'not {self.file_format!r}')
+        if self.file_per not in FILE_PER:
+            raise ConfigError(where, f'file_per must be one of {", ".join(FILE_PER)}, not {self.file_per!r}')
+        name = self.file_name
+        if not name.strip() or name.startswith('/') or '\x00' in name or len(name) > 1000:
+            raise ConfigError(where, 'file_name must be a name template relative to the target directory, '
+                                     'e.g. {topic}-{date}-{msg_id}.{ext}')
+        naming.check_template(name, FILE_NAME_FIELDS, where)
+        writers.check_columns(self.file_csv_columns, where)
+        for key in ('file_password', 'file_private_key'):
+            if getattr(self, key):
+                # Only the reference is stored, and only to a variable meant for it (runtime.security.secret_refs).
+                secret_refs.reference_name(getattr(self, key), key, where)
+        host_key = self.file_host_key.strip()
+        if host_key and (len(host_key.split()) < 2 or any(ord(c) < 32 for c in host_key)):
+            raise ConfigError(where, "file_host_key must be the server's public key on one line, "
+                                     "e.g. 'ssh-ed25519 AAAA...'")
+        known = self.file_known_hosts
+        if known and (not known.startswith('/') or any(ord(c) < 32 for c in known)):
+            raise ConfigError(where, 'file_known_hosts must be the absolute path of a known_hosts file')
+
 
 #: Target URL schemes.
 SCHEME_FILE = 'file'
@@ -133,7 +191,7 @@ def _bad_path(path: str) -> bool:
             or '..' in path.split('/'))
 
 
-def parse_target(url: str, options: DeliveryOptions, where: str) -> FileTarget:
+def parse_target(url: str, options: FileOptions, where: str) -> FileTarget:
     """The target of a file subscription's push_url with its options; ConfigError naming what is wrong."""
     if not isinstance(url, str) or not url:
         raise ConfigError(where, 'a file subscription needs its target in push_url: file:///abs/dir or '
@@ -211,11 +269,6 @@ def shown_target(url: str) -> str:
     return f'{parts.scheme}://{netloc}{parts.path}'
 
 
-def check_file_subscription(push_url: str, options: DeliveryOptions, where: str) -> FileTarget:
-    """ConfigError unless push_url and options make a file subscription that can be delivered."""
-    return parse_target(push_url, options, where)
-
-
 # Writing
 
 
@@ -286,12 +339,12 @@ class FileDeliverer:
         #: Reasons of links refused that were logged already.
         self._warned: set[str] = set()
         #: The target and CSV columns of the options last seen (parsing a host key is not free).
-        self._parsed: tuple[tuple[str, DeliveryOptions], FileTarget, tuple[str, ...]] | None = None
+        self._parsed: tuple[tuple[str, FileOptions], FileTarget, tuple[str, ...]] | None = None
 
     def deliver_batch(self, sub: SubInfo, batch: list[Delivery]) -> list[Outcome]:
         """Write a batch, one file per message (or per batch); one outcome per message tried."""
-        opts = sub.options
-        block = opts.err_should_block
+        opts = sub.options.of(FileOptions)
+        block = sub.options.err_should_block
 
         def render(d: Delivery) -> tuple[writers.Rendered, bytes | None] | None:
             meta = self._prepare(sub, d)
@@ -316,14 +369,15 @@ class FileDeliverer:
         return outcomes
 
     def _target_of(self, sub: SubInfo) -> tuple[FileTarget, tuple[str, ...]]:
-        key = (sub.push_url, sub.options)
+        opts = sub.options.of(FileOptions)
+        key = (sub.push_url, opts)
         if self._parsed is None or self._parsed[0] != key:
-            target = parse_target(sub.push_url, sub.options, sub.label)
-            self._parsed = (key, target, writers.check_columns(sub.options.file_csv_columns, sub.label))
+            target = parse_target(sub.push_url, opts, sub.label)
+            self._parsed = (key, target, writers.check_columns(opts.file_csv_columns, sub.label))
         return self._parsed[1], self._parsed[2]
 
     def _write(self, sub: SubInfo, target: FileTarget, file: _File, seq: int, columns: tuple[str, ...]) -> None:
-        opts = sub.options
+        opts = sub.options.of(FileOptions)
         rendered = naming.render(opts.file_name, _name_values(file.first, opts.file_format, seq), sub.label)
         path = _safe_path(rendered)
         if path is None:
@@ -359,7 +413,7 @@ class FileDeliverer:
             _log.warning('%s: %s; the message is not written elsewhere: it is retried, then dead-lettered', sub.label,
                          error)
 
-    def _source(self, target: FileTarget, opts: DeliveryOptions) -> Target:
+    def _source(self, target: FileTarget, opts: FileOptions) -> Target:
         """The open target (one connection kept between batches), opened again when it changed."""
         key = (target.label, opts.file_password, opts.file_private_key, opts.file_host_key, opts.file_known_hosts)
         if self._target is None or key != self._target_key:
@@ -411,20 +465,27 @@ class FileSubscriber:
     """File subscriptions: a FileDeliverer per subscription, its connection closed with the loop."""
 
     kind = KIND_FILE
+    options = FileOptions
     delivered = True
     queue_limited = True
     spread = True
+
+    @classmethod
+    def build(cls, tools: KindTools) -> FileSubscriber:
+        """The plug-in of a worker."""
+        return cls(tools.run_service)
 
     def __init__(self, run_service: RunService, open_target: OpenTarget = open_source) -> None:
         #: Runs the topic's and subscription's hook services.
         self._run = run_service
         self._open = open_target
 
-    def check(self, where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
+    @staticmethod
+    def check(where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
         """A file subscription has a target (push_url) its options can reach, and no service."""
         if service:
             raise ConfigError(where, 'a file subscription takes no service')
-        check_file_subscription(push_url, options, where)
+        parse_target(push_url, options.of(FileOptions), where)
 
     def wants_delivery(self, sub: SubInfo) -> bool:
         """Any worker may write a subscription's files: each one competes for its lease."""

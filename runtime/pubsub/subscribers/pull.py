@@ -69,8 +69,9 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from runtime.pubsub.observers import Observers
-    from runtime.pubsub.registry import DeliveryOptions, Registry, SubInfo
-    from runtime.pubsub.subscribers.base import Context, Deliverer
+    from runtime.pubsub.options import DeliveryOptions
+    from runtime.pubsub.registry import Registry, SubInfo
+    from runtime.pubsub.subscribers.base import Context, Deliverer, KindTools
 
 _log = logging.getLogger(__name__)
 
@@ -386,8 +387,15 @@ class PullSubscriber:
     delivered = False
     queue_limited = True
     spread = False  # no delivery lease: clients read their queues
+    options = None
 
-    def check(self, where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
+    @classmethod
+    def build(cls, tools: KindTools) -> PullSubscriber:
+        """The plug-in of a worker."""
+        return cls()
+
+    @staticmethod
+    def check(where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
         """A pull subscription needs nothing more: its reader is its service or security definition."""
 
     def wants_delivery(self, sub: SubInfo) -> bool:

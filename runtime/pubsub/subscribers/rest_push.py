@@ -57,6 +57,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -69,8 +70,9 @@ from requests.adapters import HTTPAdapter
 from runtime.errors import ConfigError, PushFailed, PushUnreachable, UnrenderableMessage
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import Delivery, pull_meta, push_view
-from runtime.pubsub.registry import KIND_REST_PUSH, DeliveryOptions, SubInfo
-from runtime.pubsub.subscribers.base import Context, Deliverer, RunService
+from runtime.pubsub.options import DeliveryOptions, KindOptions
+from runtime.pubsub.registry import KIND_REST_PUSH, SubInfo
+from runtime.pubsub.subscribers.base import Context, Deliverer, KindTools, RunService
 from runtime.pubsub.subscribers.service import prepare, render_batch
 from runtime.security import secret_refs
 from runtime.util import json_limits
@@ -83,6 +85,53 @@ _HEADERS = {'Content-Type': 'application/json', 'User-Agent': 'Conduit-pubsub'}
 
 #: URL schemes a push endpoint may use.
 _SCHEMES = ('http', 'https')
+
+#: HTTP methods a REST push subscription may use.
+PUSH_METHODS = ('POST', 'PUT', 'PATCH')
+
+#: Bodies a REST push subscription may send: Zato 4.1's flat message (the default), or ``{data, meta}``.
+PUSH_FORMATS = ('flat', 'envelope')
+
+
+@dataclass(frozen=True)
+class RestPushOptions(KindOptions):
+    """A REST push subscription's own delivery options: method, body, batching, timeout and credentials."""
+
+    secret = ('push_password',)
+
+    push_method: str = 'POST'
+    wrap_one_msg_in_list: bool = False
+    #: 'flat' (Zato 4.1: msg_id, topic_name, data, ... at the top level) or 'envelope' ({data, meta}).
+    push_format: str = 'flat'
+    #: False: one message per request, as Zato 4.1 pushes; true: each delivery batch in one request (a list).
+    push_batch: bool = False
+    push_timeout_secs: float = 10.0
+    #: Basic Auth towards the endpoint; the password only as a ${CONDUIT_SECRET_...} reference (see
+    #: runtime.security.secret_refs), resolved at delivery.
+    push_username: str = ''
+    push_password: str = ''
+    #: The outgoing_rest definition a subscription from the object files pushes to.
+    push_rest_endpoint: str = ''
+    #: Unused: security definitions keep only password hashes. Accepted so that options stored by
+    #: earlier versions still load; Basic Auth towards the endpoint is push_username/push_password.
+    push_security: str = ''
+
+    def check(self, where: str) -> None:
+        """ConfigError naming the option whose value is refused."""
+        if self.push_method.upper() not in PUSH_METHODS:
+            raise ConfigError(where, f'push_method must be one of {", ".join(PUSH_METHODS)}, '
+                                     f'not {self.push_method!r}')
+        if self.push_format not in PUSH_FORMATS:
+            raise ConfigError(where, f'push_format must be one of {", ".join(PUSH_FORMATS)}, '
+                                     f'not {self.push_format!r}')
+        if self.push_timeout_secs <= 0:
+            raise ConfigError(where, 'push_timeout_secs must be more than 0')
+        if self.push_password:
+            # Stored options are plain JSON in the database: only the reference may go there, and only
+            # to a variable meant for it (any other would hand the server's environment to the endpoint).
+            secret_refs.reference_name(self.push_password, 'push_password', where)
+        if self.push_password and not self.push_username:
+            raise ConfigError(where, 'push_password needs push_username')
 
 #: The message as the subscriber sees it after hook services, or None when a hook deleted it.
 Prepare = Callable[[SubInfo, Delivery], dict[str, Any] | None]
@@ -288,7 +337,7 @@ class PushDeliverer:
             meta = self._prepare(sub, d)
             return None if meta is None else self._render(sub, d, meta, now)
         outcomes, sending = render_batch(batch, render, block)
-        size = max(1, len(sending)) if sub.options.push_batch else 1
+        size = max(1, len(sending)) if sub.options.of(RestPushOptions).push_batch else 1
         for start in range(0, len(sending), size):
             chunk = sending[start:start + size]
             try:
@@ -313,7 +362,7 @@ class PushDeliverer:
         # Binary data travels as its stored base64 text; anything else as the subscriber sees it
         # (a hook may have replaced it).
         data = d.data if isinstance(meta['data'], bytes) else meta['data']
-        if sub.options.push_format == 'envelope':
+        if sub.options.of(RestPushOptions).push_format == 'envelope':
             body = {'data': data, 'meta': pull_meta(d, sub.sub_key, now)}
         else:
             body = push_view(d, data)
@@ -326,7 +375,7 @@ class PushDeliverer:
 
     def push(self, sub: SubInfo, items: list[bytes]) -> None:
         """One request with these messages (each the JSON text of one); PushFailed (or PushUnreachable) unless 2xx."""
-        opts = sub.options
+        opts = sub.options.of(RestPushOptions)
         method, url, timeout = opts.push_method.upper(), sub.push_url, opts.push_timeout_secs
         shown = shown_url(url)
         data = items[0] if len(items) == 1 and not opts.wrap_one_msg_in_list else b'[' + b','.join(items) + b']'
@@ -381,9 +430,15 @@ class RestPushSubscriber:
     """REST push subscriptions: a PushDeliverer per subscription, its session closed with the loop."""
 
     kind = KIND_REST_PUSH
+    options = RestPushOptions
     delivered = True
     queue_limited = True
     spread = True
+
+    @classmethod
+    def build(cls, tools: KindTools) -> RestPushSubscriber:
+        """The plug-in of a worker, with its outbound policy."""
+        return cls(tools.run_service, OutboundPolicy(tools.push_allow_hosts))
 
     def __init__(self, run_service: RunService, policy: OutboundPolicy) -> None:
         #: Runs the topic's and subscription's hook services.
@@ -392,7 +447,8 @@ class RestPushSubscriber:
         # object files and the admin API read it (set_outbound_policy).
         set_outbound_policy(policy)
 
-    def check(self, where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
+    @staticmethod
+    def check(where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
         """A REST push subscription has an http(s) URL without credentials."""
         check_push_url(push_url, where)
 

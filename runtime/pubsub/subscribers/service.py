@@ -20,11 +20,12 @@ from runtime.errors import ConfigError, UnrenderableMessage
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import service_view
 from runtime.pubsub.registry import KIND_SERVICE
-from runtime.pubsub.subscribers.base import Context, Deliverer, RunService
+from runtime.pubsub.subscribers.base import Context, Deliverer, KindTools, RunService
 
 if TYPE_CHECKING:
     from runtime.pubsub.message import Delivery
-    from runtime.pubsub.registry import DeliveryOptions, SubInfo
+    from runtime.pubsub.options import DeliveryOptions
+    from runtime.pubsub.registry import SubInfo
 
 _log = logging.getLogger(__name__)
 
@@ -104,11 +105,18 @@ class ServiceSubscriber:
     delivered = True
     queue_limited = False  # the runtime drains them itself, and a message to a service must survive
     spread = True
+    options = None
+
+    @classmethod
+    def build(cls, tools: KindTools) -> ServiceSubscriber:
+        """The plug-in of a worker."""
+        return cls(tools.run_service)
 
     def __init__(self, run_service: RunService) -> None:
         self._run = run_service
 
-    def check(self, where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
+    @staticmethod
+    def check(where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
         """A service subscription names its service."""
         if not service:
             raise ConfigError('subscription', 'a service subscription needs the service to invoke')

@@ -37,13 +37,14 @@ import gevent
 from runtime.errors import ConfigError, UnrenderableMessage
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.registry import KIND_WEBSOCKET
-from runtime.pubsub.subscribers.base import Context, Deliverer, RunService
+from runtime.pubsub.subscribers.base import Context, Deliverer, KindTools, RunService
 from runtime.pubsub.subscribers.service import prepare
 from runtime.util import json_limits
 
 if TYPE_CHECKING:
     from runtime.pubsub.message import Delivery
-    from runtime.pubsub.registry import DeliveryOptions, SubInfo
+    from runtime.pubsub.options import DeliveryOptions
+    from runtime.pubsub.registry import SubInfo
 
 _log = logging.getLogger(__name__)
 
@@ -137,13 +138,20 @@ class WebSocketSubscriber:
     delivered = True
     queue_limited = True
     spread = False  # the lease follows the client, to the worker holding its socket
+    options = None
+
+    @classmethod
+    def build(cls, tools: KindTools) -> WebSocketSubscriber:
+        """The plug-in of a worker, with its attachments."""
+        return cls(tools.run_service, tools.attachments)
 
     def __init__(self, run_service: RunService, attachments: Attachments) -> None:
         #: Runs the topic's and subscription's hook services.
         self._run = run_service
         self._attachments = attachments
 
-    def check(self, where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
+    @staticmethod
+    def check(where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
         """A WebSocket subscription belongs to a security definition: it names no service and no URL."""
         if service:
             raise ConfigError(where, 'a WebSocket subscription takes no service')
