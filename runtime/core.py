@@ -35,7 +35,7 @@ from runtime.deploy.hot_deploy import SYNC_KEY as DEPLOYMENTS_KEY
 from runtime.deploy.hot_deploy import HotDeployer, services_directories
 from runtime.errors import ConfigError
 from runtime.files.admin import FileChannelAdmin
-from runtime.files.claims import this_owner
+from runtime.files.claims import owner_of as claim_owner
 from runtime.files.definition import FILE_CHANNELS_KEY
 from runtime.files.manager import FileTransfer
 from runtime.files.objects import section_handler as file_channel_section
@@ -149,14 +149,17 @@ class Runtime:
                                             idle_in_transaction_secs=idle_in_transaction_secs(settings))
         self.spawner = Spawner()
         spawn = self.spawner.spawn
+        #: Who this worker is: every part that names its worker (leases, firings, Spark jobs, file
+        #: claims, statistics, the worker registry) is given this one identity.
+        self.identity = WorkerIdentity.new(settings.server.bind)
         self.store = ServiceStore()
         #: Prometheus metrics of this worker: fed by the broker's observers, the invoker and the HTTP middleware.
         #: The broker is built later (it runs services): metrics read its registry when asked.
         self.metrics = Metrics(self.engine, lambda: self.broker.registry,
                                websocket_attached=lambda: len(self.ws_attachments))
         #: Rate and service statistics of this worker, flushed to the database for the dashboard. Its worker
-        #: id is the broker's lease owner (built later), asked at each flush.
-        self.stats = StatsFlusher(self.engine, lambda: self.broker.leases.owner,
+        #: id is this worker's.
+        self.stats = StatsFlusher(self.engine, lambda: self.identity.id,
                                   flush_interval_secs=settings.stats.flush_interval_secs,
                                   retention_secs=settings.stats.retention_secs)
         # Services reach the pub/sub API and the Spark jobs built after the invoker through these getters.
@@ -187,13 +190,13 @@ class Runtime:
                              spawn=spawn, has_service=self.store.has,
                              overflow_dir=settings.path(settings.pubsub.overflow_dir), observers=observers,
                              json_limits=JsonLimits.from_settings(settings.http),
-                             sub_allowed=self.permissions.sub_allowed)
+                             sub_allowed=self.permissions.sub_allowed, owner=self.identity.id)
         #: Topic and subscription administration: making them (catalog), changing them and their queues.
         self.catalog = self.broker.catalog
         #: What the HTTP side's WebSocket connections call: subscribe, attach, resume, detach; the heartbeat.
         self.ws_hub = WebSocketHub(self.engine, self.ws_attachments, catalog=self.catalog,
                                    registry=lambda: self.broker.registry, reload=self.broker.reload,
-                                   owner=self.broker.leases.owner, want_delivery=self.broker.want_delivery,
+                                   owner=self.identity.id, want_delivery=self.broker.want_delivery,
                                    release_delivery=self.broker.release_delivery,
                                    heartbeat_secs=settings.pubsub.lease_renew_secs,
                                    max_per_definition=settings.websocket.max_subscriptions_per_definition)
@@ -212,21 +215,20 @@ class Runtime:
         self.audit_log = AuditLog(self.engine)
         self.synchronizer.register(PUBSUB_KEY, self.broker.reload)
         self.synchronizer.register(PERMISSIONS_KEY, self.permissions.reload)
-        self.scheduler = Scheduler(self.engine, settings.scheduler, spawn, self.store, self.invoker)
+        self.scheduler = Scheduler(self.engine, settings.scheduler, spawn, self.store, self.invoker,
+                                   owner=self.identity.id)
         self.spark = SparkManager(settings, self.engine, spawn, has_service=self.store.has, broker=self.broker,
-                                  catalog=self.catalog, archive=self.archive)
+                                  catalog=self.catalog, archive=self.archive, owner=self.identity.id)
         self.synchronizer.register(SCHEDULER_KEY, self.scheduler.wake)
         #: Inbound file channels: this worker's pollers of their directories (runtime.files).
         self.file_transfer = FileTransfer(
             self.engine, settings.file_transfer, spawn, prepare=self.broker.prepare,
             store_prepared=self.broker.store_prepared, run_service=self._run_file_service,
             json_limits=JsonLimits.from_settings(settings.http), max_message_size=settings.pubsub.max_message_size,
-            owner=this_owner(), count=self.metrics.files.count)
+            owner=claim_owner(self.identity.host, self.identity.pid), count=self.metrics.files.count)
         self.synchronizer.register(FILE_CHANNELS_KEY, self.file_transfer.reload)
-        #: This worker's row and heartbeat in the worker registry (its id: the broker's lease owner).
-        self.workers = WorkerRegistry(self.engine, WorkerIdentity.this_process(self.broker.leases.owner,
-                                                                               settings.server.bind),
-                                      interval_secs=settings.stats.heartbeat_secs)
+        #: This worker's row and heartbeat in the worker registry.
+        self.workers = WorkerRegistry(self.engine, self.identity, interval_secs=settings.stats.heartbeat_secs)
         #: What the dashboard reads of the running system: workers, statistics, totals, deepest queues.
         self.insight = Insight(self.engine, self.store.names, heartbeat_secs=self.workers.interval_secs,
                                retention_secs=self.stats.retention_secs)

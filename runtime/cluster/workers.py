@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import time
 from dataclasses import dataclass
@@ -65,6 +66,16 @@ class WorkerIdentity:
         """The identity of the calling process, for the lease owner id worker_id."""
         host = socket.gethostname()
         return cls(worker_id[:200], server_id(host)[:200], host[:200], os.getpid(), bind[:200])
+
+    @classmethod
+    def new(cls, bind: str = '') -> WorkerIdentity:
+        """A new identity of the calling process: the one every part of a runtime is given."""
+        return cls.this_process(new_worker_id(), bind)
+
+
+def new_worker_id() -> str:
+    """A worker id: host, pid and a random part (pids are reused, and a test process runs several runtimes)."""
+    return f'{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}'
 
 
 class WorkerRegistry:

@@ -72,12 +72,21 @@ class Claim:
 
 def this_host() -> str:
     """This machine's host name as it appears in owners."""
-    return _NOT_HOST.sub('-', socket.gethostname())[:MAX_HOST_CHARS] or 'host'
+    return _owner_host(socket.gethostname())
+
+
+def _owner_host(host: str) -> str:
+    return _NOT_HOST.sub('-', host)[:MAX_HOST_CHARS] or 'host'
 
 
 def this_owner() -> str:
     """The owner id of this process: ``<host>_<pid>``."""
-    return f'{this_host()}_{os.getpid()}'
+    return owner_of(socket.gethostname(), os.getpid())
+
+
+def owner_of(host: str, pid: int) -> str:
+    """A worker's owner id in claimed names: ``<host>_<pid>``, the host made safe for a file name."""
+    return f'{_owner_host(host)}_{pid}'
 
 
 def claim_name(name: str, owner: str, now: float) -> str:

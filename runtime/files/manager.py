@@ -76,7 +76,7 @@ class FileTransfer:
         self._run_service = run_service
         self._json_limits = json_limits
         self._max_message_size = max_message_size
-        #: This worker's claim owner (``runtime.files.claims.this_owner()`` in a server).
+        #: This worker's claim owner (``runtime.files.claims.owner_of`` of its identity's host and pid).
         self.owner = owner
         self._count = count or (lambda _channel, _what, _n: None)
         #: Opens a channel's directory: source_opener(directory, sftp) (tests may wrap the sources).

@@ -85,7 +85,7 @@ class Broker:
     def __init__(self, engine: Engine, settings: PubSubSection, *, subscribers: Sequence[Subscriber],
                  spawn: Spawn, has_service: Callable[[str], bool], overflow_dir: Path,
                  observers: Observers | None = None, json_limits: JsonLimits = DEFAULT_LIMITS,
-                 sub_allowed: Callable[[SubInfo, TopicInfo], bool] | None = None) -> None:
+                 sub_allowed: Callable[[SubInfo, TopicInfo], bool] | None = None, owner: str | None = None) -> None:
         self.settings = settings
         self.engine = engine
         self._spawn = spawn
@@ -98,7 +98,8 @@ class Broker:
         self._delivered_kinds = frozenset(k for k, s in self.subscribers.items() if s.delivered)
         self._spread_kinds = frozenset(k for k, s in self.subscribers.items() if s.delivered and s.spread)
         self._limited_kinds = frozenset(k for k, s in self.subscribers.items() if s.queue_limited)
-        self.leases = LeaseManager(engine, settings.lease_ttl_secs, settings.lease_renew_secs)
+        #: owner: this worker's id, which its leases name (a new one when not given).
+        self.leases = LeaseManager(engine, settings.lease_ttl_secs, settings.lease_renew_secs, owner)
         #: The delivery loops of this worker by subscription id, and their greenlets.
         self.loops: dict[int, DeliveryLoop] = {}
         self._greenlets: dict[int, gevent.Greenlet] = {}

@@ -40,10 +40,7 @@ one (on stop).
 from __future__ import annotations
 
 import logging
-import os
 import random
-import secrets
-import socket
 import time
 from collections.abc import Callable, Collection, Set
 from typing import NamedTuple
@@ -54,6 +51,7 @@ from gevent.lock import RLock
 from sqlalchemy import Connection, Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from runtime.cluster.workers import new_worker_id
 from runtime.db.blocking import run_transaction
 from runtime.db.engine import sqlite_execute
 from runtime.db.models import Lease
@@ -77,11 +75,6 @@ _CHECK_SQL = {
     'sqlite': 'SELECT version FROM conduit_lease WHERE name = ? AND owner = ?',
     'postgresql': 'SELECT version FROM conduit_lease WHERE name = %s AND owner = %s FOR KEY SHARE',
 }
-
-
-def new_owner_id() -> str:
-    """A worker identity: host, pid and a random part (pids are reused)."""
-    return f'{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}'
 
 
 class Fence(NamedTuple):
@@ -135,11 +128,12 @@ def excess(mine: Set[str], others: Collection[Set[str]], busy: Set[str], share: 
 class LeaseManager:
     """Acquires, renews and releases this worker's leases."""
 
-    def __init__(self, engine: Engine, ttl_secs: float, renew_secs: float) -> None:
+    def __init__(self, engine: Engine, ttl_secs: float, renew_secs: float, owner: str | None = None) -> None:
+        """owner: the worker's id (``runtime.cluster.workers.WorkerIdentity``); a new one when not given."""
         self._engine = engine
         self.ttl = ttl_secs
         self.renew_secs = renew_secs
-        self.owner = new_owner_id()
+        self.owner = owner or new_worker_id()
         #: The lease by which this worker tells the others that it is alive (held, but never reported).
         self.presence = PRESENCE_PREFIX + self.owner
         self.held: set[str] = set()

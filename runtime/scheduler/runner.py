@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 import gevent
 from gevent.event import Event
 
+from runtime.cluster.workers import new_worker_id
 from runtime.db.blocking import run_transaction
 from runtime.errors import InvalidJob
-from runtime.pubsub.leases import new_owner_id
 from runtime.scheduler import statements
 from runtime.scheduler.jobs import JobDefinition, iso, plan_firing
 from runtime.scheduler.statements import ERROR, OK, TIMEOUT
@@ -57,13 +57,14 @@ class Scheduler:
     """Fires this worker's share of due jobs; also runs jobs on demand (run now)."""
 
     def __init__(self, engine: Engine, settings: SchedulerSection, spawn: Callable[..., gevent.Greenlet],
-                 store: ServiceStore, invoker: Invoker) -> None:
+                 store: ServiceStore, invoker: Invoker, owner: str | None = None) -> None:
+        """owner: the worker's id, which its firings name (a new one when not given)."""
         self.engine = engine
         self.settings = settings
         self._spawn_greenlet = spawn
         self._store = store
         self._invoker = invoker
-        self.owner = new_owner_id()
+        self.owner = owner or new_worker_id()
         #: Runs in progress in this worker, by run id.
         self.running: dict[int, gevent.Greenlet] = {}
         self._wake = Event()

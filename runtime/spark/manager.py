@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 
+from runtime.cluster.workers import new_worker_id
 from runtime.db.blocking import run_transaction
 from runtime.errors import ConduitError, ConfigError, InvalidSparkJob, PipelineNotFound, TopicNotFound
-from runtime.pubsub.leases import new_owner_id
 from runtime.spark import statements
 from runtime.spark.submit import (
     ACTIVE_STATUSES,
@@ -107,8 +107,9 @@ class SparkManager:
 
     def __init__(self, settings: Settings, engine: Engine, spawn: Callable[..., gevent.Greenlet], *,
                  has_service: Callable[[str], bool], broker: Broker, catalog: Catalog,
-                 archive: MessageArchive | None) -> None:
-        """settings: the server's (paths resolve against it); archive: flushed before each job, None when off."""
+                 archive: MessageArchive | None, owner: str | None = None) -> None:
+        """settings: the server's (paths resolve against it); archive: flushed before each job, None when off;
+        owner: the worker's id, which its jobs name (a new one when not given)."""
         self._server_settings = settings
         self.settings = settings.spark
         self.engine = engine
@@ -119,7 +120,7 @@ class SparkManager:
         self._archive = archive
         #: Runs one job to its end; tests replace it with runtime.testing.FakeSparkSubmitter.
         self.submitter: Any = SparkSubmitter(self.settings.spark_submit, self.settings.kill_grace_secs)
-        self.owner = new_owner_id()
+        self.owner = owner or new_worker_id()
         self.pipelines_dir = settings.path(self.settings.pipelines_dir)
         try:
             self.default_conf = parse_conf(self.settings.conf)

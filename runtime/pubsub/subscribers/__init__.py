@@ -16,8 +16,8 @@ dataclass, checked by the kind; REST push's ``push_*``, the file subscriber's ``
 a worker makes its plug-in (``build``, from the ``KindTools`` every kind is offered). The broker,
 the catalog and the registry name no kind's options: they type them through ``Kinds``.
 
-Adding a kind is one new module with its ``Subscriber`` class and one line in ``SUBSCRIBER_KINDS``
-below (its import and its entry); nothing else changes (``tests/runtime/test_example_kind.py`` registers
+Adding a kind is one new module with its ``Subscriber`` class, imported here and added to
+``SUBSCRIBER_KINDS`` below; nothing else changes (``tests/runtime/test_example_kind.py`` registers
 the example kind ``tests/example_kind/memo.py`` so).
 """
 
