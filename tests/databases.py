@@ -7,7 +7,9 @@ with is emptied and handed to the next test instead of dropped (dropping and cre
 second together; emptying a few dozen small tables, a few milliseconds), but only when its schema
 is still the template's: a test that made a table, a function or a database setting, or moved the
 migration revision, gets its database dropped. Whatever a test left in the tables is deleted and
-every sequence starts again at 1, so a reused database answers as a new copy would.
+every sequence starts again at 1, so a reused database answers as a new copy would. The emptying is
+done when the database is taken again, not when it is given back: a runtime stopped after its test
+gave the database back (its last statistics flush, say) still writes into it.
 """
 
 from __future__ import annotations
@@ -102,25 +104,29 @@ class Databases:
             migrate(self.pg_url(template))
             with psycopg.connect(self.pg_url(template), autocommit=True) as conn:
                 self._fingerprint = tuple(conn.execute(_FINGERPRINT).fetchone() or ())
-        if self._idle:
-            return self._idle.pop()
+        while self._idle:
+            name = self._idle.pop()
+            if self._emptied(name):
+                return name
+            self._owned.discard(name)
+            self.drop(name)
         name = f'conduit_test_{uuid.uuid4().hex[:12]}'
         self.create(name, self._templates['postgresql'])
         self._owned.add(name)
         return name
 
     def pg_give_back(self, name: str) -> None:
-        """Empty a database a test is done with for the next one, or drop it if its schema changed."""
-        try:
-            if self._emptied(name):
-                self._idle.append(name)
-                return
-        except psycopg.Error:
-            pass  # whatever went wrong, a dropped database cannot mislead the next test
-        self._owned.discard(name)
-        self.drop(name)
+        """Keep a database a test is done with for the next one (emptied when it is taken)."""
+        self._idle.append(name)
 
     def _emptied(self, name: str) -> bool:
+        """Whether name still has the template's schema, and then its rows are deleted and its sequences reset."""
+        try:
+            return self._empty(name)
+        except psycopg.Error:
+            return False  # whatever went wrong, a dropped database cannot mislead the next test
+
+    def _empty(self, name: str) -> bool:
         with self.admin() as admin:
             # A server a test left running (or a worker it orphaned) must not write into the next test's rows.
             admin.execute('SELECT pg_terminate_backend(pid) FROM pg_stat_activity '
