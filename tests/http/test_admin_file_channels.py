@@ -4,6 +4,10 @@ Creating, reading, changing, replacing and deleting channels, their run history,
 bodies: every refusal is a 400 naming the field, a 404 naming the channel or a 409, never a 500
 or a traceback, and a secret written in clear is never echoed — not in the answer, not in the
 audit log.
+
+Most tests share one runtime per backend (``shared_client``): each keeps to channel names of its own,
+and the channels it leaves are deleted after it, so every test starts with none, as on a fresh
+runtime. The tests that list everything or declare channels in an object file keep their own.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +24,8 @@ from sqlalchemy import insert
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import FileRun
-from runtime.testing import AppClient, TestRuntime, admin_client, wait_until
+from runtime.observability.audit import MAX_PAGE
+from runtime.testing import AppClient, TestRuntime, admin_client, make_settings, wait_until
 
 _BLOB = base64.b64encode(len(b'ssh-ed25519').to_bytes(4, 'big') + b'ssh-ed25519'
                          + (32).to_bytes(4, 'big') + bytes(32)).decode()
@@ -29,6 +34,7 @@ CHANNEL = {'name': 'invoices', 'directory': '/var/conduit/in', 'patterns': ['*.c
            'topics': ['invoice.received']}
 SFTP = {**CHANNEL, 'name': 'remote', 'directory': 'in', 'sftp_host': '127.0.0.1', 'sftp_port': 2222,
         'sftp_username': 'conduit', 'sftp_password': '${CONDUIT_SECRET_SFTP}', 'sftp_host_key': f'ssh-ed25519 {_BLOB}'}
+SECRETS = ['hunter2-in-clear', '-----BEGIN OPENSSH PRIVATE KEY-----\nAAAAsecretkeybody\n']
 
 
 @pytest.fixture
@@ -39,9 +45,36 @@ def runtime(runtime_factory: Callable[..., TestRuntime], db_url: str) -> TestRun
 @pytest.fixture
 def client(runtime: TestRuntime) -> AppClient:
     """An admin client with the topic the channels publish to."""
-    made = admin_client(runtime)
+    return _with_topic(admin_client(runtime))
+
+
+def _with_topic(made: AppClient) -> AppClient:
     assert made.simulate_post('/admin/topics', json={'name': 'invoice.received'}).status_code == 201
     return made
+
+
+@pytest.fixture(scope='module')
+def shared_runtime(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestRuntime]:
+    """A started runtime on module_db_url that the tests of this module share, as runtime_factory makes one."""
+    rt = TestRuntime(make_settings(tmp_path_factory.mktemp('runtime'), module_db_url))
+    rt.start(watch=False)
+    yield rt
+    rt.stop()
+
+
+@pytest.fixture(scope='module')
+def _shared_admin(shared_runtime: TestRuntime) -> AppClient:
+    """The admin client of shared_runtime, with the topic the channels publish to."""
+    return _with_topic(admin_client(shared_runtime))
+
+
+@pytest.fixture
+def shared_client(_shared_admin: AppClient) -> Iterator[AppClient]:
+    """The admin client of shared_runtime; the channels a test leaves there are deleted after it."""
+    yield _shared_admin
+    # Every test then starts with no channel (as on a fresh runtime) and no poller of another's runs.
+    for channel in _ok(_shared_admin.simulate_get('/admin/file-channels'))['file_channels']:
+        _ok(_shared_admin.simulate_delete(f'/admin/file-channels/{channel["name"]}'))
 
 
 def _ok(result: Any, status: int = 200) -> dict[str, Any]:
@@ -85,17 +118,19 @@ def test_create_list_show_change_replace_delete(client: AppClient) -> None:
     assert entries[-1]['after']['definition']['format'] == 'csv'  # the JSON column is read
 
 
-def test_a_duplicate_name_is_a_409(client: AppClient) -> None:
-    _ok(client.simulate_post('/admin/file-channels', json=CHANNEL), 201)
-    details = _refused(client.simulate_post('/admin/file-channels', json=CHANNEL), 409)
-    assert "'invoices' already exists" in details
-    _ok(client.simulate_post('/admin/file-channels', json={**CHANNEL, 'name': 'other'}), 201)
-    assert 'already exists' in _refused(client.simulate_patch('/admin/file-channels/other',
-                                                              json={'name': 'invoices'}), 409)
+def test_a_duplicate_name_is_a_409(shared_client: AppClient) -> None:
+    client, body = shared_client, {**CHANNEL, 'name': 'dup-invoices'}
+    _ok(client.simulate_post('/admin/file-channels', json=body), 201)
+    details = _refused(client.simulate_post('/admin/file-channels', json=body), 409)
+    assert "'dup-invoices' already exists" in details
+    _ok(client.simulate_post('/admin/file-channels', json={**CHANNEL, 'name': 'dup-other'}), 201)
+    assert 'already exists' in _refused(client.simulate_patch('/admin/file-channels/dup-other',
+                                                              json={'name': 'dup-invoices'}), 409)
 
 
 @pytest.mark.parametrize('method', ['GET', 'PATCH', 'PUT', 'DELETE'])
-def test_an_unknown_channel_is_a_404_naming_it(client: AppClient, method: str) -> None:
+def test_an_unknown_channel_is_a_404_naming_it(shared_client: AppClient, method: str) -> None:
+    client = shared_client
     details = _refused(client.simulate_request(method, '/admin/file-channels/ghost', json={'directory': '/x'}), 404)
     assert "'ghost'" in details
     assert "'ghost'" in _refused(client.simulate_get('/admin/file-channels/ghost/runs'), 404)
@@ -134,7 +169,9 @@ def test_an_unknown_channel_is_a_404_naming_it(client: AppClient, method: str) -
     ({**SFTP, 'sftp_port': 0}, 'sftp_port'),
     ({**SFTP, 'sftp_password': '${PATH}'}, 'sftp_password'),
 ])
-def test_hostile_bodies_are_a_400_naming_the_field(client: AppClient, body: dict[str, Any], field: str) -> None:
+def test_hostile_bodies_are_a_400_naming_the_field(shared_client: AppClient, body: dict[str, Any],
+                                                  field: str) -> None:
+    client = shared_client
     # Sent as ASCII JSON: a lone surrogate travels as its \u escape, as a client would send it.
     result = client.simulate_post('/admin/file-channels', body=json.dumps(body),
                                   headers={'Content-Type': 'application/json'})
@@ -143,48 +180,56 @@ def test_hostile_bodies_are_a_400_naming_the_field(client: AppClient, body: dict
 
 
 @pytest.mark.parametrize('raw', ['', '[]', '"x"', '{"name": ', '{"name": "x", "directory": NaN}', 'null'])
-def test_malformed_bodies_are_a_400(client: AppClient, raw: str) -> None:
-    result = client.simulate_post('/admin/file-channels', body=raw, headers={'Content-Type': 'application/json'})
+def test_malformed_bodies_are_a_400(shared_client: AppClient, raw: str) -> None:
+    result = shared_client.simulate_post('/admin/file-channels', body=raw, headers={'Content-Type': 'application/json'})
     _refused(result, 400)
 
 
-@pytest.mark.parametrize('secret', ['hunter2-in-clear', '-----BEGIN OPENSSH PRIVATE KEY-----\nAAAAsecretkeybody\n'])
+@pytest.mark.parametrize('secret', SECRETS)
 @pytest.mark.parametrize('field', ['sftp_password', 'sftp_private_key'])
-def test_a_secret_in_clear_is_refused_and_never_echoed(client: AppClient, field: str, secret: str) -> None:
-    result = client.simulate_post('/admin/file-channels', json={**SFTP, field: secret})
+def test_a_secret_in_clear_is_refused_and_never_echoed(shared_client: AppClient, field: str, secret: str) -> None:
+    client, sftp = shared_client, {**SFTP, 'name': f'remote-{field}-{SECRETS.index(secret)}'}
+    result = client.simulate_post('/admin/file-channels', json={**sftp, field: secret})
     details = _refused(result, 400)
     assert field in details and secret.strip() not in result.text and 'secretkeybody' not in result.text
-    _ok(client.simulate_post('/admin/file-channels', json=SFTP), 201)
-    result = client.simulate_patch('/admin/file-channels/remote', json={field: secret})
+    _ok(client.simulate_post('/admin/file-channels', json=sftp), 201)
+    result = client.simulate_patch(f'/admin/file-channels/{sftp["name"]}', json={field: secret})
     _refused(result, 400)
     assert 'secretkeybody' not in result.text and 'hunter2' not in result.text
-    audit = client.simulate_get('/admin/audit').text
-    assert 'hunter2' not in audit and 'secretkeybody' not in audit
+    # The whole log, every test's entries included: more than a default page of them on a shared runtime.
+    audit = client.simulate_get('/admin/audit', params={'limit': MAX_PAGE})
+    assert _ok(audit)['total'] <= MAX_PAGE
+    assert 'hunter2' not in audit.text and 'secretkeybody' not in audit.text
 
 
-def test_sftp_channels_show_references_and_the_audit_log_masks_them(client: AppClient) -> None:
-    made = _ok(client.simulate_post('/admin/file-channels', json=SFTP), 201)['file_channel']
+def test_sftp_channels_show_references_and_the_audit_log_masks_them(shared_client: AppClient) -> None:
+    client = shared_client
+    made = _ok(client.simulate_post('/admin/file-channels', json={**SFTP, 'name': 'remote-shown'}), 201)['file_channel']
     assert made['sftp_password'] == '${CONDUIT_SECRET_SFTP}' and made['sftp_port'] == 2222
-    entry = _ok(client.simulate_get('/admin/audit', params={'kind': 'file_channel'}))['entries'][0]
+    # Its own entries only: other tests' channels are audited on the shared runtime too.
+    entry = _ok(client.simulate_get('/admin/audit', params={'kind': 'file_channel', 'name': 'remote-shown'}))[
+        'entries'][0]
     assert entry['after']['definition']['sftp_password'] == '***'
 
 
-def test_runs_are_paged_most_recent_first_and_filtered(client: AppClient, runtime: TestRuntime) -> None:
-    _ok(client.simulate_post('/admin/file-channels', json=CHANNEL), 201)
+def test_runs_are_paged_most_recent_first_and_filtered(shared_client: AppClient,
+                                                      shared_runtime: TestRuntime) -> None:
+    client = shared_client
+    _ok(client.simulate_post('/admin/file-channels', json={**CHANNEL, 'name': 'paged'}), 201)
     now = time.time()
-    run_transaction(runtime.engine, lambda c: c.execute(insert(FileRun), [
-        {'channel': 'invoices', 'file_name': f'day-{i}.csv', 'size': 10, 'mtime': now, 'content_hash': f'{i:064x}',
+    run_transaction(shared_runtime.engine, lambda c: c.execute(insert(FileRun), [
+        {'channel': 'paged', 'file_name': f'day-{i}.csv', 'size': 10, 'mtime': now, 'content_hash': f'{i:064x}',
          'state': 'failed' if i == 3 else 'done', 'owner': 'h-1', 'started_at': now + i,
          'finished_at': now + i + 1, 'error': 'record 2 (line 3): bad' if i == 3 else ''} for i in range(5)]))
-    page = _ok(client.simulate_get('/admin/file-channels/invoices/runs', params={'limit': 2}))
+    page = _ok(client.simulate_get('/admin/file-channels/paged/runs', params={'limit': 2}))
     assert page['total'] == 5 and [r['file_name'] for r in page['runs']] == ['day-4.csv', 'day-3.csv']
     assert page['runs'][1]['error'] == 'record 2 (line 3): bad'
-    page = _ok(client.simulate_get('/admin/file-channels/invoices/runs', params={'offset': 4}))
+    page = _ok(client.simulate_get('/admin/file-channels/paged/runs', params={'offset': 4}))
     assert [r['file_name'] for r in page['runs']] == ['day-0.csv']
-    failed = _ok(client.simulate_get('/admin/file-channels/invoices/runs', params={'state': 'failed'}))
+    failed = _ok(client.simulate_get('/admin/file-channels/paged/runs', params={'state': 'failed'}))
     assert failed['total'] == 1
     for params in ({'state': 'exploded'}, {'limit': 0}, {'limit': 10 ** 9}, {'offset': -1}, {'limit': 'x'}):
-        _refused(client.simulate_get('/admin/file-channels/invoices/runs', params=params), 400)
+        _refused(client.simulate_get('/admin/file-channels/paged/runs', params=params), 400)
 
 
 def test_channels_declared_in_a_file_are_guarded(client: AppClient, runtime: TestRuntime) -> None:
@@ -203,8 +248,8 @@ def test_channels_declared_in_a_file_are_guarded(client: AppClient, runtime: Tes
     assert 'detach' in actions
 
 
-def test_the_openapi_document_describes_the_routes(client: AppClient) -> None:
-    doc = _ok(client.simulate_get('/openapi.json'))
+def test_the_openapi_document_describes_the_routes(shared_client: AppClient) -> None:
+    doc = _ok(shared_client.simulate_get('/openapi.json'))
     paths = doc['paths']
     assert {'post', 'get'} <= set(paths['/admin/file-channels'])
     assert {'get', 'patch', 'put', 'delete'} <= set(paths['/admin/file-channels/{name}'])
@@ -212,8 +257,10 @@ def test_the_openapi_document_describes_the_routes(client: AppClient) -> None:
     assert json.dumps(doc)  # plain JSON
 
 
-def test_changes_take_effect_in_the_worker_at_once(client: AppClient, runtime: TestRuntime, tmp_path: Path) -> None:
+def test_changes_take_effect_in_the_worker_at_once(shared_client: AppClient, shared_runtime: TestRuntime,
+                                                   tmp_path: Path) -> None:
     """A channel made through the API polls at once; deactivated or deleted, it stops."""
+    client, runtime = shared_client, shared_runtime
     inbox = tmp_path / 'inbox'
     inbox.mkdir()
     body = {'name': 'live', 'directory': str(inbox), 'patterns': ['*.json'], 'topics': ['invoice.received'],
