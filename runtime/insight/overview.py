@@ -46,7 +46,7 @@ from runtime.insight.stats import (
     read_histogram,
 )
 from runtime.objects.checks import names_service
-from runtime.pubsub import queue_admin
+from runtime.pubsub import queue_statements
 
 T = TypeVar('T')
 
@@ -100,7 +100,7 @@ def deepest_queues(conn: Connection, limit: int) -> list[dict[str, Any]]:
     subs = {r.id: r for r in conn.execute(select(Subscription.id, Subscription.pattern, Subscription.kind,
                                                  Subscription.service, Subscription.security, Subscription.is_active)
                                           .where(Subscription.id.in_(ids))).all()}
-    stats = queue_admin.queue_stats(conn, ids)
+    stats = queue_statements.queue_stats(conn, ids)
     result = []
     for r in top:
         sub = subs.get(r.sub_id)

@@ -58,7 +58,7 @@ from prometheus_client.exposition import generate_latest
 from runtime.db.blocking import run_transaction
 from runtime.observability.metrics_share import MetricsDir, apply_record, record_of
 from runtime.observability.websocket_metrics import FRAME_ACTIONS, frame_action
-from runtime.pubsub import queue_admin
+from runtime.pubsub import queue_statements
 from runtime.pubsub.observers import PubSubObserver
 from runtime.util.timefmt import iso
 
@@ -318,8 +318,9 @@ class Metrics:
         """Per subscription (labels, depth, dead letters) and per topic (name, GD, non-GD); None if unread."""
         registry = self._registry()
         try:
-            stats, topic_depths = run_transaction(self._engine, lambda c: (queue_admin.queue_stats(c),
-                                                                          queue_admin.topic_depths(c)), write=False)
+            stats, topic_depths = run_transaction(
+                self._engine, lambda c: (queue_statements.queue_stats(c), queue_statements.topic_depths(c)),
+                write=False)
         except Exception as e:
             _log.warning('metrics: queue depths not read (%s: %s)', type(e).__name__, e)
             return None, None

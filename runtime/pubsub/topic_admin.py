@@ -23,7 +23,7 @@ from runtime.errors import SubscriptionNotFound, TopicNotFound
 from runtime.objects.checks import topic_missing
 from runtime.pubsub import statements
 from runtime.pubsub.catalog import SYNC_KEY
-from runtime.pubsub.queue_admin import subscription_rows
+from runtime.pubsub.queue_statements import subscription_rows
 from runtime.pubsub.registry import parse_options
 from runtime.pubsub.topics import matching_names, normalize
 

@@ -34,7 +34,7 @@ from runtime.errors import (
     TopicInactive,
     TopicNotFound,
 )
-from runtime.pubsub import queue_admin
+from runtime.pubsub import queue_statements
 from runtime.pubsub.broker import lease_name
 from runtime.pubsub.message import admin_view
 from runtime.pubsub.subscribers.pull import get_messages
@@ -533,14 +533,14 @@ def test_a_waiting_retry_shows_its_traceback_in_the_queue_message_view(make_rt: 
     msg_id = rt.broker.publish('ps.poison.view', 'poison')
 
     def view() -> dict[str, Any] | None:
-        row = run_transaction(rt.engine, lambda c: queue_admin.queue_message(c, sub.id, msg_id), write=False)
+        row = run_transaction(rt.engine, lambda c: queue_statements.queue_message(c, sub.id, msg_id), write=False)
         return admin_view(row) if row is not None and row.last_error else None
 
     shown = wait_until(view, TIMEOUT, message='first attempt stored')
     assert shown['last_error'] == 'ValueError: cannot digest this poison pill'
     assert "raise ValueError('cannot digest this poison pill')" in shown['last_traceback']
     # Lists stay small: only a message's own view carries the traceback.
-    listed = run_transaction(rt.engine, lambda c: queue_admin.browse_queue(c, sub.id, 10, 0), write=False)
+    listed = run_transaction(rt.engine, lambda c: queue_statements.browse_queue(c, sub.id, 10, 0), write=False)
     assert [m['msg_id'] for m in listed] == [msg_id] and 'last_traceback' not in listed[0]
 
 

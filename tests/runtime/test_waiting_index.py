@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, event
 
-from runtime.pubsub import queue_admin, statements, topic_admin
+from runtime.pubsub import queue_statements, statements, topic_admin
 
 INDEX = 'ix_conduit_message_waiting'
 
@@ -51,11 +51,11 @@ def _plan(conn: Connection, statement: str, parameters: Any) -> str:
 
 
 QUERIES: dict[str, Callable[[Connection], Any]] = {
-    'a topic page of waiting messages': lambda c: queue_admin.topic_messages(c, 3, 50, None),
-    'the next page': lambda c: queue_admin.topic_messages(c, 3, 50, 10),
+    'a topic page of waiting messages': lambda c: queue_statements.topic_messages(c, 3, 50, None),
+    'the next page': lambda c: queue_statements.topic_messages(c, 3, 50, 10),
     "a topic's depth, for its max depth": lambda c: statements.topic_depth(c, 3, True),
-    "every topic's depth": lambda c: queue_admin.topic_depths(c),
-    "some topics' depths": lambda c: queue_admin.topic_depths(c, [3, 4]),
+    "every topic's depth": lambda c: queue_statements.topic_depths(c),
+    "some topics' depths": lambda c: queue_statements.topic_depths(c, [3, 4]),
     'the hand-over to a new subscription': lambda c: statements.hand_over_backlog(c, 1, [3, 4]),
     "a topic's retention": lambda c: statements.retention_expired_in_topic(c, 3, time.time()),
     'the sweep of expired waiting messages': lambda c: statements.sweep(c, time.time()),

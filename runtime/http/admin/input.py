@@ -16,7 +16,7 @@ import falcon
 from runtime.errors import BadRequest, InvalidInput
 from runtime.http.body import read_json
 from runtime.http.openapi import integer, query
-from runtime.pubsub.queue_admin import MAX_PAGE
+from runtime.pubsub.queue_statements import MAX_PAGE
 
 #: Largest value a whole-number column holds on every backend (PostgreSQL INTEGER).
 MAX_DB_INT = 2 ** 31 - 1

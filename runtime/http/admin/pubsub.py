@@ -54,7 +54,7 @@ from runtime.http.openapi import (
     query,
     string,
 )
-from runtime.pubsub.queue_admin import MAX_PAGE
+from runtime.pubsub.queue_statements import MAX_PAGE
 from runtime.pubsub.registry import (
     KIND_PULL,
     KIND_REST_PUSH,

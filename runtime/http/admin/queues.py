@@ -25,7 +25,7 @@ from runtime.http.admin.message_views import DEAD, MESSAGE_EDIT, QUEUED, Message
 from runtime.http.admin.subscription_views import SUBSCRIPTION, sub_details, sub_views
 from runtime.http.openapi import BOOL, INT, STR, arr, integer, obj, operation, query, string
 from runtime.pubsub.message import admin_view
-from runtime.pubsub.queue_admin import MAX_PAGE
+from runtime.pubsub.queue_statements import MAX_PAGE
 
 if TYPE_CHECKING:
     from runtime.pubsub.registry import SubInfo

@@ -21,7 +21,7 @@ from runtime.http.admin.input import has_bad_chars
 from runtime.http.admin.message_views import MESSAGE_COMMON, MESSAGE_EDIT, MessageResource
 from runtime.http.openapi import ANY, BOOL, INT, STR, arr, integer, obj, operation, query, string
 from runtime.pubsub.message import admin_view
-from runtime.pubsub.queue_admin import MAX_PAGE
+from runtime.pubsub.queue_statements import MAX_PAGE
 
 _T = ['admin: pub/sub']
 DEFAULT_PAGE = 50
