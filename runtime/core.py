@@ -23,6 +23,7 @@ import gevent
 from sqlalchemy import Engine, select
 
 from runtime.channels.admin import ChannelAdmin
+from runtime.channels.objects import section_handler as channels_section
 from runtime.channels.rest import Channel, ChannelRouter, parse_methods
 from runtime.cluster.sync import Synchronizer, one_reload_at_a_time
 from runtime.cluster.workers import WorkerIdentity, WorkerRegistry
@@ -67,6 +68,7 @@ from runtime.scheduler.objects import section_handler as scheduler_section
 from runtime.security.admin import SecurityAdmin
 from runtime.security.basic_auth import BasicAuth, SecurityRegistry
 from runtime.security.dashboard_sessions import SessionStore
+from runtime.security.objects import section_handler as security_section
 from runtime.security.user_names import reserved_usernames
 from runtime.service.catalog import catalog, recorded_names
 from runtime.service.invoke import Invoker
@@ -118,6 +120,8 @@ def make_objects_applier(settings: Settings, engine: Engine, demo: bool, files: 
     applier = ObjectsApplier(engine, objects_dirs(settings, demo), files,
                              service_catalog=lambda: catalog(engine, service_dirs, loaded),
                              reserved_usernames=reserved_usernames(settings.admin, settings.dashboard))
+    applier.add_handler(security_section())
+    applier.add_handler(channels_section())  # after 'security': channels name definitions
     for handler in pubsub_sections(settings.pubsub, SUBSCRIBER_KINDS):
         applier.add_handler(handler)
     applier.add_handler(permissions_section())  # after 'security': it names definitions

@@ -16,8 +16,9 @@ changing anything: it runs in a transaction that is rolled back.
 
 Passwords may be written as ``${CONDUIT_SECRET_...}`` references (``runtime.security.secret_refs``: no other
 environment variable may be named); they are resolved when the files are applied and only a hash
-is stored. Each section is handled by a ``SectionHandler``; the broker, scheduler
-and the rest register theirs for their own sections. Keys and sections of Zato's enmasse files that
+is stored. Each section is handled by a ``SectionHandler`` of the area it declares: security
+definitions, REST channels, pub/sub, permissions, the scheduler and file channels each have theirs
+(``runtime.core.make_objects_applier`` adds them in order). Keys and sections of Zato's enmasse files that
 Conduit does not use are accepted and listed in one warning (``runtime.objects.zato_keys``).
 """
 
@@ -33,18 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy import Connection, Engine, insert, select, update
 
-from runtime.channels.rest import Channel, parse_methods
 from runtime.cluster.sync import bump, lock
 from runtime.db.engine import transaction
-from runtime.db.models import BasicAuthDef, RestChannel
 from runtime.errors import ConfigError
 from runtime.objects import zato_keys
-from runtime.objects.checks import check_channel_routes, check_service
 from runtime.observability.audit import record_file_changes
 from runtime.security import secret_refs, user_names
-from runtime.security.basic_auth import hash_password, verify_password
 
 _log = logging.getLogger(__name__)
 
@@ -176,95 +173,22 @@ def _describe_yaml_error(e: yaml.YAMLError) -> str:
     return '; '.join(parts) or type(e).__name__
 
 
-def _require(item: dict[str, Any], key: str, where: str) -> Any:
+def require(item: dict[str, Any], key: str, where: str) -> Any:
+    """An item's value of key; ConfigError naming key when it is missing or empty."""
     value = item.get(key)
     if value is None or value == '':
         raise ConfigError(where, f'{key!r} is required')
     return value
 
 
-def _check_unique(items: list[dict[str, Any]], section: str) -> None:
+def check_unique(items: list[dict[str, Any]], section: str) -> None:
+    """ConfigError naming the first name declared twice in a section's items."""
     seen: set[str] = set()
     for item in items:
         name = item['name']
         if name in seen:
             raise ConfigError(f'{item["_file"]} [{section}]', f'{name!r} is declared twice')
         seen.add(name)
-
-
-def apply_security(conn: Connection, items: list[dict[str, Any]], scope: Scope) -> None:
-    """Section ``security``: Basic Auth definitions."""
-    for item in items:
-        where = f'{item["_file"]} [security] {item.get("name", "?")!r}'
-        item['name'] = str(_require(item, 'name', where))
-        kind = item.get('type', 'basic_auth')
-        if kind != 'basic_auth':
-            raise ConfigError(where, f'type {kind!r} is not supported; use basic_auth')
-        _require(item, 'username', where)
-        item['_password'] = resolve_secret(_require(item, 'password', where), where)
-    _check_unique(items, 'security')
-    existing = {r.name: r for r in conn.execute(select(BasicAuthDef)).all()}
-    usernames = {r.username: r.name for r in existing.values()}
-    for item in items:
-        old = existing.get(item['name'])
-        owner = usernames.get(item['username'])
-        if owner is not None and owner != item['name']:
-            raise ConfigError(f'{item["_file"]} [security] {item["name"]!r}',
-                              f'username {item["username"]!r} is already used by {owner!r}')
-        if old is None or old.username != str(item['username']):
-            # Only a new or renamed user name: one stored before the look-alike rule keeps working.
-            others = [r.username for r in existing.values() if r.name != item['name']]
-            others += [str(i['username']) for i in items if i['name'] != item['name']]
-            refused = user_names.problem(str(item['username']), others, scope.reserved_usernames)
-            if refused is not None:
-                raise ConfigError(f'{item["_file"]} [security] {item["name"]!r}', refused)
-        values = {'username': str(item['username']), 'realm': str(item.get('realm') or 'Conduit'),
-                  'is_active': bool(item.get('is_active', True))}
-        if old is None or not verify_password(item['_password'], old.password_hash):
-            values['password_hash'] = hash_password(item['_password'])
-        scope.upsert(conn, 'security', BasicAuthDef, 'name', item['name'], values, item['_file'])
-    declared = {i['name'] for i in items}
-    for row in scope.stale(conn, BasicAuthDef):
-        if row.name not in declared:
-            conn.execute(delete(BasicAuthDef).where(BasicAuthDef.id == row.id))
-            scope.record(DELETE, 'security', row.name, row.owner)
-
-
-def apply_channels(conn: Connection, items: list[dict[str, Any]], scope: Scope) -> None:
-    """Section ``channel_rest``: REST channels."""
-    rows = []
-    for item in items:
-        where = f'{item["_file"]} [channel_rest] {item.get("name", "?")!r}'
-        methods = parse_methods(item.get('methods', item.get('method')))
-        try:
-            channel = Channel(name=str(_require(item, 'name', where)), service=str(_require(item, 'service', where)),
-                              url_path=str(_require(item, 'url_path', where)), methods=methods,
-                              data_format=str(item.get('data_format') or 'json'),
-                              security=str(item.get('security') or ''), is_active=bool(item.get('is_active', True)))
-        except ConfigError as e:
-            raise ConfigError(where, e.reason) from None
-        item['name'] = channel.name
-        rows.append(channel)
-    _check_unique(items, 'channel_rest')
-    known_security = {r.name for r in conn.execute(select(BasicAuthDef.name)).all()}
-    declared = {c.name for c in rows}
-    for channel, item in zip(rows, items, strict=True):
-        where = f'{item["_file"]} [channel_rest] {channel.name!r}'
-        if channel.security and channel.security not in known_security:
-            raise ConfigError(where, f'security definition {channel.security!r} does not exist')
-        check_service(scope.service_exists, channel.service, where)
-    for row in scope.stale(conn, RestChannel):
-        if row.name not in declared:
-            conn.execute(delete(RestChannel).where(RestChannel.id == row.id))
-            scope.record(DELETE, 'channel', row.name, row.owner)
-    for channel, item in zip(rows, items, strict=True):
-        values = {'service': channel.service, 'url_path': channel.url_path,
-                  'methods': ','.join(sorted(channel.methods)), 'data_format': channel.data_format,
-                  'security': channel.security, 'is_active': channel.is_active}
-        scope.upsert(conn, 'channel', RestChannel, 'name', channel.name, values, item['_file'])
-    # After the writes: the clash may be with a channel of the admin API or of another file.
-    check_channel_routes(conn, {c.name: f'{i["_file"]} [channel_rest] {c.name!r}'
-                                for c, i in zip(rows, items, strict=True)})
 
 
 class ObjectsApplier:
@@ -284,10 +208,9 @@ class ObjectsApplier:
         self.service_catalog = service_catalog
         #: Who the audit log names for the changes of an application.
         self.actor = actor
-        # Order matters: channels refer to security definitions.
+        #: The sections this applier applies, in the order they were added (a section may name what
+        #: an earlier one declares: channels name security definitions).
         self.handlers: dict[str, SectionHandler] = {}
-        self.add_handler(SectionHandler('security', apply_security, (SECURITY_KEY,)))
-        self.add_handler(SectionHandler('channel_rest', apply_channels, (CHANNELS_KEY,)))
         self._warned: set[str] = set()
         self._ignored = zato_keys.Ignored()
         self._mtimes: dict[Path, int] = {}

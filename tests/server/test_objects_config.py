@@ -15,10 +15,12 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
+from runtime.channels.objects import section_handler as channels_section
 from runtime.db.engine import make_engine, transaction
 from runtime.db.migrate import upgrade
 from runtime.db.models import RestChannel
 from runtime.objects.applier import ObjectsApplier, SectionHandler
+from runtime.security.objects import section_handler as security_section
 from tests.live_server import ADMIN_PASSWORD, LiveServer, poll
 
 SERVICES = '''
@@ -219,6 +221,8 @@ def test_a_file_change_that_fails_to_apply_is_retried(tmp_path: Path, db_url: st
         objects = tmp_path / 'objects'
         objects.mkdir()
         applier = ObjectsApplier(engine, [objects])
+        applier.add_handler(security_section())
+        applier.add_handler(channels_section())
         applier.apply()
         failures = []
 
