@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from runtime.cli.client import call
+from runtime.cli.calls import call
 from runtime.cli.output import confirm, json_option, rows
 
 #: Roles a session may have (runtime.security.dashboard_sessions.ROLES, not imported: the CLI loads no server code).

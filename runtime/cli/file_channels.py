@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from runtime.cli.args import assignments
-from runtime.cli.client import call, quote_name
+from runtime.cli.calls import call, quote_name
 from runtime.cli.output import echo_json, json_option, print_values, show
 
 #: Options of single-valued fields: (option, field, click type, help).

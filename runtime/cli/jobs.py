@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from runtime.cli.client import call, quote_name
+from runtime.cli.calls import call, quote_name
 from runtime.cli.output import echo_json, json_option, print_values
 
 #: Options shared by add and edit: (option, attribute, click type, help).

@@ -24,7 +24,7 @@ from urllib.parse import urlencode
 import click
 from rich.table import Table
 
-from runtime.cli.client import call
+from runtime.cli.calls import call
 from runtime.cli.output import print_table
 from runtime.errors import ConduitError
 

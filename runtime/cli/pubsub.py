@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 
 import click
 
-from runtime.cli.client import call
+from runtime.cli.calls import call
 from runtime.cli.output import json_option, rows
 
 #: (title, key) columns of the WebSocket table.

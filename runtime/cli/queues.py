@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from runtime.cli.args import json_arg
-from runtime.cli.client import call, quote_name
+from runtime.cli.calls import call, quote_name
 from runtime.cli.columns import SUB_COLUMNS, SUB_NAMES, with_subscriber
 from runtime.cli.output import confirm, json_option, rows, show
 

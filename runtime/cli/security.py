@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from runtime.cli.client import call, quote_name
+from runtime.cli.calls import call, quote_name
 from runtime.cli.output import json_option, rows, show
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from runtime.cli.client import call, quote_name
+from runtime.cli.calls import call, quote_name
 from runtime.cli.output import echo_json, json_option, print_values
 
 

@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 import click
 
 from runtime.cli.args import assignments
-from runtime.cli.client import call
+from runtime.cli.calls import call
 from runtime.cli.columns import SUB_COLUMNS, SUB_NAMES, with_subscriber
 from runtime.cli.output import json_option, rows, show
 

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from runtime.cli.args import assignments, json_arg
-from runtime.cli.client import call, quote_name
+from runtime.cli.calls import call, quote_name
 from runtime.cli.columns import SUB_COLUMNS, SUB_NAMES, with_subscriber
 from runtime.cli.output import echo_json, json_option, rows, show
 

@@ -57,7 +57,7 @@ TOKEN_SHAPE = re.compile(r'[A-Za-z0-9_-]{43}')
 
 
 @dataclass(frozen=True, slots=True)
-class Session:
+class SignedIn:
     """One signed-in user, as a request sees it."""
 
     token_hash: str
@@ -78,7 +78,7 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode('utf-8', 'replace')).hexdigest()
 
 
-def csrf_matches(session: Session, sent: str | None) -> bool:
+def csrf_matches(session: SignedIn, sent: str | None) -> bool:
     """Whether a request's CSRF token is this session's (compared in constant time)."""
     return bool(sent) and hmac.compare_digest(session.csrf_token.encode(), str(sent).encode('utf-8', 'replace'))
 
@@ -127,7 +127,7 @@ class SessionStore:
             # Another worker recorded this role's credentials meanwhile: read again, it may be this password.
         raise RuntimeError(f'the dashboard {role} credentials kept changing under this worker; start it again')
 
-    def create(self, actor: str, role: str, client: str = '') -> tuple[str, Session]:
+    def create(self, actor: str, role: str, client: str = '') -> tuple[str, SignedIn]:
         """A new session: (the cookie's token, the session). Only the token's hash is stored."""
         if role not in ROLES:
             raise ValueError(f'role must be one of {ROLES}, not {role!r}')
@@ -136,14 +136,14 @@ class SessionStore:
             raise ValueError(f'no {role} credentials were bound to the session store')
         token = secrets.token_urlsafe(32)
         now = self._clock()
-        session = Session(token_hash(token), actor[:200], role, secrets.token_urlsafe(32), now + self.ttl_secs, now)
+        session = SignedIn(token_hash(token), actor[:200], role, secrets.token_urlsafe(32), now + self.ttl_secs, now)
         row = {'token_hash': session.token_hash, 'actor': session.actor, 'role': role,
                'csrf_token': session.csrf_token, 'client': client[:100], 'created_at': now,
                'expires_at': session.expires_at, 'last_seen_at': now, 'credential': generation}
         run_transaction(self._engine, lambda c: c.execute(insert(DashboardSession).values(**row)))
         return token, session
 
-    def lookup(self, token: str | None) -> Session | None:
+    def lookup(self, token: str | None) -> SignedIn | None:
         """The live session of a cookie token, or None (unknown, expired, idle too long or its password changed)."""
         if not token or len(token) > MAX_TOKEN_CHARS or not TOKEN_SHAPE.fullmatch(token):
             return None
@@ -160,9 +160,9 @@ class SessionStore:
                 or row.credential != row.generation):
             self.delete(token)
             return None
-        return Session(row.token_hash, row.actor, row.role, row.csrf_token, row.expires_at, row.last_seen_at)
+        return SignedIn(row.token_hash, row.actor, row.role, row.csrf_token, row.expires_at, row.last_seen_at)
 
-    def touch(self, session: Session) -> None:
+    def touch(self, session: SignedIn) -> None:
         """Record activity, unless it was recorded less than TOUCH_INTERVAL_SECS ago."""
         now = self._clock()
         if now - session.last_seen_at < TOUCH_INTERVAL_SECS:

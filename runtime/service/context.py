@@ -5,7 +5,7 @@ The invoker gives every service instance it makes its context (``svc._context``)
 it; no service reaches the runtime itself. The context is built once per invoker, not per call.
 
 This module sits below ``runtime.service.base``, ``runtime.service.invoke`` and ``runtime.service.patterns``, which all
-use it, so it imports none of them: the invoker is described here by the ``Invoker`` protocol
+use it, so it imports none of them: the invoker is described here by the ``ServiceInvoker`` protocol
 (``runtime.service.invoke.Invoker`` is its implementation). The channel names a service sees in
 ``self.channel`` and the correlation ids live here for the same reason.
 """
@@ -32,7 +32,7 @@ def new_cid() -> str:
     return random_hex(12)
 
 
-class Invoker(Protocol):
+class ServiceInvoker(Protocol):
     """The invoker as services and their patterns call it (``runtime.service.invoke.Invoker`` implements it)."""
 
     #: The service store (``runtime.service.store.ServiceStore``): ``get(name_or_class)``, ``has(name)``.
@@ -55,7 +55,7 @@ class Invoker(Protocol):
 class ServiceContext:
     """What a running service may use of the runtime that runs it."""
 
-    invoker: Invoker                                  # invoke(...), invoke_async(...), run(...)
+    invoker: ServiceInvoker                           # invoke(...), invoke_async(...), run(...)
     spawn: Callable[..., gevent.Greenlet]             # the runtime's spawner.spawn
     pubsub: Callable[[Any], Any]                      # the pub/sub API bound to a service (PubSubAPI)
     config: Mapping[str, Mapping[str, Any]]           # per service name, its [services."name"] table

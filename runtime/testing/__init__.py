@@ -20,7 +20,7 @@ Without a database (``docs/testing.md`` has the details):
 - ``MemoryQueueBackend`` (``runtime.testing.memory``) is the in-memory twin of the delivery
   loop's SQL storage, with ``drain`` to run delivery loops until their queues are empty.
 
-``admin_client`` (``runtime.testing.client``) is falcon's ``TestClient`` over a runtime's real
+``admin_client`` (``runtime.testing.app_client``) is falcon's ``TestClient`` over a runtime's real
 app, signed in as the admin: HTTP behaviour without gunicorn (on the runtime's database).
 """
 
@@ -41,9 +41,12 @@ from runtime.core import Runtime
 from runtime.db.engine import make_engine
 from runtime.db.migrate import upgrade
 from runtime.service.base import Service
-from runtime.testing.client import AppClient, admin_client
+from runtime.testing.app_client import AppClient, admin_client
 from runtime.testing.memory import DeliveryFailed, MemoryQueueBackend
-from runtime.testing.services import Invocation, Publication, ServiceUnderTest, Subscription, service_factory
+from runtime.testing.services import Invocation, RecordedPublication, ServiceUnderTest, Subscription, service_factory
+
+#: The former name of RecordedPublication (pub/sub's own Publication is runtime.pubsub.message's).
+Publication = RecordedPublication
 
 __all__ = [
     # Runtimes on a database
@@ -51,7 +54,7 @@ __all__ = [
     # HTTP without a server
     'AppClient', 'admin_client',
     # Services without a database
-    'Invocation', 'Publication', 'ServiceUnderTest', 'Subscription', 'service_factory',
+    'Invocation', 'Publication', 'RecordedPublication', 'ServiceUnderTest', 'Subscription', 'service_factory',
     # Delivery without a database
     'DeliveryFailed', 'MemoryQueueBackend',
 ]

@@ -15,7 +15,7 @@ as a caller would see them (``InvalidInput``, ``InvalidOutput``, the service's o
   which run for real; any other name is answered from ``responses`` (a payload, or a callable
   taking the request payload and returning the response payload, or raising) and recorded in
   ``invocations``. A name in neither raises ``ServiceNotFound``, as in production.
-- ``self.publish`` and ``self.pubsub.publish`` record a ``Publication`` (topic, data, the keyword
+- ``self.publish`` and ``self.pubsub.publish`` record a ``RecordedPublication`` (topic, data, the keyword
   arguments given) and return a msg_id of the broker's shape; ``self.pubsub.subscribe`` records a
   ``Subscription`` and returns a sub_key; ``get_messages`` of a pull subscription hands over the
   publications of the test to its topics, rendered as the broker renders them.
@@ -65,7 +65,7 @@ class Invocation:
 
 
 @dataclass(frozen=True)
-class Publication:
+class RecordedPublication:
     """One message published by a service of the test."""
 
     topic: str
@@ -141,7 +141,7 @@ class _RecordingPubSub:
     def publish(self, topic_or_service: str, data: Any = None, **kwargs: Any) -> MsgId:
         """Record the publication; returns its msg_id (a TypeError for arguments publish does not take)."""
         inspect.signature(PubSubAPI.publish).bind(self, topic_or_service, data, **kwargs)
-        pub = Publication(topic_or_service, data, dict(kwargs), MsgId(MSG_ID_PREFIX + random_hex(12)),
+        pub = RecordedPublication(topic_or_service, data, dict(kwargs), MsgId(MSG_ID_PREFIX + random_hex(12)),
                           self._service.name)
         self._kit.publications.append(pub)
         return MsgId(pub.msg_id)
@@ -178,7 +178,7 @@ class _RecordingPubSub:
         return out
 
 
-def _delivery(pub: Publication, sub: SubInfo, entry_id: int) -> Delivery:
+def _delivery(pub: RecordedPublication, sub: SubInfo, entry_id: int) -> Delivery:
     """A recorded publication as the broker would hand it to a puller."""
     text, mime = encode_data(pub.data, pub.kwargs.get('mime_type'))
     expiration = pub.kwargs.get('expiration') or _DEFAULT_EXPIRATION_SECS
@@ -201,7 +201,7 @@ class ServiceUnderTest:
         #: Runs of services answered from responses, in order.
         self.invocations: list[Invocation] = []
         #: Messages published, in order.
-        self.publications: list[Publication] = []
+        self.publications: list[RecordedPublication] = []
         #: Subscriptions made (and not removed), in order.
         self.subscriptions: list[Subscription] = []
         #: The finished instance of the last invoke(): its request, response, cid.

@@ -1,6 +1,6 @@
 """A WebSocket client's window over a delivery loop: what the client holds keeps its attempt counted.
 
-The real ``Channel`` of a ``Session`` whose connection records what it sends, delivered by a real
+The real ``SendWindow`` of a ``WebSocketSession`` whose connection records what it sends, delivered by a real
 ``DeliveryLoop`` over ``MemoryQueueBackend``. A message the client holds stays in the queue with one
 attempt counted however often the loop takes the head of the queue again (woken by new messages, or
 by a poll that finds entries already there), and keeps it when the subscription leaves the
@@ -16,7 +16,7 @@ from typing import Any
 
 import gevent
 
-from runtime.http.websocket.session import Channel, Session
+from runtime.http.websocket.session import SendWindow, WebSocketSession
 from runtime.pubsub.delivery import DeliveryLoop, Outcome
 from runtime.pubsub.observers import Observers, PubSubObserver
 from runtime.pubsub.options import DeliveryOptions
@@ -42,12 +42,12 @@ class _Conn:
         return [f for f in self.frames if f.get('action') == 'message']
 
 
-def _channel(sub: SubInfo) -> tuple[Channel, _Conn]:
+def _channel(sub: SubInfo) -> tuple[SendWindow, _Conn]:
     conn = _Conn()
     parts = SimpleNamespace(settings=SimpleNamespace(ack_deadline_secs=60.0), json_limits=DEFAULT_LIMITS,
                             hub=None, counters=None, rest=None)
-    session = Session(conn, parts, None, '127.0.0.1:50000', None)  # type: ignore[arg-type]
-    channel = Channel(session, sub)
+    session = WebSocketSession(conn, parts, None, '127.0.0.1:50000', None)  # type: ignore[arg-type]
+    channel = SendWindow(session, sub)
     channel.open()
     return channel, conn
 
@@ -129,7 +129,8 @@ def test_a_held_message_is_counted_once_across_takes_and_acked_once() -> None:
     assert [e.delivery_count for e in backend.queue(sub.id)] == [1, 1, 1]
 
 
-def _resumed_between_two_takes(second: Channel | None, then: Callable[[int], Any]) -> tuple[Channel, _Conn, list[Any]]:
+def _resumed_between_two_takes(second: SendWindow | None,
+                               then: Callable[[int], Any]) -> tuple[SendWindow, _Conn, list[Any]]:
     """A loop of this worker delivers one message to a first channel; the client still holds it when
     the loop gets its turn back, and the subscription moves to ``second`` (None: it leaves this worker's
     connections) before the loop takes the queue's head again; then(turns) tells when the loop has gone

@@ -24,7 +24,7 @@ import falcon
 
 from runtime.errors import BadRequest, Forbidden, SessionRequired
 from runtime.http.body import read_body
-from runtime.security.dashboard_sessions import Session, csrf_matches
+from runtime.security.dashboard_sessions import SignedIn, csrf_matches
 
 if TYPE_CHECKING:
     from runtime.security.dashboard_sessions import SessionStore
@@ -133,7 +133,7 @@ class SessionGate:
     def __init__(self, sessions: SessionStore) -> None:
         self._sessions = sessions
 
-    def session_of(self, req: falcon.Request) -> tuple[str, Session] | None:
+    def session_of(self, req: falcon.Request) -> tuple[str, SignedIn] | None:
         """(the cookie's token, its live session), or None."""
         # At most two values are looked up: each lookup is a query, and an anonymous request with hundreds of
         # session cookies must not cost hundreds of queries. Two, because a browser may send a stale cookie

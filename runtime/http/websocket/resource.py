@@ -15,7 +15,7 @@ from runtime.http.websocket.handshake import (
     check_origin,
     client_key,
 )
-from runtime.http.websocket.session import Session, SignIn, WebSocketParts, hello_limits, signed_in_limits
+from runtime.http.websocket.session import SignIn, WebSocketParts, WebSocketSession, hello_limits, signed_in_limits
 
 #: Where the gunicorn worker puts the client's socket in the WSGI environ.
 SOCKET_KEY = 'gunicorn.socket'
@@ -82,7 +82,7 @@ class WebSocketResource:
         if upgraded is not None:
             upgraded.add(conn)
         try:
-            Session(conn, self._parts, self._sign_in, peer, caller).run()
+            WebSocketSession(conn, self._parts, self._sign_in, peer, caller).run()
         finally:
             if upgraded is not None:
                 upgraded.discard(conn)

@@ -1,8 +1,8 @@
 """The JSON protocol of one WebSocket connection, and the windows of its subscriptions.
 
-The connection's own greenlet reads frames and answers them in order (``Session.run``). Messages
+The connection's own greenlet reads frames and answers them in order (``WebSocketSession.run``). Messages
 go the other way from the subscriptions' delivery loops (``runtime.pubsub``), each through its
-``Channel``: a loop hands a batch to ``Channel.deliver_batch``, which sends it — never more than the
+``SendWindow``: a loop hands a batch to ``SendWindow.deliver_batch``, which sends it — never more than the
 subscription's window, since the window is the loop's batch size — and waits until each message is
 acknowledged, the client leaves, or the ack deadline passes. Only acknowledged messages are
 reported delivered (and so leave the queue); the rest go back with their attempt counted
@@ -155,7 +155,7 @@ def _string(frame: dict[str, Any], key: str, limit: int, required: bool = True) 
     return value
 
 
-class Session:
+class WebSocketSession:
     """One authenticated (or authenticating) WebSocket client: its frames and its subscriptions."""
 
     def __init__(self, conn: WsConnection, parts: WebSocketParts, sign_in: SignIn, peer: str,
@@ -166,12 +166,12 @@ class Session:
         self.peer = peer
         self._caller = caller
         #: This connection's subscriptions by id.
-        self._channels: dict[int, Channel] = {}
+        self._channels: dict[int, SendWindow] = {}
         #: The channel of every message sent and not yet acknowledged, by ack_id.
-        self._acks: dict[str, Channel] = {}
+        self._acks: dict[str, SendWindow] = {}
         self._next_ack = itertools.count(1)
         #: A subscription attached by the frame being answered: its messages flow once the answer is sent.
-        self._opening: Channel | None = None
+        self._opening: SendWindow | None = None
         self._handlers: dict[str, Callable[[dict[str, Any]], tuple[str, dict[str, Any]]]] = {
             'publish': self._publish, 'subscribe': self._subscribe, 'ack': self._ack,
             'unsubscribe': self._unsubscribe, 'ping': self._ping, 'hello': self._hello_again}
@@ -342,7 +342,7 @@ class Session:
         if len(self._channels) >= settings.max_subscriptions:
             raise BadRequest(f'this connection holds {len(self._channels)} subscriptions, the most it may '
                              f'([websocket] max_subscriptions)')
-        channel = Channel(self, sub)
+        channel = SendWindow(self, sub)
         self._channels[sub.id] = channel
         try:
             with storage_errors():
@@ -390,7 +390,7 @@ class Session:
 
     # Subscriptions
 
-    def new_ack_id(self, channel: Channel) -> str:
+    def new_ack_id(self, channel: SendWindow) -> str:
         """A fresh ack_id for a message sent through channel."""
         ack_id = str(next(self._next_ack))
         self._acks[ack_id] = channel
@@ -400,12 +400,12 @@ class Session:
         """An ack_id no longer awaited (its outcome is settled)."""
         self._acks.pop(ack_id, None)
 
-    def forget_channel(self, channel: Channel) -> None:
+    def forget_channel(self, channel: SendWindow) -> None:
         """A closed channel's ack_ids are answered not_found from now on."""
         for ack_id in [a for a, c in self._acks.items() if c is channel]:
             del self._acks[ack_id]
 
-    def dropped(self, channel: Channel) -> None:
+    def dropped(self, channel: SendWindow) -> None:
         """A subscription left this connection (resumed on another, or removed): forget it and tell the client."""
         if self._channels.get(channel.sub.id) is channel:
             del self._channels[channel.sub.id]
@@ -446,7 +446,7 @@ class _Sent(NamedTuple):
     at: float
 
 
-class Channel:
+class SendWindow:
     """One subscription attached to one connection: what its delivery loop sends through (``Attached``).
 
     The window slides: the loop hands over its head of the queue (at most the window) at every cycle,
@@ -458,7 +458,7 @@ class Channel:
     leaves ``ClientGone``.
     """
 
-    def __init__(self, session: Session, sub: SubInfo) -> None:
+    def __init__(self, session: WebSocketSession, sub: SubInfo) -> None:
         self.sub = sub
         self._session = session
         #: What the client holds unacknowledged, by queue entry id.
