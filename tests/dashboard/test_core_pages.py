@@ -1,4 +1,11 @@
-"""The audit, security and channels pages in a real browser, as the admin and as the viewer."""
+"""The audit, security and channels pages in a real browser, as the admin and as the viewer.
+
+The audit page, the viewer's and the phone's tests share the module's server (one per backend): what
+each makes has names no other test uses, and the audit page finds its own entries among the others'.
+The security and channels pages' tests start their own: they begin with an empty list (and the
+pattern tester counts every topic; the channels test ends with none left); so does the test that
+ends every session on its server, and reads the one audit entry of kind dashboard.
+"""
 
 from __future__ import annotations
 
@@ -92,9 +99,9 @@ def test_channels_page_creates_edits_and_deletes_rest_channels(admin_page: Any, 
     assert dash_server.request('GET', '/admin/channels', auth=dash_server.admin).json()['channels'] == []
 
 
-def test_the_audit_page_lists_the_changes_made_here(admin_page: Any, dash_server: LiveServer) -> None:
-    page = admin_page
-    assert dash_server.request('POST', '/admin/topics', json={'name': 'made.by.api'}, auth=dash_server.admin).ok
+def test_the_audit_page_lists_the_changes_made_here(shared_admin_page: Any, shared_dash_server: LiveServer) -> None:
+    page, server = shared_admin_page, shared_dash_server
+    assert server.request('POST', '/admin/topics', json={'name': 'made.by.api'}, auth=server.admin).ok
     created = page.evaluate("() => Dash.api('POST', '/topics', {name: 'made.here'}).then(a => a.topic.name)")
     assert created == 'made.here'
     page.click('nav#nav >> text=Audit')
@@ -128,33 +135,35 @@ def test_the_security_page_ends_every_session(admin_page: Any, dash_server: Live
     assert [(e['action'], e['source']) for e in entries] == [('end-sessions', 'dashboard')]
 
 
-def test_the_viewer_sees_no_change_controls(viewer_page: Any, dash_server: LiveServer) -> None:
-    assert dash_server.request('POST', '/admin/security', auth=dash_server.admin,
-                               json={'name': 'seen.def', 'username': 'seen', 'password': 'pw-123456'}).ok
-    assert dash_server.request('POST', '/admin/channels', auth=dash_server.admin,
-                               json={'name': 'seen.ch', 'service': 'conduit.ping', 'url_path': '/api/seen'}).ok
-    page = viewer_page
-    page.goto(dash_server.url + '/dashboard/security')
+def test_the_viewer_sees_no_change_controls(shared_viewer_page: Any, shared_dash_server: LiveServer) -> None:
+    server = shared_dash_server
+    assert server.request('POST', '/admin/security', auth=server.admin,
+                          json={'name': 'seen.def', 'username': 'seen', 'password': 'pw-123456'}).ok
+    assert server.request('POST', '/admin/channels', auth=server.admin,
+                          json={'name': 'seen.ch', 'service': 'conduit.ping', 'url_path': '/api/seen'}).ok
+    page = shared_viewer_page
+    page.goto(server.url + '/dashboard/security')
     page.click('button[aria-label="Open seen.def"]')
     page.wait_for_selector('#def-details:not([hidden])')
     for selector in ('#def-create', '#def-toggle', '#def-password', '#def-permissions button', '#end-sessions'):
         assert page.locator(selector).count() == 0, selector
     assert page.get_attribute('#permission-lines', 'readonly') is not None
-    page.goto(dash_server.url + '/dashboard/channels')
+    page.goto(server.url + '/dashboard/channels')
     page.wait_for_selector('#channels-list td')
     assert page.locator('#channel-form').count() == 0
     assert page.locator('#channels-list button').count() == 0
-    page.goto(dash_server.url + '/dashboard/audit')
+    page.goto(server.url + '/dashboard/audit')
     page.wait_for_selector('#audit-list td')
     assert page.locator('main button:has-text("Delete")').count() == 0
 
 
-def test_the_pages_fit_a_phone(dash_page: Callable[..., Any], dash_server: LiveServer) -> None:
-    page = dash_page(dash_server, 'admin', viewport=PHONE)
+def test_the_pages_fit_a_phone(shared_dash_page: Callable[..., Any], shared_dash_server: LiveServer) -> None:
+    server = shared_dash_server
+    page = shared_dash_page(server, 'admin', viewport=PHONE)
     # Every list the page fetches apart drawn (the channels page has three) before its width is measured.
     for path, ready in (('/dashboard/audit', ('#audit-list',)), ('/dashboard/security', ('#defs-list',)),
                         ('/dashboard/channels', ('#channels-list', '#ws-list', '#files-list'))):
-        page.goto(dash_server.url + path)
+        page.goto(server.url + path)
         for selector in ready:
             page.wait_for_selector(f'{selector} > *')
         assert page.evaluate('document.documentElement.scrollWidth') <= PHONE['width'], path

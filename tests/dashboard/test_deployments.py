@@ -1,5 +1,8 @@
 """The deployments page in a real browser: the history, uploading a module, undeploying with a confirmation;
 a viewer sees no form.
+
+Each test starts its own server (no shared one): the first begins with an empty history and counts its
+rows, and the second, the only one that could share a server, would start one all the same.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ named with markup is shown as text there and on its page; a channel deleted whil
 is said to be gone once; an unknown name is the 404 page naming it.
 
 Only SQLite: the page owns no SQL, and the runs query it reads is tested on both databases by
-tests/http/test_admin_file_channels.py. Each test asks for its server before its page, so that the
-page (still polling) is closed before the server stops.
+tests/http/test_admin_file_channels.py. Both tests share the module's server: each makes channels
+(and a topic) of names of its own, in an inbox of its own, and reads only its own channels' runs.
 """
 
 from __future__ import annotations
@@ -31,10 +31,13 @@ from runtime.db.models import FileRun
 from tests.dashboard.conftest import PHONE, BrowserErrors
 from tests.live_server import LiveServer, poll
 
-pytestmark = pytest.mark.parametrize('db_backend', ['sqlite'])
+# SQLite alone, for the module's shared server (it overrides the backends module_db_url is made for).
+pytestmark = pytest.mark.parametrize('module_db_backend', ['sqlite'], scope='module')
 
 SHORT = 15_000  # ms a browser expectation waits
 TOPIC = 'fc.rows'
+#: The topic of the viewer's test's channels (TOPIC is the first test's).
+VIEWER_TOPIC = 'fc.viewer.rows'
 CHANNEL = 'partner-in'
 #: What a hostile partner names its file and its header's columns: markup, if drawn as HTML.
 BAD_FILE = '<img src=x onerror=window.__xss=1>.csv'
@@ -53,9 +56,9 @@ def _drop(directory: Path, name: str, body: str) -> None:
     os.replace(tmp, directory / name)
 
 
-def _channel(server: LiveServer, name: str, inbox: Path, **options: Any) -> None:
+def _channel(server: LiveServer, name: str, inbox: Path, topic: str = TOPIC, **options: Any) -> None:
     server.admin_json('POST', '/admin/file-channels', 201, json={
-        'name': name, 'directory': str(inbox), 'patterns': ['*.csv'], 'format': 'csv', 'topics': [TOPIC],
+        'name': name, 'directory': str(inbox), 'patterns': ['*.csv'], 'format': 'csv', 'topics': [topic],
         'poll_interval_secs': 0.1, 'stable_polls': 1, 'after': 'delete', **options})
 
 
@@ -86,8 +89,8 @@ def _fact(page: Page, key: str) -> Any:
 
 
 def test_a_failed_file_is_shown_with_its_reason_paged_and_filtered(
-        dash_server: LiveServer, dash_page: Callable[..., Page], tmp_path: Path) -> None:
-    server = dash_server
+        shared_dash_server: LiveServer, shared_dash_page: Callable[..., Page], tmp_path: Path) -> None:
+    server, dash_page = shared_dash_server, shared_dash_page
     inbox = tmp_path / 'inbox'
     inbox.mkdir()
     server.admin_json('POST', '/admin/topics', 201, json={'name': TOPIC})
@@ -165,14 +168,14 @@ def test_a_failed_file_is_shown_with_its_reason_paged_and_filtered(
 
 
 def test_a_viewer_reads_it_a_markup_name_is_text_and_an_unknown_one_is_404(
-        dash_server: LiveServer, dash_page: Callable[..., Page], browser_errors: BrowserErrors,
+        shared_dash_server: LiveServer, shared_dash_page: Callable[..., Page], browser_errors: BrowserErrors,
         tmp_path: Path) -> None:
-    server = dash_server
+    server, dash_page = shared_dash_server, shared_dash_page
     inbox = tmp_path / 'inbox'
     inbox.mkdir()
-    server.admin_json('POST', '/admin/topics', 201, json={'name': TOPIC})
-    _channel(server, HOSTILE_CHANNEL, inbox)
-    _channel(server, 'quiet', inbox, is_active=False)
+    server.admin_json('POST', '/admin/topics', 201, json={'name': VIEWER_TOPIC})
+    _channel(server, HOSTILE_CHANNEL, inbox, VIEWER_TOPIC)
+    _channel(server, 'quiet', inbox, VIEWER_TOPIC, is_active=False)
     page = dash_page(server, 'viewer')
     page.goto('/dashboard/channels')
     link = page.locator('#files-list a', has_text=HOSTILE_CHANNEL)

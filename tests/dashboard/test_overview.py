@@ -1,5 +1,8 @@
 """The overview page in a real browser: workers with heartbeat and leases, totals, the live rates chart
 (plotly.js), the deepest queues, refreshed without a reload; readable on a phone.
+
+Each test starts its own server (no shared one): the overview shows server-wide totals and queues, which
+the first test counts exactly and the second expects empty.
 """
 
 from __future__ import annotations

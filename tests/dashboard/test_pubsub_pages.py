@@ -6,6 +6,12 @@
   matching letter is re-driven from the dead-letter page (after a confirmation showing the count)
   and every message is delivered.
 - A viewer sees no change buttons on these pages, and the API refuses the viewer's changes.
+
+The editing, the viewer's and the dead-letter moving tests share the module's server (one per
+backend, dash.recorder deployed on it): each makes topics, subscriptions and definitions of its own
+names and reads only its own subscriptions' queues and dead letters; only the editing test's messages
+are ever delivered to dash.recorder (the others' subscriptions stay paused or pull). The re-drive test
+starts its own: it hot-deploys a fixed dash.worker over a failing one and counts every dead letter.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
 
 from tests.dashboard.conftest import PHONE, BrowserErrors
@@ -101,15 +108,22 @@ def _start(factory: Callable[..., LiveServer], tmp_path: Path, module: str, sour
     return server, out
 
 
+@pytest.fixture(scope='module')
+def recorder_server(shared_dash_server_factory: Callable[..., LiveServer],
+                    tmp_path_factory: pytest.TempPathFactory) -> tuple[LiveServer, Path]:
+    """The module's started server with dash.recorder deployed, and the file it records deliveries to."""
+    return _start(shared_dash_server_factory, tmp_path_factory.mktemp('dash-recorder'), 'dash_recorder.py', RECORDER)
+
+
 def test_publish_on_the_topic_page_then_edit_the_queued_message_in_place(
-        dash_server_factory: Callable[..., LiveServer], dash_page: Callable[..., Any], tmp_path: Path) -> None:
-    server, out = _start(dash_server_factory, tmp_path, 'dash_recorder.py', RECORDER)
+        recorder_server: tuple[LiveServer, Path], shared_dash_page: Callable[..., Any]) -> None:
+    server, out = recorder_server
     _admin(server, 'POST', '/admin/topics', 201, json={'name': 'dash.orders'})
     # Paused: the message stays queued until it has been edited.
     sub_id = _admin(server, 'POST', '/admin/subscriptions', 201, json={
         'topic': 'dash.orders', 'kind': 'service', 'service': 'dash.recorder', 'is_active': False})[
         'subscription']['id']
-    page = dash_page(server, 'admin')
+    page = shared_dash_page(server, 'admin')
 
     page.goto('/dashboard/topics')
     page.fill('#topics-q', 'dash.ord')
@@ -193,8 +207,9 @@ def test_a_failing_service_fixed_by_hot_deploy_then_every_dead_letter_redriven(
 
 
 def test_a_viewer_sees_no_change_buttons_and_the_api_refuses(
-        dash_server: LiveServer, dash_page: Callable[..., Any], browser_errors: BrowserErrors) -> None:
-    server = dash_server
+        recorder_server: tuple[LiveServer, Path], shared_dash_page: Callable[..., Any],
+        browser_errors: BrowserErrors) -> None:
+    server, _out = recorder_server
     _admin(server, 'POST', '/admin/topics', 201, json={'name': 'dash.view', 'on_no_subs': 'accept'})
     msg_id = _admin(server, 'POST', '/admin/publish', json={'topic': 'dash.view', 'data': {'x': 1},
                                                             'has_gd': True})['msg_id']
@@ -203,7 +218,7 @@ def test_a_viewer_sees_no_change_buttons_and_the_api_refuses(
     sub_id = _admin(server, 'POST', '/admin/subscriptions', 201, json={
         'topic': 'dash.view', 'kind': 'pull', 'security': 'vp'})['subscription']['id']
     browser_errors.allow(r'40[34]')  # the refused calls and the unknown topic below log their status
-    page = dash_page(server, 'viewer')
+    page = shared_dash_page(server, 'viewer')
 
     page.goto('/dashboard/topics/dash.view')
     page.wait_for_selector(f'#topic-subs a[href="/dashboard/queues/{sub_id}"]')
@@ -245,11 +260,12 @@ def test_a_viewer_sees_no_change_buttons_and_the_api_refuses(
     assert requests.get(server.url + '/dashboard/api/dead-letters', timeout=5).status_code == 401
 
     # Readable on a phone: nothing wider than the screen but the tables, which scroll inside their frame.
-    phone = dash_page(server, 'viewer', viewport=PHONE)
-    # A topic's waiting messages are fetched after its subscriptions are drawn: both waited for.
+    phone = shared_dash_page(server, 'viewer', viewport=PHONE)
+    # A topic's waiting messages are fetched after its subscriptions are drawn: both waited for. The dead
+    # letters of this test's subscription (none: the list is empty), whatever another test left.
     for path, ready in (('/dashboard/topics', ('#topics-table table',)),
                         (f'/dashboard/queues/{sub_id}', ('#queue-messages table',)),
-                        ('/dashboard/dead-letters', ('#dl-table .empty',)),
+                        (f'/dashboard/dead-letters?sub_id={sub_id}', ('#dl-table .empty',)),
                         ('/dashboard/topics/dash.view', ('#topic-subs table', '#topic-waiting > *'))):
         phone.goto(path)
         for selector in ready:
@@ -258,15 +274,15 @@ def test_a_viewer_sees_no_change_buttons_and_the_api_refuses(
 
 
 def test_move_to_dead_letters_edit_and_redrive_one_delete_all_and_purge(
-        dash_server_factory: Callable[..., LiveServer], dash_page: Callable[..., Any], tmp_path: Path) -> None:
-    server, _out = _start(dash_server_factory, tmp_path, 'dash_recorder.py', RECORDER)
+        recorder_server: tuple[LiveServer, Path], shared_dash_page: Callable[..., Any]) -> None:
+    server, _out = recorder_server
     _admin(server, 'POST', '/admin/topics', 201, json={'name': 'dash.held'})
     sub_id = _admin(server, 'POST', '/admin/subscriptions', 201, json={
         'topic': 'dash.held', 'kind': 'service', 'service': 'dash.recorder', 'is_active': False})[
         'subscription']['id']
     ids = [_admin(server, 'POST', '/admin/publish', json={'topic': 'dash.held', 'data': {'n': n}, 'has_gd': True})[
         'msg_id'] for n in range(4)]
-    page = dash_page(server, 'admin')
+    page = shared_dash_page(server, 'admin')
 
     # Move two queued messages to the dead letters from the queue page.
     page.goto(f'/dashboard/queues/{sub_id}')

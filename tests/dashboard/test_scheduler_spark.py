@@ -4,8 +4,11 @@ Submitting a real Spark job is covered by tests/server/test_spark.py (admin API 
 server); here a submission the server refuses shows its message, and a finished job (a row as the
 Spark manager writes it, with a log file) is shown with its output and log.
 
-Each test asks for ``dash_server`` before its page, so that the page (still polling) is closed before
-the server stops.
+The viewer's and the phone's tests share the module's server (one per backend): each makes one job
+of its own name and reads only that job's runs. The test of the whole scheduler starts its own (it
+begins and ends with no job at all), and so does the Spark page's (its own pipelines_dir, and no Spark
+job yet). A test on its own server asks for ``dash_server`` before its page, so that the page (still
+polling) is closed before the server stops.
 """
 
 from __future__ import annotations
@@ -113,15 +116,16 @@ def test_a_job_is_made_run_now_paused_resumed_and_edited(dash_server: LiveServer
     expect(page.locator('#jobs-table')).to_contain_text('No jobs yet', timeout=SHORT)
 
 
-def test_a_viewer_sees_jobs_but_cannot_change_them(dash_server: LiveServer, viewer_page: Page,
+def test_a_viewer_sees_jobs_but_cannot_change_them(shared_dash_server: LiveServer, shared_viewer_page: Page,
                                                    browser_errors: Any) -> None:
+    server = shared_dash_server
     browser_errors.allow(r'status of 403')  # the viewer's refused call, logged by the browser
-    r = dash_server.request('POST', '/admin/jobs', auth=dash_server.admin,
-                            json={'name': 'viewer.sees', 'service': 'conduit.ping', 'job_type': 'interval_based',
-                                  'hours': 1})
+    r = server.request('POST', '/admin/jobs', auth=server.admin,
+                       json={'name': 'viewer.sees', 'service': 'conduit.ping', 'job_type': 'interval_based',
+                             'hours': 1})
     assert r.status_code == 201, r.text
-    page = viewer_page
-    page.goto(dash_server.url + '/dashboard/scheduler')
+    page = shared_viewer_page
+    page.goto(server.url + '/dashboard/scheduler')
     page.get_by_role('button', name='viewer.sees', exact=True).click()
     expect(page.locator('#job-facts')).to_contain_text('every 1h', timeout=SHORT)
     for name in ('Run now', 'Pause', 'Edit', 'Delete', 'Create job'):
@@ -130,7 +134,7 @@ def test_a_viewer_sees_jobs_but_cannot_change_them(dash_server: LiveServer, view
     status = page.evaluate("""() => fetch('/dashboard/api/jobs/viewer.sees/run', {
         method: 'POST', headers: {'X-CSRF-Token': document.body.dataset.csrf}}).then((r) => r.status)""")
     assert status == 403
-    runs = dash_server.request('GET', '/admin/jobs/viewer.sees/runs', auth=dash_server.admin).json()['runs']
+    runs = server.request('GET', '/admin/jobs/viewer.sees/runs', auth=server.admin).json()['runs']
     assert runs == []
 
 
@@ -176,16 +180,17 @@ def test_the_spark_page_lists_pipelines_and_shows_a_job(dash_server_factory: Cal
     expect(page.locator('#spark-jobs')).to_contain_text('No job matches these filters', timeout=SHORT)
 
 
-def test_both_pages_fit_a_phone(dash_server: LiveServer, dash_page: Callable[..., Page]) -> None:
-    r = dash_server.request('POST', '/admin/jobs', auth=dash_server.admin,
-                            json={'name': 'a.rather.long.job.name.for.a.small.screen', 'service': 'conduit.ping',
-                                  'job_type': 'cron_style', 'cron_definition': '*/5 * * * *'})
+def test_both_pages_fit_a_phone(shared_dash_server: LiveServer, shared_dash_page: Callable[..., Page]) -> None:
+    server = shared_dash_server
+    r = server.request('POST', '/admin/jobs', auth=server.admin,
+                       json={'name': 'a.rather.long.job.name.for.a.small.screen', 'service': 'conduit.ping',
+                             'job_type': 'cron_style', 'cron_definition': '*/5 * * * *'})
     assert r.status_code == 201, r.text
-    page = dash_page(dash_server, 'admin', viewport=PHONE)
+    page = shared_dash_page(server, 'admin', viewport=PHONE)
     # Every part of the page drawn by a fetch of its own (the Spark page's pipelines and their paths too).
     for path, ready in (('/dashboard/scheduler', ('#jobs-table table',)),
                         ('/dashboard/spark', ('#spark-jobs p', '#pipelines li >> nth=0'))):
-        page.goto(dash_server.url + path)
+        page.goto(server.url + path)
         for selector in ready:
             expect(page.locator(selector)).to_be_visible(timeout=SHORT)
         # Wide tables scroll inside their own box; the page itself never scrolls sideways.

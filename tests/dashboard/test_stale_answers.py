@@ -11,8 +11,9 @@ newer state:
 - and the other way round, a failure the user caused (Next on the topics, queues or a topic's waiting
   messages) does show one.
 
-Each test asks for ``dash_server`` before its page, so that the page (still polling) is closed before
-the server stops.
+Every test shares the module's server (one per backend): the topics, jobs and definitions each makes
+are named with its own ``tag`` (or only it uses them), and what each asserts is about its own names
+or the page's own state; its pages are closed at its end, long before the server stops.
 """
 
 from __future__ import annotations
@@ -96,47 +97,54 @@ def _error_banners(page: Page) -> list[str]:
 TOPIC_LINKS = "[...document.querySelectorAll('#topics-table a')].map(a => a.textContent)"
 
 
-def _topics_page_with_the_first_load_held(server: LiveServer, dash_page: Callable[..., Page]) -> tuple[Page, Held]:
-    for name in ('stale.alpha', 'stale.beta'):
+def _topics_page_with_the_first_load_held(server: LiveServer, dash_page: Callable[..., Page],
+                                          tag: str) -> tuple[Page, Held, str, str]:
+    """The topics page, its poll's first load held and a search for beta drawn; the page, the hold, alpha, beta."""
+    # Named to sort before the other tests' topics: alpha is on the first page the poll loads.
+    alpha, beta = f'a.stale.{tag}.alpha', f'a.stale.{tag}.beta'
+    for name in (alpha, beta):
         server.admin_json('POST', '/admin/topics', 201, json={'name': name})
     page = dash_page(server, 'admin')
     # The poll's first load (no search) is held back.
     held = Held(page, r'/dashboard/api/topics\?', lambda r: 'q=' not in r.url).arm()
     page.goto('/dashboard/topics')
     held.wait()
-    page.fill('#topics-q', 'stale.beta')
+    # The held answer lists alpha: were it drawn over the search, alpha would show.
+    assert held.answer is not None and alpha in held.answer.text()
+    page.fill('#topics-q', beta)
     page.click('#topics-search button[type=submit]')
-    expect(page.locator('#topics-table')).to_contain_text('stale.beta', timeout=SHORT)
-    assert 'stale.alpha' not in page.evaluate(TOPIC_LINKS)
-    return page, held
+    expect(page.locator('#topics-table')).to_contain_text(beta, timeout=SHORT)
+    assert alpha not in page.evaluate(TOPIC_LINKS)
+    return page, held, alpha, beta
 
 
-def test_an_older_poll_answer_does_not_draw_over_a_search(dash_server: LiveServer,
-                                                          dash_page: Callable[..., Page]) -> None:
-    page, held = _topics_page_with_the_first_load_held(dash_server, dash_page)
+def test_an_older_poll_answer_does_not_draw_over_a_search(shared_dash_server: LiveServer,
+                                                          shared_dash_page: Callable[..., Page], tag: str) -> None:
+    page, held, alpha, beta = _topics_page_with_the_first_load_held(shared_dash_server, shared_dash_page, tag)
     held.release()
     # The unfiltered answer (both topics) arrived last: the list still shows what was searched.
-    _stays(page, f"{TOPIC_LINKS}.includes('stale.beta') && !{TOPIC_LINKS}.includes('stale.alpha')")
+    _stays(page, f"{TOPIC_LINKS}.includes('{beta}') && !{TOPIC_LINKS}.includes('{alpha}')")
     assert not _error_banners(page)
 
 
-def test_an_older_poll_answer_that_fails_shows_no_error_banner(dash_server: LiveServer,
-                                                               dash_page: Callable[..., Page],
-                                                               browser_errors: Any) -> None:
+def test_an_older_poll_answer_that_fails_shows_no_error_banner(shared_dash_server: LiveServer,
+                                                               shared_dash_page: Callable[..., Page],
+                                                               browser_errors: Any, tag: str) -> None:
     browser_errors.allow(r'status of 500')  # the held call's answer, logged by the browser
-    page, held = _topics_page_with_the_first_load_held(dash_server, dash_page)
+    page, held, _alpha, beta = _topics_page_with_the_first_load_held(shared_dash_server, shared_dash_page, tag)
     held.release(status=500)
     _stays(page, "!document.querySelector('#notify .notice.error')")
-    assert 'stale.beta' in page.evaluate(TOPIC_LINKS)
+    assert beta in page.evaluate(TOPIC_LINKS)
     assert not _error_banners(page)
 
 
-def test_a_deleted_job_is_not_drawn_again_by_an_older_poll_answer(dash_server: LiveServer,
-                                                                  dash_page: Callable[..., Page]) -> None:
+def test_a_deleted_job_is_not_drawn_again_by_an_older_poll_answer(shared_dash_server: LiveServer,
+                                                                  shared_dash_page: Callable[..., Page]) -> None:
+    # No other test here makes jobs: both are on the first page of the scheduler's list.
     for name in ('stale.kept', 'stale.deleted'):
-        dash_server.admin_json('POST', '/admin/jobs', 201, json={
+        shared_dash_server.admin_json('POST', '/admin/jobs', 201, json={
             'name': name, 'service': 'conduit.ping', 'job_type': 'interval_based', 'hours': 1})
-    page = dash_page(dash_server, 'admin')
+    page = shared_dash_page(shared_dash_server, 'admin')
     held = Held(page, r'/dashboard/api/jobs\?')
     page.goto('/dashboard/scheduler')
     row = page.locator('#jobs-table tr', has=page.get_by_role('button', name='stale.deleted', exact=True))
@@ -158,11 +166,11 @@ def test_a_deleted_job_is_not_drawn_again_by_an_older_poll_answer(dash_server: L
     assert not _error_banners(page)
 
 
-def test_an_older_failure_does_not_show_its_error_over_a_newer_list(dash_server: LiveServer,
-                                                                    dash_page: Callable[..., Page],
+def test_an_older_failure_does_not_show_its_error_over_a_newer_list(shared_dash_server: LiveServer,
+                                                                    shared_dash_page: Callable[..., Page],
                                                                     browser_errors: Any) -> None:
     browser_errors.allow(r'status of 500')  # the held call's answer, logged by the browser
-    page = dash_page(dash_server, 'admin')
+    page = shared_dash_page(shared_dash_server, 'admin')
     held = Held(page, r'/dashboard/api/stats/services\?').arm()
     page.goto('/dashboard/services')
     held.wait()
@@ -176,39 +184,42 @@ def test_an_older_failure_does_not_show_its_error_over_a_newer_list(dash_server:
     assert not _error_banners(page)
 
 
-def _fill_two_pages(server: LiveServer, list_name: str) -> None:
+def _fill_two_pages(server: LiveServer, list_name: str, tag: str) -> None:
     """51 rows (two pages of 50): topics; one pull subscription per topic; or messages waiting in a topic."""
     if list_name == 'topic':
-        server.admin_json('POST', '/admin/topics', 201, json={'name': 'paged'})
+        topic = f'paged.{tag}'
+        server.admin_json('POST', '/admin/topics', 201, json={'name': topic})
         for n in range(51):  # no subscription: they wait in the topic
-            server.admin_json('POST', '/admin/publish', json={'topic': 'paged', 'data': {'n': n}, 'has_gd': True})
+            server.admin_json('POST', '/admin/publish', json={'topic': topic, 'data': {'n': n}, 'has_gd': True})
         return
     if list_name == 'queues':
-        server.admin_json('POST', '/admin/security', 201, json={'name': 'r', 'username': 'r', 'password': 'pw'})
+        server.admin_json('POST', '/admin/security', 201, json={'name': f'r.{tag}', 'username': f'r{tag}',
+                                                                'password': 'pw'})
     for n in range(51):
-        server.admin_json('POST', '/admin/topics', 201, json={'name': f'paged.{n:02d}'})
+        server.admin_json('POST', '/admin/topics', 201, json={'name': f'paged.{tag}.{n:02d}'})
         if list_name == 'queues':
             server.admin_json('POST', '/admin/subscriptions', 201,
-                              json={'topic': f'paged.{n:02d}', 'kind': 'pull', 'security': 'r'})
+                              json={'topic': f'paged.{tag}.{n:02d}', 'kind': 'pull', 'security': f'r.{tag}'})
 
 
-#: list -> (its page, its pager, the API call of its second page, what the notice says)
+#: list -> (its page, {tag} filled in; its pager; the API call of its second page; what the notice says)
 PAGED = {
     'topics': ('/dashboard/topics', '#topics-pager', r'/dashboard/api/topics\?.*offset=50', 'Loading topics failed'),
     'queues': ('/dashboard/queues', '#queues-pager', r'/dashboard/api/queues\?.*offset=50', 'Loading queues failed'),
-    'topic': ('/dashboard/topics/paged', '#topic-waiting-pager', r'/dashboard/api/topic-messages\?.*after=',
+    'topic': ('/dashboard/topics/paged.{tag}', '#topic-waiting-pager', r'/dashboard/api/topic-messages\?.*after=',
               'Loading the waiting messages failed'),
 }
 
 
 @pytest.mark.parametrize('list_name', sorted(PAGED))
-def test_another_page_of_a_list_that_fails_to_load_says_so(list_name: str, dash_server: LiveServer,
-                                                          dash_page: Callable[..., Page], browser_errors: Any) -> None:
+def test_another_page_of_a_list_that_fails_to_load_says_so(list_name: str, shared_dash_server: LiveServer,
+                                                          shared_dash_page: Callable[..., Page],
+                                                          browser_errors: Any, tag: str) -> None:
     path, pager, second_page, notice = PAGED[list_name]
-    _fill_two_pages(dash_server, list_name)
+    _fill_two_pages(shared_dash_server, list_name, tag)
     browser_errors.allow(r'status of 500')
-    page = dash_page(dash_server, 'admin')
-    page.goto(path)
+    page = shared_dash_page(shared_dash_server, 'admin')
+    page.goto(path.format(tag=tag))
     next_page = page.locator(f'{pager} button:has-text("Next")')
     expect(next_page).to_be_enabled(timeout=SHORT)
     page.route(re.compile(second_page), lambda route: route.fulfill(
