@@ -19,10 +19,11 @@ run: $(STAMP)
 
 # The whole suite, its files shared out to TEST_WORKERS pytest processes (tests/parallel.py says why);
 # with PYTEST_ARGS (a file, -k ...), one pytest process runs just that. gevent patches the standard
-# library before pytest imports anything, as gunicorn's worker does. Three processes on two cores:
-# most of a file's time is spent waiting on servers (the suite took 991 s with 3, against about
-# 1,190 s with 2 before the file-transfer tests were added).
-TEST_WORKERS ?= 3
+# library before pytest imports anything, as gunicorn's worker does. Four processes on two cores:
+# most of a file's time is spent waiting on servers and browsers (on 2026-12-03, from fresh clones
+# on this 2-core machine: 924 s with 4, 1,431 s of CPU; 1,211 s with 3, 1,328 s of CPU, though other
+# tests shared the machine during that run).
+TEST_WORKERS ?= 4
 test: $(STAMP)
 ifeq ($(strip $(PYTEST_ARGS)),)
 	$(PY) tests/parallel.py --workers $(TEST_WORKERS)

@@ -182,6 +182,9 @@ def test_a_kill_through_another_worker_and_a_job_whose_worker_died(runtime_facto
     lost = runner.spark.submit('traffic_analytics')
     wait_until(lambda: runner.spark.get(lost)['status'] == 'running', TIMEOUT)
     runner.spark.running[lost].kill()  # the worker "dies" without recording anything
+    # ... and so does its heartbeat: one that had read the job's id before the kill could write
+    # heartbeat_at after the update below, and the sweep then rightly found the job alive.
+    runner.spark._heartbeat.kill()  # type: ignore[union-attr]
     long_ago = time.time() - 3600
     run_transaction(other.engine, lambda c: c.execute(update(SparkJob).where(SparkJob.job_id == lost)
                                                      .values(status='running', heartbeat_at=long_ago,
