@@ -138,7 +138,8 @@ class OptionTypes:
             cls = self._owner.get(key) if isinstance(key, str) else None
             if cls is None:
                 raise ConfigError(where, f'unknown delivery option {key!r}')
-            by_class.setdefault(cls, {})[key] = _typed(_default(cls, key), key, value, where, key in cls.secret)
+            default = cls.__dataclass_fields__[key].default
+            by_class.setdefault(cls, {})[key] = _typed(default, key, value, where, key in cls.secret)
         result = replace(base, **common)
         if result.delivery_batch_size < 1 or result.max_attempts < 1 or result.max_in_flight < 1:
             raise ConfigError(where, 'delivery_batch_size, max_attempts and max_in_flight must be at least 1')
@@ -162,7 +163,3 @@ class OptionTypes:
             cls, keys = next(iter(foreign.items()))
             raise ConfigError(where, f'{", ".join(sorted(keys))}: {cls.family} options are for subscriptions '
                                      f'of kind {self._kind_of[cls]} only')
-
-
-def _default(cls: type[KindOptions], key: str) -> Any:
-    return next(f.default for f in fields(cls) if f.name == key)
