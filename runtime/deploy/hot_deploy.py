@@ -314,9 +314,13 @@ class HotDeployer:
     def deploy_many(self, modules: dict[str, tuple[str, str]]) -> Deployed:
         """Deploy modules together (all or none): loaded here, then recorded for everyone else."""
         new = {name: ModuleSource(src, file_name, source_hash(src)) for name, (src, file_name) in modules.items()}
-        deployed = self._deploy_here(new)
-        names = deployed.services
-        self._record([('deploy', name, new[name].file_name, new[name].source, names[name]) for name in sorted(new)])
+        # Recorded under the lock: a sync poll in between would read the rows before this one and
+        # load the last recorded version over the one just deployed.
+        with self._lock:
+            deployed = self._deploy_here(new)
+            names = deployed.services
+            self._record([('deploy', name, new[name].file_name, new[name].source, names[name])
+                          for name in sorted(new)])
         for name in sorted(new):
             _log.info('deployed %s from %s', ', '.join(names[name]) or 'nothing', new[name].file_name)
         return deployed
@@ -327,7 +331,7 @@ class HotDeployer:
             module_name = self._store.info(service_name).module_name
             self._store.unregister(service_name)
             self._owner[service_name] = None
-        self._record([('undeploy', module_name, '', '', [service_name])])
+            self._record([('undeploy', module_name, '', '', [service_name])])
         _log.info('undeployed %s', service_name)
 
     def _record(self, rows: list[tuple[str, str, str, str, list[str]]]) -> None:

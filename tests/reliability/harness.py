@@ -151,12 +151,27 @@ def wait_all_delivered(out: Path, tally: Tally, timeout: float = 120.0) -> None:
         time.sleep(0.2)
 
 
-def kill_loop(server: LiveServer, kills: int, seed: int = 1) -> int:
-    """SIGKILL the server at random points under load and restart it; returns the kills done."""
+def kill_loop(server: LiveServer, kills: int, tally: Tally, seed: int = 1, acks_between: int = 25,
+              timeout: float = 60.0) -> int:
+    """SIGKILL the server at random points under load and restart it; returns the kills done.
+
+    Each kill waits until the publishers got `acks_between` more acknowledgements since the last
+    start, and after the last start too: the load a run proves does not depend on the machine's speed.
+    """
     rng = random.Random(seed)
     for _ in range(kills):
-        time.sleep(rng.uniform(0.5, 2.0))
+        _wait_acknowledged(tally, acks_between, timeout)
+        time.sleep(rng.uniform(0.0, 1.0))
         server.kill()
         time.sleep(rng.uniform(0.0, 0.5))
         server.start()
+    _wait_acknowledged(tally, acks_between, timeout)
     return kills
+
+
+def _wait_acknowledged(tally: Tally, more: int, timeout: float) -> None:
+    """Wait until `more` publications beyond those acknowledged now are acknowledged (or the timeout)."""
+    goal = len(tally.acknowledged) + more
+    deadline = time.monotonic() + timeout
+    while len(tally.acknowledged) < goal and time.monotonic() < deadline:
+        time.sleep(0.05)

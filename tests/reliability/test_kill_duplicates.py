@@ -94,7 +94,7 @@ def test_a_kill_redelivers_only_what_finished_in_the_last_milliseconds(server_fa
     for publisher in publishers:
         publisher.start()
     try:
-        kills = kill_loop(server, KILLS, seed=3)
+        kills = kill_loop(server, KILLS, tally, seed=3)
     finally:
         for publisher in publishers:
             publisher.stop()

@@ -30,7 +30,7 @@ def test_kill_loop_loses_no_acknowledged_publication(server_factory, tmp_path, c
     publisher = Publisher(server, tally)
     publisher.start()
     try:
-        kills = kill_loop(server, KILLS)
+        kills = kill_loop(server, KILLS, tally)
     finally:
         publisher.stop()
     wait_all_delivered(out, tally)

@@ -8,6 +8,9 @@ WebSocket subscribe had bumped the sync key and the worker's poll was reloading 
 
 Each test makes the first reload slow after it read (the pool thread's answer comes back late),
 runs a change with its own reload meanwhile, and checks what is installed once both ended.
+
+A deployment has the same race the other way round: the sync poll runs between the deployment
+and the commit of its record, reads the rows before it, and loads the last recorded version.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import gevent
 import pytest
 
 from runtime import core
+from runtime.deploy import hot_deploy
 from runtime.files import manager as file_manager
 from runtime.files.definition import FileChannelDef
 from runtime.pubsub import broker as broker_module
@@ -122,3 +126,51 @@ def test_a_held_back_file_channels_read_does_not_undo_a_new_channel(rt: TestRunt
         "file channel 'invoices'"))
     stale.get(timeout=10)
     assert 'invoices' in rt.file_transfer.channels()
+
+
+#: A deployed module whose one service answers with its version.
+VERSIONED = '''from runtime import Service
+
+
+class Version(Service):
+    name = 'reload-order.version'
+
+    def handle(self):
+        self.response.payload = {version}
+'''
+
+
+def poll_during_record(deployer: hot_deploy.HotDeployer, monkeypatch: pytest.MonkeyPatch) -> list[gevent.Greenlet]:
+    """Start the worker's sync poll once a deployer records, and give it time before the record goes on."""
+    polls: list[gevent.Greenlet] = []
+    original = hot_deploy.bump
+
+    def poll_meanwhile(conn: Any, key: str) -> Any:
+        if not polls:
+            polls.append(gevent.spawn(deployer.apply_recorded))
+            polls[0].join(timeout=HELD_BACK)
+        return original(conn, key)
+    monkeypatch.setattr(hot_deploy, 'bump', poll_meanwhile)
+    return polls
+
+
+def test_a_sync_poll_between_a_deployment_and_its_record_does_not_bring_back_the_older_version(
+        rt: TestRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CI: a deployment answered 200, and the next invoke ran the version before it. The worker's sync
+    # poll had read the recorded rows before the new one was committed and loaded the last of them.
+    rt.hot_deployer.deploy('versioned', VERSIONED.format(version=1), 'versioned.py')
+    polls = poll_during_record(rt.hot_deployer, monkeypatch)
+    rt.hot_deployer.deploy('versioned', VERSIONED.format(version=2), 'versioned.py')
+    assert rt.invoke('reload-order.version') == 2
+    polls[0].get(timeout=10)
+    assert rt.invoke('reload-order.version') == 2
+
+
+def test_a_sync_poll_between_an_undeployment_and_its_record_does_not_bring_the_service_back(
+        rt: TestRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+    rt.hot_deployer.deploy('versioned', VERSIONED.format(version=1), 'versioned.py')
+    polls = poll_during_record(rt.hot_deployer, monkeypatch)
+    rt.hot_deployer.undeploy('reload-order.version')
+    assert not rt.store.has('reload-order.version')
+    polls[0].get(timeout=10)
+    assert not rt.store.has('reload-order.version')
