@@ -11,7 +11,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,spark]'
+	$(PY) -m pip install --quiet -e '.[sftp,websocket,spark,test]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -47,7 +47,7 @@ lint: $(STAMP)
 # The peers (Celery, Dramatiq), profilers, the HTTP load generator (wrk) and valgrind (Debian packages)
 # that only the benchmarks need.
 $(BENCH_STAMP): $(STAMP) setup.cfg
-	$(PY) -m pip install --quiet -e '.[test,spark,bench]'
+	$(PY) -m pip install --quiet -e '.[sftp,websocket,spark,test,bench]'
 	command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; } \
 		|| { echo 'wrk is needed for the REST benchmark: apt-get install wrk' >&2; exit 1; }
 	command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind; } \

@@ -46,6 +46,10 @@ Guarantees and limits:
   followed (the header would go to the redirect's target). ``websocket.enableTrace(True)`` of the
   websocket-client library prints the handshake and every frame, credentials included: leave it off
   with real credentials.
+- **websocket-client** is the optional ``websocket`` extra (``pip install 'conduit[websocket]'``): it is
+  imported by the first ``connect()``, not with this module, so the server and the CLI never load it.
+  Without it ``connect()`` raises ``WebSocketClientMissing`` (an ``ImportError``) naming the extra;
+  the rest of this module (its errors, ``Message``, ``backoff_secs``) works as ever.
 
 Longer than the house's 500 lines on purpose: it is one concept, a connection, and its parts
 (connecting, reading, requests) share one set of state and locks; split, each would reach into the
@@ -65,12 +69,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-import websocket
-
 from runtime.errors import ConduitError
+
+if TYPE_CHECKING:
+    import websocket
 
 _log = logging.getLogger(__name__)
 
@@ -91,6 +97,17 @@ PUBLISH_OPTIONS = ('priority', 'expiration', 'correl_id', 'in_reply_to', 'ext_cl
                    'mime_type')
 #: Answer statuses that stop reconnecting: trying again with the same credentials cannot help.
 FATAL_STATUSES = (401, 403)
+#: The pip requirement that brings websocket-client along.
+WEBSOCKET_EXTRA = 'conduit[websocket]'
+
+
+class WebSocketClientMissing(ConduitError, ImportError):
+    """websocket-client is not installed: the client cannot connect."""
+
+    def __init__(self) -> None:
+        super().__init__("runtime.client.Client needs websocket-client, which is not installed: "
+                         f"pip install '{WEBSOCKET_EXTRA}'")
+        self.name = 'websocket'  # as ImportError names the missing module
 
 
 class ClientError(ConduitError):
@@ -179,6 +196,17 @@ class Detached:
 
     def __repr__(self) -> str:
         return f'<Detached: {self.details}>'
+
+
+def _library() -> ModuleType:
+    """The websocket module of websocket-client; WebSocketClientMissing when it is not installed."""
+    try:
+        import websocket
+    except ModuleNotFoundError as e:
+        if e.name != 'websocket':
+            raise  # websocket-client is there and one of its own dependencies is not: that is the error to see
+        raise WebSocketClientMissing() from None
+    return websocket
 
 
 def backoff_secs(attempt: int, max_backoff: float, rng: Callable[[float, float], float] = random.uniform) -> float:
@@ -299,9 +327,10 @@ class Client:
             try:
                 ws = self._ws
                 if ws is not None:
+                    ws_lib = _library()  # there: it made ws
                     try:
                         ws.close(timeout=CLOSE_TIMEOUT_SECS)
-                    except (websocket.WebSocketException, OSError):
+                    except (ws_lib.WebSocketException, OSError):
                         pass
                 self._drop_socket()
             finally:
@@ -313,6 +342,7 @@ class Client:
 
     def _open(self) -> None:
         """One connection: handshake, sign-in, resumed subscriptions; the caller holds the read lock."""
+        ws_lib = _library()  # the first connect() without websocket-client stops here, naming the extra
         header = []
         if self.auth == 'basic':
             token = base64.b64encode(f'{self.username}:{self.__password}'.encode()).decode('ascii')
@@ -320,11 +350,11 @@ class Client:
         self._connecting = True
         try:
             try:
-                ws = websocket.create_connection(self.url, timeout=self.connect_timeout, header=header,
-                                                 suppress_origin=True, redirect_limit=0, enable_multithread=True)
-            except websocket.WebSocketBadStatusException as e:
+                ws = ws_lib.create_connection(self.url, timeout=self.connect_timeout, header=header,
+                                              suppress_origin=True, redirect_limit=0, enable_multithread=True)
+            except ws_lib.WebSocketBadStatusException as e:
                 raise _refusal(e) from None
-            except (websocket.WebSocketException, OSError) as e:
+            except (ws_lib.WebSocketException, OSError) as e:
                 raise Disconnected(f'cannot connect to {self.url}: {type(e).__name__}: {e}') from None
             self._ws = ws
             self._selector = selectors.DefaultSelector()
@@ -457,19 +487,20 @@ class Client:
         if not self._readable(ws, wait):
             self._idle(ws)
             return
+        ws_lib = _library()  # there: it made ws
         try:
             opcode, data = ws.recv_data(control_frame=True)
-        except (websocket.WebSocketException, OSError, ValueError) as e:
+        except (ws_lib.WebSocketException, OSError, ValueError) as e:
             # A timeout here is a frame begun and not finished within connect_timeout: as good as lost.
             self._lost(Disconnected(f'{type(e).__name__}: {e}'))
             return
         self._last_heard = time.monotonic()
-        if opcode == websocket.ABNF.OPCODE_CLOSE:
+        if opcode == ws_lib.ABNF.OPCODE_CLOSE:
             code = int.from_bytes(data[:2], 'big') if len(data) >= 2 else 1005
             self._lost(Disconnected(data[2:].decode('utf-8', 'replace') or 'closed by the server', code))
-        elif opcode == websocket.ABNF.OPCODE_TEXT:
+        elif opcode == ws_lib.ABNF.OPCODE_TEXT:
             self._file(data.decode('utf-8') if isinstance(data, bytes) else data)
-        elif opcode == websocket.ABNF.OPCODE_BINARY:
+        elif opcode == ws_lib.ABNF.OPCODE_BINARY:
             _log.warning('websocket client %s: a binary frame from the server was ignored', self.url)
 
     def _readable(self, ws: websocket.WebSocket, wait: float) -> bool:
@@ -493,10 +524,11 @@ class Client:
             self._lost(Disconnected(f'no frame from the server for {silent:.0f} s'))
         elif silent >= self.heartbeat_secs and now - self._last_ping >= self.heartbeat_secs:
             self._last_ping = now
+            ws_lib = _library()  # there: it made ws
             try:
                 with self._send_lock:
                     ws.ping()
-            except (websocket.WebSocketException, OSError) as e:
+            except (ws_lib.WebSocketException, OSError) as e:
                 self._lost(Disconnected(f'{type(e).__name__}: {e}'))
 
     def _file(self, text: str) -> None:
@@ -600,10 +632,11 @@ class Client:
             if ws is None:
                 return None
             self._waiting[rid] = self._connection
+        ws_lib = _library()  # there: it made ws
         try:
             with self._send_lock:
                 ws.send(text)
-        except (websocket.WebSocketException, OSError) as e:
+        except (ws_lib.WebSocketException, OSError) as e:
             # Not (wholly) sent, so not carried out: the next try goes over a new connection.
             _log.debug('sending %s failed: %s: %s', frame['action'], type(e).__name__, e)
             self._forget(rid)

@@ -12,7 +12,9 @@ Secrets are never part of a definition: an SFTP password or private key is given
 ``${CONDUIT_SECRET_...}`` reference (``runtime.security.secret_refs``), resolved when the channel connects,
 so that ``as_values()`` is safe to store, to show in the admin API and to write to the audit log.
 An SFTP source must also pin the server's host key (``sftp_host_key``) or name a known_hosts
-file: a channel never trusts the first key it is shown.
+file: a channel never trusts the first key it is shown. SFTP needs paramiko, the ``sftp`` extra: without
+it an SFTP channel is refused with a ``ConfigError`` naming the extra (a 400 from the admin API; a
+stored one shows it as its problem and does not run), and local channels work as ever.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 from runtime.errors import ConfigError, InvalidTopicName
 from runtime.files.naming import INBOUND_FIELDS, check_template
 from runtime.files.parsers import check_encoding
-from runtime.files.sftp_params import HOST_KEY_TYPES, SftpParams, check_params, parse_host_key
+from runtime.files.sftp_params import HOST_KEY_TYPES, SftpParams, check_params, parse_host_key, require_paramiko
 from runtime.pubsub.topics import normalize, validate_topic_name
 from runtime.security import secret_refs
 
@@ -179,6 +181,10 @@ class FileChannelDef:
         if fmt == 'bytes' and records == 'each':
             raise ConfigError(where, "'records' must be 'file' for format bytes (bytes have no records)")
         sftp_host = check.text('sftp_host', max_len=255)
+        if sftp_host:
+            # Before the SFTP fields: without paramiko (the sftp extra) a host key could not even be parsed,
+            # and the one thing to fix is the installation ("SFTP needs paramiko ...: pip install ...").
+            require_paramiko(where)
         definition = cls(
             name=name,
             directory=_directory(check, bool(sftp_host)),

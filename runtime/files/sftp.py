@@ -44,14 +44,28 @@ from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
-import paramiko
-from paramiko.sftp import CMD_CLOSE, CMD_NAME, CMD_OPENDIR, CMD_READDIR, SFTPError
-from paramiko.sftp_attr import SFTPAttributes
-
 from runtime.errors import ConfigError, LinkRefused, SourceMissing, SourceUnavailable
-from runtime.files.sftp_params import SftpParams, check_params, load_private_key, parse_host_key, sftp_label
+from runtime.files.sftp_params import (
+    PARAMIKO_MISSING,
+    SftpParams,
+    check_params,
+    load_private_key,
+    parse_host_key,
+    sftp_label,
+)
 from runtime.files.source_base import Entry, clean_path, split_path, temp_name
 from runtime.security import secret_refs
+
+try:
+    import paramiko
+    from paramiko.sftp import CMD_CLOSE, CMD_NAME, CMD_OPENDIR, CMD_READDIR, SFTPError
+    from paramiko.sftp_attr import SFTPAttributes
+except ModuleNotFoundError as e:
+    # paramiko is the optional sftp extra. Without it every SFTP definition is refused before a source is
+    # opened (check_params), so only code importing this module directly gets here: tell it what to install.
+    if e.name != 'paramiko':
+        raise
+    raise ModuleNotFoundError(f'runtime.files.sftp: {PARAMIKO_MISSING}', name='paramiko') from None
 
 __all__ = ['SftpParams', 'SftpSource', 'check_params', 'load_private_key', 'parse_host_key', 'sftp_label']
 

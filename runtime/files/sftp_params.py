@@ -5,8 +5,11 @@ subscription definition calls at configuration time (a ``ConfigError`` naming th
 value that could be a password); ``parse_host_key`` and ``load_private_key`` turn the pinned host
 key line and the text of a private key into paramiko keys. ``SftpSource`` (``runtime.files.sftp``)
 uses all of them; they live apart so that module holds only the connection and the file operations.
-paramiko (and the cryptography it loads, a good part of a second) is imported only when a key is
-parsed: a server with no SFTP channel or subscription never loads it.
+paramiko (and the cryptography it loads, a good part of a second) is imported only when SFTP
+parameters are checked or a key is parsed: a server with no SFTP channel or subscription never loads
+it. paramiko is the optional ``sftp`` extra: without it ``check_params``, which every SFTP channel and
+SFTP file subscription goes through when it is checked, refuses SFTP with a ``ConfigError`` naming the
+extra (``require_paramiko``), and the server runs everything else.
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ from runtime.security import secret_refs
 
 if TYPE_CHECKING:
     import paramiko
+
+#: The pip requirement that brings paramiko along.
+SFTP_EXTRA = 'conduit[sftp]'
+
+#: Why SFTP is refused when paramiko is not installed.
+PARAMIKO_MISSING = f"SFTP needs paramiko, which is not installed: pip install '{SFTP_EXTRA}'"
 
 #: Key types a pinned host key line may have.
 HOST_KEY_TYPES = ('ssh-ed25519', 'ecdsa-sha2-nistp256', 'ecdsa-sha2-nistp384', 'ecdsa-sha2-nistp521', 'ssh-rsa')
@@ -48,11 +57,22 @@ def sftp_label(params: SftpParams, root: str) -> str:
     return f'sftp://{params.username}@{host}:{params.port}{path}'
 
 
+def require_paramiko(where: str) -> None:
+    """Import paramiko; ConfigError naming where and the ``sftp`` extra when it is not installed."""
+    try:
+        import paramiko  # noqa: F401 (imported to see whether it can be)
+    except ModuleNotFoundError as e:
+        if e.name != 'paramiko':
+            raise  # paramiko is there and one of its own dependencies is not: that is the error to see
+        raise ConfigError(where, PARAMIKO_MISSING) from None
+
+
 def parse_host_key(line: str, where: str) -> paramiko.PKey:
     """The public key of a pinned host key line ('ssh-ed25519 AAAA... [comment]'); ConfigError if malformed.
 
     A known_hosts line ('host ssh-ed25519 AAAA...') is accepted too: its host names are ignored.
     """
+    require_paramiko(where)
     import paramiko
 
     fields = line.split() if isinstance(line, str) else []
@@ -73,6 +93,8 @@ def parse_host_key(line: str, where: str) -> paramiko.PKey:
 
 def check_params(params: SftpParams, where: str) -> None:
     """ConfigError naming the field unless params can make a connection (secrets are not resolved here)."""
+    # First: without paramiko no field can make a connection, and a host_key could not even be parsed.
+    require_paramiko(where)
     if not isinstance(params.host, str) or not params.host.strip() or any(c.isspace() for c in params.host):
         raise ConfigError(where, 'sftp host must be a host name or address')
     if isinstance(params.port, bool) or not isinstance(params.port, int) or not 0 < params.port < 65536:
@@ -98,6 +120,7 @@ def check_params(params: SftpParams, where: str) -> None:
 
 def load_private_key(text: str, where: str) -> paramiko.PKey:
     """The private key in text (OpenSSH or PEM; ed25519, ECDSA or RSA); ConfigError that never quotes it."""
+    require_paramiko(where)
     import paramiko
 
     for cls in (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey):
