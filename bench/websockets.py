@@ -564,15 +564,15 @@ def bulk_subscriptions(srv: Server, count: int, topic: str = IDLE_TOPIC, kind: s
     from runtime.config import PubSubSection
     from runtime.db.engine import transaction
     from runtime.pubsub import statements
-    from runtime.pubsub.registry import KIND_WEBSOCKET
     from runtime.pubsub.subscribers import SUBSCRIBER_KINDS
+    from runtime.pubsub.subscribers.websocket import KIND_WEBSOCKET
     started = time.perf_counter()
     keys = []
     with transaction(srv.engine(), write=True) as conn:
         registry = statements.load_registry(conn, PubSubSection(), SUBSCRIBER_KINDS.options)
         for _ in range(count):
             _, key = statements.create_subscription(
-                conn, registry, topic, kind, security=SECURITY, origin='api',
+                conn, registry, SUBSCRIBER_KINDS, topic, kind, security=SECURITY, origin='api',
                 options={'delivery_batch_size': window} if kind == KIND_WEBSOCKET else None)
             keys.append(key)
         bump(conn, 'pubsub')

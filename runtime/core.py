@@ -59,9 +59,9 @@ from runtime.pubsub.permissions import PermissionAdmin, Permissions
 from runtime.pubsub.permissions import section_handler as permissions_section
 from runtime.pubsub.queue_admin import QueueAdmin
 from runtime.pubsub.subscribers import SUBSCRIBER_KINDS, KindTools, standard_subscribers
-from runtime.pubsub.subscribers.websocket import Attachments
+from runtime.pubsub.subscribers.websocket import Attachments, WebSocketHub
+from runtime.pubsub.subscribers.websocket import clients as ws_clients
 from runtime.pubsub.topic_admin import TopicAdmin
-from runtime.pubsub.websocket_hub import WebSocketHub
 from runtime.scheduler import SYNC_KEY as SCHEDULER_KEY
 from runtime.scheduler import Scheduler
 from runtime.scheduler.objects import section_handler as scheduler_section
@@ -206,7 +206,8 @@ class Runtime:
                                    max_per_definition=settings.websocket.max_subscriptions_per_definition)
         # The broker's registry is replaced by every reload: the layers read it afresh each time.
         self.topic_admin = TopicAdmin(self.engine, lambda: self.broker.registry, self.broker.reload)
-        self.queue_admin = QueueAdmin(self.engine, lambda: self.broker.registry, self.broker.reload)
+        self.queue_admin = QueueAdmin(self.engine, lambda: self.broker.registry, self.broker.reload,
+                                      websocket_clients=ws_clients.websocket_clients)
         self.permission_admin = PermissionAdmin(self.engine, lambda: self.synchronizer.changed(PERMISSIONS_KEY))
         self.security_admin = SecurityAdmin(self.engine, lambda: self.synchronizer.changed(SECURITY_KEY),
                                             lambda: self.synchronizer.changed(PERMISSIONS_KEY),

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from runtime.http.admin.parts import AdminParts
     from runtime.http.pubsub_rest import RestParts
     from runtime.observability.metrics import Metrics
-    from runtime.pubsub.websocket_hub import WebSocketHub
+    from runtime.pubsub.subscribers.websocket import WebSocketHub
     from runtime.security.dashboard_sessions import SessionStore
     from runtime.service.invoke import Invoker
     from runtime.service.store import ServiceStore

@@ -67,8 +67,6 @@ from runtime.http.body import read_json
 from runtime.http.handover import HandOver
 from runtime.pubsub.permissions import PUB, SUB
 from runtime.pubsub.registry import (
-    KIND_PULL,
-    KIND_REST_PUSH,
     SERVICE_TOPIC_PREFIX,
     SubInfo,
     TopicInfo,
@@ -76,7 +74,7 @@ from runtime.pubsub.registry import (
     canonical_topic_name,
     service_topic_name,
 )
-from runtime.pubsub.subscribers import pull
+from runtime.pubsub.subscribers import KIND_PULL, KIND_REST_PUSH, pull
 from runtime.pubsub.topics import normalize, validate_topic_name
 from runtime.util import json_limits
 from runtime.util.timefmt import iso

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from runtime.pubsub.registry import KIND_PULL, KIND_SERVICE
-from runtime.pubsub.subscribers import pull
+from runtime.pubsub.registry import KIND_SERVICE
+from runtime.pubsub.subscribers import KIND_PULL, pull
 
 if TYPE_CHECKING:
     from runtime.pubsub.broker import Broker

@@ -95,7 +95,6 @@ class Broker:
         self.subscribers: dict[str, Subscriber] = {s.kind: s for s in subscribers}
         #: The same by kind name, with the delivery options they declare.
         self.kinds = Kinds(subscribers)
-        self._delivered_kinds = frozenset(k for k, s in self.subscribers.items() if s.delivered)
         self._spread_kinds = frozenset(k for k, s in self.subscribers.items() if s.delivered and s.spread)
         self._limited_kinds = frozenset(k for k, s in self.subscribers.items() if s.queue_limited)
         #: owner: this worker's id, which its leases name (a new one when not given).
@@ -124,7 +123,7 @@ class Broker:
         self.sub_allowed = sub_allowed
         self._context = Context(lambda name: self.registry.topic(name), sub_allowed, json_limits)
         self.wakeups = Wakeups(engine, settings.poll_interval_secs, self.loops)
-        self.sweeper = Sweeper(self._transaction, lambda: self.registry, self.dead_letterer, self._delivered_kinds,
+        self.sweeper = Sweeper(self._transaction, lambda: self.registry, self.dead_letterer, self.kinds,
                                settings.sweep_interval_secs, lambda: self.leases.owns(SWEEPER_LEASE),
                                observers=self.observers, lease_ttl_secs=settings.lease_ttl_secs,
                                changed=self.reload)

@@ -102,7 +102,8 @@ class Catalog:
                 statements.create_topic(conn, name, {'has_gd': True}, is_service_topic=True, origin='service')
                 registry = statements.load_registry(conn, settings, self.kinds.options)
             if registry.service_subscription(service) is None:
-                statements.create_subscription(conn, registry, name, KIND_SERVICE, service=service, origin='service')
+                statements.create_subscription(conn, registry, self.kinds, name, KIND_SERVICE, service=service,
+                                               origin='service')
             bump(conn, SYNC_KEY)
         try:
             run_transaction(self._engine, work)
@@ -137,9 +138,9 @@ class Catalog:
             if check is not None:
                 check(conn)
             registry = statements.load_topics(conn)
-            _sub_id, sub_key = statements.create_subscription(conn, registry, pattern, kind, service=service,
-                                                         security=security, push_url=push_url, options=options,
-                                                         origin=origin)
+            _sub_id, sub_key = statements.create_subscription(conn, registry, self.kinds, pattern, kind,
+                                                              service=service, security=security,
+                                                              push_url=push_url, options=options, origin=origin)
             bump(conn, SYNC_KEY)
             return sub_key
         sub_key = run_transaction(self._engine, work)

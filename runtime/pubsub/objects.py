@@ -46,15 +46,13 @@ from runtime.pubsub import statements
 from runtime.pubsub.catalog import SYNC_KEY
 from runtime.pubsub.kinds import Kinds
 from runtime.pubsub.registry import (
-    KIND_FILE,
-    KIND_PULL,
-    KIND_REST_PUSH,
     KIND_SERVICE,
     TOPIC_ATTRIBUTES,
     TopicInfo,
     check_topic_attributes,
     parse_options,
 )
+from runtime.pubsub.subscribers import KIND_FILE, KIND_PULL, KIND_REST_PUSH
 from runtime.pubsub.subscribers.file import shown_target
 from runtime.pubsub.subscribers.rest_push import check_push_url
 from runtime.pubsub.topics import InvalidTopicName, normalize, validate_pattern, validate_topic_name
@@ -232,7 +230,7 @@ def make_apply_subscriptions(settings: PubSubSection, kinds: Kinds,  # type: ign
                     scope.upsert(conn, 'subscription', Subscription, 'id', existing, values, item['_file'], label)
                 else:
                     sub_id, _ = statements.create_subscription(
-                        conn, registry, pattern, kind, service=service, security=security, push_url=push_url,
+                        conn, registry, kinds, pattern, kind, service=service, security=security, push_url=push_url,
                         options=options, origin='config')
                     if not is_active:  # a new subscription declared paused starts paused
                         conn.execute(update(Subscription).where(Subscription.id == sub_id).values(is_active=False))

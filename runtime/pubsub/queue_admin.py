@@ -30,7 +30,6 @@ from sqlalchemy import Connection, Engine
 
 from runtime.db.blocking import run_transaction
 from runtime.errors import InvalidInput
-from runtime.pubsub import statements
 from runtime.pubsub.dead_letter_search import DeadLetterFilter, DeadLetterSearch
 from runtime.pubsub.queue_statements import (
     browse_dead_letters,
@@ -86,13 +85,17 @@ class QueueAdmin:
     """Runtime details of topics and queues, and what an operator does to queued messages and dead letters.
 
     ``registry`` returns this worker's current topics and subscriptions (a reload replaces them),
-    and ``reload`` reloads them from the database.
+    and ``reload`` reloads them from the database. ``websocket_clients`` reads the WebSocket kind's
+    client rows (``runtime.pubsub.subscribers.websocket.clients.websocket_clients``: the kind owns
+    its table; None reads none).
     """
 
-    def __init__(self, engine: Engine, registry: Callable[[], Registry], reload: Callable[[], None]) -> None:
+    def __init__(self, engine: Engine, registry: Callable[[], Registry], reload: Callable[[], None],
+                 websocket_clients: Callable[[Connection], list[dict[str, Any]]] | None = None) -> None:
         self._engine = engine
         self._registry = registry
         self._reload = reload
+        self._websocket_clients = websocket_clients or (lambda conn: [])
         #: Dead letters across every subscription, by filter (built with ``dead_letter_filter``).
         self.dead_letters = DeadLetterSearch(engine)
 
@@ -134,12 +137,12 @@ class QueueAdmin:
 
     def websocket_clients(self, security: str | None = None,
                           connected: bool | None = None) -> list[dict[str, Any]]:
-        """Every WebSocket subscription with its client (``statements.websocket_clients``), by id.
+        """Every WebSocket subscription with its client, by id.
 
         security: only those of this security definition; connected: only those whose client is
         attached to a worker (True) or not (False).
         """
-        clients = self._read(statements.websocket_clients)
+        clients = self._read(self._websocket_clients)
         return sorted((c for c in clients if (security is None or c['security'] == security)
                        and (connected is None or c['connected'] == connected)), key=lambda c: c['sub_id'])
 
@@ -148,7 +151,7 @@ class QueueAdmin:
         if not sub_ids:
             return {}
         wanted = set(sub_ids)
-        return {c['sub_id']: c for c in self._read(statements.websocket_clients) if c['sub_id'] in wanted}
+        return {c['sub_id']: c for c in self._read(self._websocket_clients) if c['sub_id'] in wanted}
 
     def expiration_time(self, topic_name: str, secs: float) -> float:
         """When a message of a topic given secs more to live expires (capped by the topic's limit)."""

@@ -20,12 +20,9 @@ from runtime.pubsub.topics import PatternIndex, normalize, validate_topic_name
 #: Prefix of the topics made for publications to a service.
 SERVICE_TOPIC_PREFIX = '/zato/s/to/'
 
-#: The names of the subscriber kinds Conduit has (each is a plug-in of ``runtime.pubsub.subscribers``).
+#: The service kind's name: the registry finds the subscription of a service's topic by it (the other
+#: kinds' names are their plug-ins', ``runtime.pubsub.subscribers``).
 KIND_SERVICE = 'service'
-KIND_PULL = 'pull'
-KIND_REST_PUSH = 'rest_push'
-KIND_WEBSOCKET = 'websocket'
-KIND_FILE = 'file'
 
 
 #: Zato 4.1's name of a service's topic is this prefix and the service's name; an alias of the topic above.

@@ -1,4 +1,7 @@
-"""Every SQL statement of the broker: topics, subscriptions, messages, queues, dead letters, WebSocket clients.
+"""Every SQL statement of the broker: topics, subscriptions, messages, queues, dead letters.
+
+A subscriber kind's own tables are its own (the WebSocket kind's ``conduit_ws_client``:
+``runtime.pubsub.subscribers.websocket.clients``).
 
 Functions take an open ``Connection`` inside the caller's transaction, so that what must be
 atomic (a message and its queue entries; a dead letter and the queue entry it replaces) is one
@@ -13,19 +16,22 @@ import secrets
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, bindparam, delete, exists, func, insert, select, update
 
 from runtime.config import PubSubSection
-from runtime.db.models import DeadLetter, Message, QueueEntry, Subscription, Topic, WsClient
+from runtime.db.models import Base, DeadLetter, Message, QueueEntry, Subscription, Topic
 from runtime.errors import ConfigError
 from runtime.pubsub import queue_sql
 from runtime.pubsub.failure import MAX_TRACEBACK_CHARS
 from runtime.pubsub.message import Delivery, Publication
 from runtime.pubsub.options import DeliveryOptions, OptionTypes
-from runtime.pubsub.registry import KIND_WEBSOCKET, Registry, SubInfo, TopicInfo, parse_options
+from runtime.pubsub.registry import Registry, SubInfo, TopicInfo, parse_options
 from runtime.pubsub.topics import matches, normalize
+
+if TYPE_CHECKING:
+    from runtime.pubsub.kinds import Kinds
 
 #: Columns of a message handed to subscribers.
 _MESSAGE_COLUMNS = (Message.id, Message.msg_id, Message.topic_name, Message.data, Message.mime_type,
@@ -34,6 +40,11 @@ _MESSAGE_COLUMNS = (Message.id, Message.msg_id, Message.topic_name, Message.data
                     Message.topic_id, Message.ext_pub_time)
 
 _log = logging.getLogger(__name__)
+
+#: The tables whose rows reference a subscription (a kind's own, such as the WebSocket kind's client
+#: rows): deleted with the subscription, whichever kind owns them.
+_KIND_TABLES = tuple(t for t in Base.metadata.sorted_tables
+                     if any(fk.column.table is Subscription.__table__ for fk in t.foreign_keys))
 
 def new_sub_key() -> str:
     """A new secret subscription key: 160 bits of randomness."""
@@ -100,21 +111,19 @@ def create_topic(conn: Connection, name: str, attrs: dict[str, Any], is_service_
                         ).inserted_primary_key[0]
 
 
-def create_subscription(conn: Connection, registry: Registry, pattern: str, kind: str, service: str = '',
-                        security: str = '', push_url: str = '', options: dict[str, Any] | None = None,
-                        origin: str = 'api') -> tuple[int, str]:
+def create_subscription(conn: Connection, registry: Registry, kinds: Kinds, pattern: str, kind: str,
+                        service: str = '', security: str = '', push_url: str = '',
+                        options: dict[str, Any] | None = None, origin: str = 'api') -> tuple[int, str]:
     """Insert a subscription and hand it the messages its topics accepted with no subscriber.
 
-    A WebSocket subscription gets its ``conduit_ws_client`` row (no client attached) with it.
+    Its kind adds what it keeps beside it (``KindStorage.created``), in the same transaction.
     """
     sub_key = new_sub_key()
     now = time.time()
     sub_id = conn.execute(insert(Subscription).values(
         sub_key=sub_key, pattern=pattern, kind=kind, service=service, security=security, push_url=push_url,
         options=json.dumps(options or {}), origin=origin, created_at=now)).inserted_primary_key[0]
-    if kind == KIND_WEBSOCKET:
-        conn.execute(insert(WsClient).values(sub_id=sub_id, owner='', peer='', connected_at=None,
-                                             last_active_at=now, in_flight=0))
+    kinds.plugin(kind).created(conn, sub_id, now)
     topic_ids = [t.id for t in registry.topics.values() if matches(pattern, t.name)]
     if topic_ids:
         hand_over_backlog(conn, sub_id, topic_ids)
@@ -158,8 +167,9 @@ def subscription_exists(conn: Connection, sub_key: str) -> bool:
 
 
 def delete_subscription(conn: Connection, sub_id: int) -> None:
-    """Remove a subscription with its queue, dead letters and WebSocket client row."""
-    conn.execute(delete(WsClient).where(WsClient.sub_id == sub_id))
+    """Remove a subscription with its queue, dead letters and the rows its kind keeps beside it."""
+    for table in _KIND_TABLES:
+        conn.execute(delete(table).where(table.c.sub_id == sub_id))
     conn.execute(delete(QueueEntry).where(QueueEntry.sub_id == sub_id))
     conn.execute(delete(DeadLetter).where(DeadLetter.sub_id == sub_id))
     conn.execute(delete(Subscription).where(Subscription.id == sub_id))
@@ -343,90 +353,6 @@ def dead_letters(conn: Connection, sub_id: int) -> list[dict[str, Any]]:
                         .join(Message, Message.id == DeadLetter.message_id)
                         .where(DeadLetter.sub_id == sub_id).order_by(DeadLetter.id)).all()
     return [dict(r._mapping) for r in rows]
-
-
-# WebSocket clients: one conduit_ws_client row per WebSocket subscription, owner '' while no client is attached
-
-
-_WS = WsClient.__table__
-
-
-def ws_attach(conn: Connection, sub_id: int, owner: str, peer: str, now: float) -> bool:
-    """Record that a worker (owner) holds the client of a subscription now; False if the subscription is gone."""
-    return conn.execute(update(WsClient).where(WsClient.sub_id == sub_id).values(
-        owner=owner, peer=peer[:100], connected_at=now, last_active_at=now, in_flight=0)).rowcount == 1
-
-
-def ws_detach(conn: Connection, sub_id: int, owner: str, now: float) -> bool:
-    """No client attached any more, if owner still held it (else another worker has it now); whether it did."""
-    return conn.execute(update(WsClient).where(WsClient.sub_id == sub_id, WsClient.owner == owner).values(
-        owner='', peer='', connected_at=None, last_active_at=now, in_flight=0)).rowcount == 1
-
-
-def ws_release_all(conn: Connection, owner: str, now: float) -> int:
-    """Detach every client a worker holds (it is stopping); how many it held."""
-    return conn.execute(update(WsClient).where(WsClient.owner == owner).values(
-        owner='', peer='', connected_at=None, last_active_at=now, in_flight=0)).rowcount
-
-
-def ws_heartbeat(conn: Connection, owner: str, in_flight: dict[int, int], now: float) -> set[int]:
-    """Activity of the clients a worker holds (sub_id -> unacked messages); returns those it no longer holds.
-
-    A subscription is no longer held when another worker's client resumed it (the row names that
-    worker) or when it was removed (no row).
-    """
-    if not in_flight:
-        return set()
-    conn.execute(update(_WS).where(_WS.c.sub_id == bindparam('b_sub_id'), _WS.c.owner == owner)
-                 .values(last_active_at=now, in_flight=bindparam('b_in_flight')),
-                 [{'b_sub_id': sub_id, 'b_in_flight': count} for sub_id, count in in_flight.items()])
-    held = set(conn.execute(select(WsClient.sub_id).where(WsClient.sub_id.in_(list(in_flight)),
-                                                          WsClient.owner == owner)).scalars())
-    return set(in_flight) - held
-
-
-def ws_activity(conn: Connection) -> dict[int, tuple[str, float]]:
-    """Every WebSocket subscription's client owner ('' = none attached) and last activity, by subscription id."""
-    return {r.sub_id: (r.owner, r.last_active_at)
-            for r in conn.execute(select(WsClient.sub_id, WsClient.owner, WsClient.last_active_at)).all()}
-
-
-def delete_inactive_ws_subscription(conn: Connection, sub_id: int, owner: str, before: float) -> bool:
-    """Delete a WebSocket subscription with its queue if its client row still says owner and no activity since before.
-
-    The row is checked and deleted in one statement, so that a client attaching meanwhile keeps it.
-    """
-    claimed = conn.execute(delete(WsClient).where(WsClient.sub_id == sub_id, WsClient.owner == owner,
-                                                  WsClient.last_active_at < before)).rowcount
-    if claimed:
-        delete_subscription(conn, sub_id)
-    return bool(claimed)
-
-
-def websocket_clients(conn: Connection) -> list[dict[str, Any]]:
-    """Every WebSocket subscription with its client: who, since when, last activity, unacked and queued messages."""
-    depth = (select(QueueEntry.sub_id, func.count().label('depth'))
-             .where(QueueEntry.sub_id.in_(select(WsClient.sub_id))).group_by(QueueEntry.sub_id).subquery())
-    rows = conn.execute(
-        select(WsClient.sub_id, WsClient.owner, WsClient.peer, WsClient.connected_at, WsClient.last_active_at,
-               WsClient.in_flight, Subscription.sub_key, Subscription.security, Subscription.pattern,
-               Subscription.is_active, Subscription.options, func.coalesce(depth.c.depth, 0).label('queue_depth'))
-        .join(Subscription, Subscription.id == WsClient.sub_id)
-        .outerjoin(depth, depth.c.sub_id == WsClient.sub_id)
-        .order_by(WsClient.sub_id)).all()
-    default_window = DeliveryOptions().delivery_batch_size
-    clients = []
-    for r in rows:
-        try:
-            window = parse_options(r.options).get('delivery_batch_size', default_window)
-        except ValueError:
-            window = default_window
-        clients.append({'sub_id': r.sub_id, 'sub_key': r.sub_key, 'security': r.security, 'pattern': r.pattern,
-                        'is_active': bool(r.is_active), 'window': window, 'owner': r.owner, 'peer': r.peer,
-                        'connected': r.owner != '', 'connected_at': r.connected_at,
-                        'last_active_at': r.last_active_at, 'in_flight': r.in_flight,
-                        'queue_depth': int(r.queue_depth)})
-    return clients
 
 
 # Sweeping

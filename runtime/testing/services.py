@@ -38,8 +38,9 @@ import gevent
 from runtime.errors import ServiceNotFound, SubscriptionNotFound
 from runtime.pubsub.api import PubSubAPI
 from runtime.pubsub.message import MSG_ID_PREFIX, Delivery, MsgId, encode_data, service_view
-from runtime.pubsub.registry import KIND_PULL, SubInfo
+from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.statements import new_sub_key
+from runtime.pubsub.subscribers import KIND_PULL
 from runtime.pubsub.topics import matches, validate_pattern
 from runtime.service.base import Response, Service
 from runtime.service.invoke import CHANNEL_INVOKE, Invoker

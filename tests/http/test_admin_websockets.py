@@ -22,8 +22,7 @@ import gevent.event
 import pytest
 
 from runtime.errors import SubscriptionLimitReached
-from runtime.pubsub import statements
-from runtime.pubsub.registry import KIND_WEBSOCKET
+from runtime.pubsub.subscribers.websocket import KIND_WEBSOCKET
 from runtime.testing import AppClient, TestRuntime, admin_client, make_settings
 from runtime.util.timefmt import iso
 
@@ -79,11 +78,12 @@ def _row(sub_id: int, security: str, connected: bool, **more: Any) -> dict[str, 
 
 
 def test_the_list_shows_every_client_field_filters_and_totals_and_never_a_sub_key(
-        client: AppClient, monkeypatch: pytest.MonkeyPatch) -> None:
+        rt: TestRuntime, client: AppClient, monkeypatch: pytest.MonkeyPatch) -> None:
     rows = [_row(3, 'browser', True, in_flight=4, window=10, queue_depth=12),
             _row(1, 'browser', False, last_active_at=time.time() - 3600, queue_depth=2),
             _row(2, 'mobile', True)]
-    monkeypatch.setattr(statements, 'websocket_clients', lambda conn: [dict(r) for r in rows], raising=False)
+    # The rows the WebSocket kind's table would give (the reader the runtime handed its queue admin).
+    monkeypatch.setattr(rt.queue_admin, '_websocket_clients', lambda conn: [dict(r) for r in rows])
 
     answer = _ok(client.simulate_get('/admin/pubsub/websockets'))
     assert [v['sub_id'] for v in answer['websockets']] == [1, 2, 3]

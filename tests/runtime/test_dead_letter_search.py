@@ -13,7 +13,8 @@ from runtime.db.models import DeadLetter, Message, QueueEntry
 from runtime.errors import InvalidInput, MatchChanged
 from runtime.pubsub.dead_letter_search import DeadLetterFilter, DeadLetterSearch
 from runtime.pubsub.queue_admin import QueueAdmin
-from runtime.pubsub.registry import KIND_PULL, SubInfo
+from runtime.pubsub.registry import SubInfo
+from runtime.pubsub.subscribers import KIND_PULL
 from runtime.testing import TestRuntime
 
 

@@ -12,6 +12,7 @@ from runtime.db.migrate import alembic_config, upgrade
 from runtime.db.models import Base, DeadLetter, Lease, QueueEntry, Subscription, SyncState
 from runtime.pubsub import statements
 from runtime.pubsub.registry import KIND_SERVICE, service_topic_name
+from runtime.pubsub.subscribers import SUBSCRIBER_KINDS
 
 
 def test_migrations_match_models(empty_db_url):
@@ -51,11 +52,12 @@ def test_duplicate_implicit_subscriptions_are_merged_before_the_unique_index(emp
         with engine.begin() as conn:
             name = service_topic_name('svc')
             statements.create_topic(conn, name, {'has_gd': True}, is_service_topic=True, origin='service')
-            kept, dup = (statements.create_subscription(conn, statements.load_topics(conn), name, KIND_SERVICE,
-                                                        service='svc', origin='service')[0] for _ in range(2))
+            kept, dup = (statements.create_subscription(conn, statements.load_topics(conn), SUBSCRIBER_KINDS, name,
+                                                        KIND_SERVICE, service='svc', origin='service')[0]
+                         for _ in range(2))
             # The user's own subscription of the service to its topic is not an implicit one: it stays.
-            own = statements.create_subscription(conn, statements.load_topics(conn), name, KIND_SERVICE,
-                                                 service='svc', origin='api')[0]
+            own = statements.create_subscription(conn, statements.load_topics(conn), SUBSCRIBER_KINDS, name,
+                                                 KIND_SERVICE, service='svc', origin='api')[0]
             for sub_id, message_id in ((kept, 1), (kept, 2), (dup, 2), (dup, 3), (own, 1)):
                 conn.execute(insert(QueueEntry).values(sub_id=sub_id, message_id=message_id, priority=-5,
                                                        recv_time=1.0))

@@ -25,8 +25,8 @@ from runtime.db.models import BasicAuthDef, Subscription
 from runtime.errors import ConfigError, InvalidPermission
 from runtime.http.admin.permissions import PermissionsResource
 from runtime.pubsub.permissions import PUB, SUB, Grant, Permissions, Rules, parse_grant, parse_lines
-from runtime.pubsub.registry import KIND_PULL, SubInfo, TopicInfo
-from runtime.pubsub.subscribers import pull
+from runtime.pubsub.registry import SubInfo, TopicInfo
+from runtime.pubsub.subscribers import KIND_PULL, pull
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.live_server import LiveServer

@@ -6,7 +6,7 @@ import gevent
 from sqlalchemy import event, select
 
 from runtime.db.models import Message, QueueEntry
-from runtime.pubsub.registry import KIND_PULL
+from runtime.pubsub.subscribers import KIND_PULL
 from runtime.testing import make_settings
 
 

@@ -18,7 +18,8 @@ from runtime.errors import SubscriptionNotFound, TopicNotFound
 from runtime.pubsub.catalog import SYNC_KEY
 from runtime.pubsub.message import admin_view, encode_data
 from runtime.pubsub.queue_admin import QueueAdmin
-from runtime.pubsub.registry import KIND_PULL, SubInfo
+from runtime.pubsub.registry import SubInfo
+from runtime.pubsub.subscribers import KIND_PULL
 from runtime.pubsub.topic_admin import TopicAdmin
 from runtime.testing import TestRuntime
 

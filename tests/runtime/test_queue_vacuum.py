@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from runtime.pubsub.queue_vacuum import LOCK_KEY, QueueVacuum
-from runtime.pubsub.registry import KIND_PULL
+from runtime.pubsub.subscribers import KIND_PULL
 from runtime.testing import TestRuntime, make_settings
 
 

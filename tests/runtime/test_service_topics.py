@@ -15,6 +15,7 @@ from runtime.db.models import Subscription
 from runtime.errors import TopicNotFound
 from runtime.pubsub import statements
 from runtime.pubsub.registry import KIND_SERVICE, Registry, SubInfo, TopicInfo, service_topic_name
+from runtime.pubsub.subscribers import SUBSCRIBER_KINDS
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings
 
@@ -55,7 +56,8 @@ def test_a_second_implicit_subscription_of_a_service_is_refused_by_the_database(
     name = service_topic_name(sink.name)
 
     def another(conn: Connection) -> None:
-        statements.create_subscription(conn, statements.load_topics(conn), name, KIND_SERVICE, service=sink.name,
+        statements.create_subscription(conn, statements.load_topics(conn), SUBSCRIBER_KINDS, name, KIND_SERVICE,
+                                       service=sink.name,
                                        origin='service')
     with pytest.raises(IntegrityError):
         run_transaction(rt.engine, another)
@@ -75,7 +77,8 @@ def test_a_worker_that_loses_the_race_uses_the_winners_subscription(
     def winner(conn: Connection) -> None:
         # Another worker's transaction, committed without telling this one (no sync bump).
         statements.create_topic(conn, name, {'has_gd': True}, is_service_topic=True, origin='service')
-        statements.create_subscription(conn, statements.load_topics(conn), name, KIND_SERVICE, service=sink.name,
+        statements.create_subscription(conn, statements.load_topics(conn), SUBSCRIBER_KINDS, name, KIND_SERVICE,
+                                       service=sink.name,
                                        origin='service')
     run_transaction(rt.engine, winner)
     [won] = _implicit_subscriptions(rt.engine, sink.name)

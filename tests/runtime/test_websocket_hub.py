@@ -24,14 +24,13 @@ from runtime.db.engine import make_engine
 from runtime.db.migrate import upgrade
 from runtime.db.models import Lease, QueueEntry, Subscription, WsClient
 from runtime.errors import ConfigError, SubscriptionNotFound
-from runtime.pubsub import statements
 from runtime.pubsub.broker import lease_name
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.leases import LeaseManager
 from runtime.pubsub.observers import PubSubObserver
 from runtime.pubsub.registry import Registry, SubInfo, TopicInfo
-from runtime.pubsub.subscribers.websocket import AckTimeout, ClientGone
-from runtime.pubsub.sweeper import inactivity_limits
+from runtime.pubsub.subscribers.websocket import AckTimeout, ClientGone, clients
+from runtime.pubsub.subscribers.websocket.clients import inactivity_limits
 from runtime.testing import TestRuntime, make_settings, wait_until
 
 #: Broker settings of every runtime here: short waits, quick lease renewal (and so a quick heartbeat).
@@ -127,7 +126,7 @@ def entries(rt: TestRuntime, sub_id: int) -> list[Any]:
 
 def client_row(rt: TestRuntime, sub_id: int) -> dict[str, Any] | None:
     with rt.engine.connect() as conn:
-        return next((c for c in statements.websocket_clients(conn) if c['sub_id'] == sub_id), None)
+        return next((c for c in clients.websocket_clients(conn) if c['sub_id'] == sub_id), None)
 
 
 def set_activity(rt: TestRuntime, sub_id: int, last_active_at: float, owner: str | None = None) -> None:
@@ -344,7 +343,7 @@ def test_inactive_subscriptions_are_deleted_with_their_queue_and_announced(make_
     set_activity(rt, recent_owner.id, now - 50, owner='host:1:dead')
     with caplog.at_level(logging.WARNING, logger='runtime.pubsub.sweeper'):
         counts = rt.broker.sweeper.sweep()
-    assert counts['inactive_ws_subscriptions'] == 2
+    assert counts['inactive_subscriptions'] == 2
     assert subscription_rows(rt, stale.id) == (0, 0, 0) and subscription_rows(rt, dead_owner.id) == (0, 0, 0)
     assert {s.id for s in observer.expired} == {stale.id, dead_owner.id}
     for kept in (fresh, attached, recent_owner):
@@ -353,7 +352,7 @@ def test_inactive_subscriptions_are_deleted_with_their_queue_and_announced(make_
     logged = [r.getMessage() for r in caplog.records if 'limit_sub_inactivity' in r.getMessage()]
     assert len(logged) == 2 and stale.label in '\n'.join(logged)
     assert not any(stale.sub_key in r.getMessage() or dead_owner.sub_key in r.getMessage() for r in caplog.records)
-    assert rt.broker.sweeper.sweep()['inactive_ws_subscriptions'] == 0
+    assert rt.broker.sweeper.sweep()['inactive_subscriptions'] == 0
 
 
 def test_a_limit_of_zero_never_expires_and_a_pattern_takes_the_largest_limit(make_rt) -> None:
@@ -370,7 +369,7 @@ def test_a_limit_of_zero_never_expires_and_a_pattern_takes_the_largest_limit(mak
     set_activity(rt, pattern.id, now - 500)  # past ws.p.short's limit, within ws.p.long's
     set_activity(rt, expiring.id, now - 2000)
     set_activity(rt, unmatched.id, now - 2000)  # matches no topic: the default, a day
-    assert rt.broker.sweeper.sweep()['inactive_ws_subscriptions'] == 1
+    assert rt.broker.sweeper.sweep()['inactive_subscriptions'] == 1
     assert subscription_rows(rt, expiring.id)[0] == 0
     assert all(subscription_rows(rt, s.id)[0] == 1 for s in (forever, pattern, unmatched))
 

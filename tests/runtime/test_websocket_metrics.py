@@ -22,7 +22,8 @@ from runtime.observability.websocket_metrics import (
     WebSocketMetrics,
     frame_action,
 )
-from runtime.pubsub.registry import KIND_WEBSOCKET, SubInfo
+from runtime.pubsub.registry import SubInfo
+from runtime.pubsub.subscribers.websocket import KIND_WEBSOCKET
 from runtime.testing import TestRuntime
 
 

@@ -31,8 +31,8 @@ import requests
 from psycopg import sql
 
 from runtime.pubsub.permissions import Grant, Rules
-from runtime.pubsub.registry import KIND_PULL, SubInfo
-from runtime.pubsub.subscribers import pull
+from runtime.pubsub.registry import SubInfo
+from runtime.pubsub.subscribers import KIND_PULL, pull
 from runtime.testing import TestRuntime, make_settings
 from tests.conftest import PG_ADMIN_URL
 from tests.live_server import LiveServer, poll

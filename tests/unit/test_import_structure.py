@@ -231,12 +231,12 @@ KINDS_PUBLIC = (KINDS_PACKAGE, KINDS_PACKAGE + '.base')
 #: left to move into the kinds. The list may only shrink (an entry that no longer imports its kind fails too).
 KIND_MODULE_USERS = {
     'runtime.http.admin.subscription_views': {'runtime.pubsub.subscribers.file'},
+    'runtime.http.app': {'runtime.pubsub.subscribers.websocket'},  # the hub's type, for the WebSocket route
     'runtime.http.handover': {'runtime.pubsub.subscribers.pull'},
     'runtime.http.pubsub_rest': {'runtime.pubsub.subscribers.pull'},
     'runtime.http.websocket.session': {'runtime.pubsub.subscribers.websocket'},
     'runtime.pubsub.api': {'runtime.pubsub.subscribers.pull'},
     'runtime.pubsub.objects': {'runtime.pubsub.subscribers.file', 'runtime.pubsub.subscribers.rest_push'},
-    'runtime.pubsub.websocket_hub': {'runtime.pubsub.subscribers.websocket'},
 }
 
 
@@ -251,6 +251,23 @@ def test_the_core_of_pubsub_imports_no_kind_no_file_transfer_and_no_http() -> No
                        or i in _kind_modules_imported(graph[m]))
              for m in PUBSUB_CORE}
     assert {m: i for m, i in found.items() if i} == {}, 'the core of pub/sub imports a kind, runtime.files or HTTP'
+
+
+#: The one kind the core of pub/sub names: a service's topic and its implicit subscription are the broker's own.
+CORE_KIND = 'KIND_SERVICE'
+
+
+def test_the_core_of_pubsub_names_no_kind_but_the_service_topics_one() -> None:
+    files = module_files()
+    named = {}
+    for module in PUBSUB_CORE:
+        tree = ast.parse(files[module].read_text(encoding='utf-8'))
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        kinds = sorted(n for n in names if n.startswith('KIND_') and n != CORE_KIND)
+        if kinds:
+            named[module] = kinds
+    assert named == {}, 'the core of pub/sub names a subscriber kind: ask its plug-in through Kinds instead'
 
 
 def test_no_new_module_reaches_into_a_subscriber_kind() -> None:

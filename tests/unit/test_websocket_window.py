@@ -20,10 +20,10 @@ from runtime.http.websocket.session import SendWindow, WebSocketSession
 from runtime.pubsub.delivery import DeliveryLoop, Outcome
 from runtime.pubsub.observers import Observers, PubSubObserver
 from runtime.pubsub.options import DeliveryOptions
-from runtime.pubsub.registry import KIND_WEBSOCKET, SubInfo
+from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.statements import Delivery
 from runtime.pubsub.subscribers.base import Context
-from runtime.pubsub.subscribers.websocket import Attachments, WebSocketSubscriber
+from runtime.pubsub.subscribers.websocket import KIND_WEBSOCKET, Attachments, WebSocketSubscriber
 from runtime.testing import wait_until
 from runtime.testing.memory import MemoryQueueBackend
 from runtime.util.json_limits import DEFAULT_LIMITS

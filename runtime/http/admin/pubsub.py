@@ -55,15 +55,8 @@ from runtime.http.openapi import (
     string,
 )
 from runtime.pubsub.queue_statements import MAX_PAGE
-from runtime.pubsub.registry import (
-    KIND_PULL,
-    KIND_REST_PUSH,
-    KIND_SERVICE,
-    KIND_WEBSOCKET,
-    TopicInfo,
-    check_topic_attributes,
-)
-from runtime.pubsub.subscribers import SUBSCRIBER_KINDS
+from runtime.pubsub.registry import KIND_SERVICE, TopicInfo, check_topic_attributes
+from runtime.pubsub.subscribers import KIND_PULL, KIND_REST_PUSH, KIND_WEBSOCKET, SUBSCRIBER_KINDS
 from runtime.pubsub.topics import validate_pattern, validate_topic_name
 from runtime.util.timefmt import iso
 

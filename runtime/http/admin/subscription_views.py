@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from runtime.http.openapi import BOOL, INT, NUM, STR, TIME, obj
-from runtime.pubsub.registry import KIND_FILE, KIND_WEBSOCKET
-from runtime.pubsub.subscribers import SUBSCRIBER_KINDS
+from runtime.pubsub.subscribers import KIND_FILE, KIND_WEBSOCKET, SUBSCRIBER_KINDS
 from runtime.pubsub.subscribers.file import shown_target
 from runtime.util.timefmt import iso, iso_or_none
 
@@ -75,7 +74,7 @@ def client_fields(client: dict[str, Any], now: float | None = None) -> dict[str,
 
 
 def websocket_view(client: dict[str, Any], now: float | None = None) -> dict[str, Any]:
-    """A WebSocket subscription with its client, from a ``statements.websocket_clients`` row (never the sub_key)."""
+    """A WebSocket subscription with its client, from a row of the kind's ``websocket_clients`` (never the sub_key)."""
     return {'sub_id': client['sub_id'], 'security': client['security'], 'pattern': client['pattern'],
             'is_active': client['is_active'], 'queue_depth': client['queue_depth'], **client_fields(client, now)}
 

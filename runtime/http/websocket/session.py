@@ -59,8 +59,7 @@ from runtime.http.websocket.connection import (
 from runtime.observability.websocket_metrics import WebSocketMetrics
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import render_pull
-from runtime.pubsub.registry import KIND_WEBSOCKET
-from runtime.pubsub.subscribers.websocket import AckTimeout, ClientGone
+from runtime.pubsub.subscribers.websocket import KIND_WEBSOCKET, AckTimeout, ClientGone
 from runtime.pubsub.topics import validate_pattern
 from runtime.service.invoke import new_cid
 from runtime.util import json_limits
@@ -70,7 +69,7 @@ if TYPE_CHECKING:
     from runtime.config import WebSocketSection
     from runtime.pubsub.registry import SubInfo
     from runtime.pubsub.statements import Delivery
-    from runtime.pubsub.websocket_hub import WebSocketHub
+    from runtime.pubsub.subscribers.websocket import WebSocketHub
     from runtime.security.basic_auth import BasicAuth
 
 _log = logging.getLogger(__name__)

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 from runtime.pubsub.kinds import Kinds
 from runtime.pubsub.subscribers.base import Context, Deliverer, KindTools, RunService, Subscriber
-from runtime.pubsub.subscribers.file import FileSubscriber
-from runtime.pubsub.subscribers.pull import PullSubscriber
-from runtime.pubsub.subscribers.rest_push import RestPushSubscriber
+from runtime.pubsub.subscribers.file import KIND_FILE, FileSubscriber
+from runtime.pubsub.subscribers.pull import KIND_PULL, PullSubscriber
+from runtime.pubsub.subscribers.rest_push import KIND_REST_PUSH, RestPushSubscriber
 from runtime.pubsub.subscribers.service import ServiceSubscriber
-from runtime.pubsub.subscribers.websocket import Attachments, WebSocketSubscriber
+from runtime.pubsub.subscribers.websocket import KIND_WEBSOCKET, Attachments, WebSocketSubscriber
 
-__all__ = ['SUBSCRIBER_KINDS', 'Attachments', 'Context', 'Deliverer', 'KindTools', 'RunService', 'Subscriber',
-           'standard_subscribers']
+__all__ = ['KIND_FILE', 'KIND_PULL', 'KIND_REST_PUSH', 'KIND_WEBSOCKET', 'SUBSCRIBER_KINDS', 'Attachments',
+           'Context', 'Deliverer', 'KindTools', 'RunService', 'Subscriber', 'standard_subscribers']
 
 #: Every subscriber kind Conduit has, in the order errors and the API list them: the one place a kind is registered.
 SUBSCRIBER_KINDS = Kinds([ServiceSubscriber, PullSubscriber, RestPushSubscriber, WebSocketSubscriber, FileSubscriber])

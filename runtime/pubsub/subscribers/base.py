@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from runtime.pubsub.delivery import Deliver, DeliverBatch, Outcome
     from runtime.pubsub.options import DeliveryOptions, KindOptions
-    from runtime.pubsub.registry import SubInfo, TopicInfo
+    from runtime.pubsub.registry import Registry, SubInfo, TopicInfo
 
 #: Runs a named service with data: run(service, data, channel, raw_request) -> its response payload.
 RunService = Callable[[str, Any, str, 'dict[str, Any] | None'], Any]
@@ -55,8 +57,34 @@ class Deliverer(NamedTuple):
     progress: Callable[[Callable[[Outcome], None]], None] | None = None
 
 
+class KindStorage:
+    """What a kind keeps in the database beside its subscriptions, and sweeps: by default nothing.
+
+    Every kind's class derives from it and overrides what it keeps (the WebSocket kind: its
+    clients' rows). Static methods: the catalog and the sweeper call them on a kind's plug-in.
+    """
+
+    @staticmethod
+    def created(conn: Connection, sub_id: int, now: float) -> None:
+        """Add what the kind keeps beside a new subscription, in the transaction that inserted it."""
+
+    @staticmethod
+    def undelivered(conn: Connection) -> set[int]:
+        """The kind's subscriptions that no delivery loop delivers now: the sweeper expires their messages."""
+        return set()
+
+    @staticmethod
+    def sweep(conn: Connection, registry: Registry, subs: list[SubInfo], now: float,
+              dead_owner_secs: float) -> list[tuple[SubInfo, str]]:
+        """Delete the kind's subscriptions (of subs) nobody uses any more, with their queues; each with why.
+
+        dead_owner_secs: how long a worker's heartbeat must have stopped before it is taken as dead.
+        """
+        return []
+
+
 class Subscriber(Protocol):
-    """One kind of subscriber."""
+    """One kind of subscriber (its class derives from ``KindStorage``)."""
 
     #: The kind's name, as subscriptions store it.
     kind: str
@@ -85,3 +113,16 @@ class Subscriber(Protocol):
 
     def deliverer(self, ctx: Context, sub: SubInfo) -> Deliverer:
         """What a delivery loop of sub calls (delivered kinds only)."""
+
+    @staticmethod
+    def created(conn: Connection, sub_id: int, now: float) -> None:
+        """See ``KindStorage.created``."""
+
+    @staticmethod
+    def undelivered(conn: Connection) -> set[int]:
+        """See ``KindStorage.undelivered``."""
+
+    @staticmethod
+    def sweep(conn: Connection, registry: Registry, subs: list[SubInfo], now: float,
+              dead_owner_secs: float) -> list[tuple[SubInfo, str]]:
+        """See ``KindStorage.sweep``."""

@@ -78,14 +78,17 @@ from runtime.files.sources import open_source
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import Delivery
 from runtime.pubsub.options import DeliveryOptions, KindOptions
-from runtime.pubsub.registry import KIND_FILE, SubInfo
+from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.retry import is_socket_error
-from runtime.pubsub.subscribers.base import Context, Deliverer, KindTools, RunService
+from runtime.pubsub.subscribers.base import Context, Deliverer, KindStorage, KindTools, RunService
 from runtime.pubsub.subscribers.service import prepare, render_batch
 from runtime.security import secret_refs
 from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
 
 _log = logging.getLogger(__name__)
+
+#: The kind's name, as subscriptions store it.
+KIND_FILE = 'file'
 
 #: What one file of a file subscription holds: one message, or one delivery batch (of one topic).
 FILE_PER = ('message', 'batch')
@@ -461,7 +464,7 @@ def _reason(e: BaseException) -> str:
     return type(e).__name__
 
 
-class FileSubscriber:
+class FileSubscriber(KindStorage):
     """File subscriptions: a FileDeliverer per subscription, its connection closed with the loop."""
 
     kind = KIND_FILE

@@ -60,8 +60,8 @@ from runtime.errors import SubscriptionNotFound, UnrenderableMessage
 from runtime.pubsub import statements
 from runtime.pubsub.dead_letters import DeadLetterer, Moves
 from runtime.pubsub.message import Delivery, render_pull, service_view
-from runtime.pubsub.registry import KIND_PULL
 from runtime.pubsub.retry import REASON_UNRENDERABLE
+from runtime.pubsub.subscribers.base import KindStorage
 from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.util.random_ids import random_hex
 
@@ -74,6 +74,9 @@ if TYPE_CHECKING:
     from runtime.pubsub.subscribers.base import Context, Deliverer, KindTools
 
 _log = logging.getLogger(__name__)
+
+#: The kind's name, as subscriptions store it.
+KIND_PULL = 'pull'
 
 #: Messages one pull hands over unless told otherwise, and at most.
 DEFAULT_MAX_MESSAGES = 50
@@ -380,7 +383,7 @@ def ack(source: PullSource, subs: list[SubInfo], ack_ids: list[str]) -> set[str]
     return {ack_id for ack_id, _d in acked}
 
 
-class PullSubscriber:
+class PullSubscriber(KindStorage):
     """Pull subscriptions: read by their clients (``take``, ``get_messages``), never delivered by a worker."""
 
     kind = KIND_PULL

@@ -71,14 +71,17 @@ from runtime.errors import ConfigError, PushFailed, PushUnreachable, Unrenderabl
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import Delivery, pull_meta, push_view
 from runtime.pubsub.options import DeliveryOptions, KindOptions
-from runtime.pubsub.registry import KIND_REST_PUSH, SubInfo
-from runtime.pubsub.subscribers.base import Context, Deliverer, KindTools, RunService
+from runtime.pubsub.registry import SubInfo
+from runtime.pubsub.subscribers.base import Context, Deliverer, KindStorage, KindTools, RunService
 from runtime.pubsub.subscribers.service import prepare, render_batch
 from runtime.security import secret_refs
 from runtime.util import json_limits
 from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
 
 _log = logging.getLogger(__name__)
+
+#: The kind's name, as subscriptions store it.
+KIND_REST_PUSH = 'rest_push'
 
 #: Headers of every push request (Zato's receivers compare the content type as it is).
 _HEADERS = {'Content-Type': 'application/json', 'User-Agent': 'Conduit-pubsub'}
@@ -426,7 +429,7 @@ class PushDeliverer:
                 _log.debug('closing a push session failed: %s', e)
 
 
-class RestPushSubscriber:
+class RestPushSubscriber(KindStorage):
     """REST push subscriptions: a PushDeliverer per subscription, its session closed with the loop."""
 
     kind = KIND_REST_PUSH

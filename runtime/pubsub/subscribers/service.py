@@ -20,7 +20,7 @@ from runtime.errors import ConfigError, UnrenderableMessage
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import service_view
 from runtime.pubsub.registry import KIND_SERVICE
-from runtime.pubsub.subscribers.base import Context, Deliverer, KindTools, RunService
+from runtime.pubsub.subscribers.base import Context, Deliverer, KindStorage, KindTools, RunService
 
 if TYPE_CHECKING:
     from runtime.pubsub.message import Delivery
@@ -98,7 +98,7 @@ def prepare(ctx: Context, sub: SubInfo, d: Delivery, run_service: RunService) ->
     return meta
 
 
-class ServiceSubscriber:
+class ServiceSubscriber(KindStorage):
     """Delivers each message to the subscribed service, one invocation per message."""
 
     kind = KIND_SERVICE
