@@ -54,9 +54,9 @@ from runtime.pubsub.broker import Broker
 from runtime.pubsub.catalog import SYNC_KEY as PUBSUB_KEY
 from runtime.pubsub.objects import section_handlers as pubsub_sections
 from runtime.pubsub.observers import Observers
+from runtime.pubsub.permission_admin import PermissionAdmin
 from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
-from runtime.pubsub.permissions import PermissionAdmin, Permissions
-from runtime.pubsub.permissions import section_handler as permissions_section
+from runtime.pubsub.permissions import Permissions
 from runtime.pubsub.queue_admin import QueueAdmin
 from runtime.pubsub.subscribers import SUBSCRIBER_KINDS, KindTools, standard_subscribers
 from runtime.pubsub.subscribers.websocket import Attachments, WebSocketHub
@@ -124,7 +124,6 @@ def make_objects_applier(settings: Settings, engine: Engine, demo: bool, files: 
     applier.add_handler(channels_section())  # after 'security': channels name definitions
     for handler in pubsub_sections(settings.pubsub, SUBSCRIBER_KINDS):
         applier.add_handler(handler)
-    applier.add_handler(permissions_section())  # after 'security': it names definitions
     applier.add_handler(scheduler_section(settings.scheduler))
     applier.add_handler(file_channel_section(settings.pubsub.auto_create_topics))  # after pubsub_topic
     return applier

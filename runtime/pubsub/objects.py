@@ -37,14 +37,17 @@ from typing import Any
 from sqlalchemy import Connection, delete, select, update
 
 from runtime.config import PubSubSection
-from runtime.db.models import Subscription, Topic
-from runtime.errors import ConfigError
+from runtime.db.models import BasicAuthDef, PubSubPermission, Subscription, Topic
+from runtime.errors import ConfigError, InvalidPermission
 from runtime.objects import zato_keys
 from runtime.objects.applier import DELETE, Scope, SectionHandler
 from runtime.objects.checks import topic_missing
 from runtime.pubsub import statements
 from runtime.pubsub.catalog import SYNC_KEY
 from runtime.pubsub.kinds import Kinds
+from runtime.pubsub.permission_admin import security_exists
+from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
+from runtime.pubsub.permissions import parse_grant
 from runtime.pubsub.registry import (
     KIND_SERVICE,
     TOPIC_ATTRIBUTES,
@@ -271,9 +274,46 @@ def _existing(conn: Connection, kind: str, service: str, security: str, pattern:
     return None
 
 
+def apply_permissions(conn: Connection, items: list[dict[str, Any]], scope: Scope) -> None:
+    """Section ``pubsub_permission``: ``{security, pub: [...], sub: [...]}`` per definition.
+
+    ``pub`` and ``sub`` may also be given as text with one name or pattern a line, and Zato 3's
+    ``pub=``/``sub=`` lines as ``patterns``. Runs after the ``security`` section, in the same
+    transaction, so the definitions it names are those the files declare now.
+    """
+    declared: set[str] = set()
+    for item in items:
+        security = item.get('security')
+        where = f'{item["_file"]} [pubsub_permission] {security!r}'
+        if not isinstance(security, str) or not security:
+            raise ConfigError(where, "'security' is required")
+        if security in declared:
+            raise ConfigError(where, 'permissions of this security definition are declared twice')
+        declared.add(security)
+        unknown = sorted(set(item) - {'security', 'pub', 'sub', 'patterns', '_file'})
+        if unknown:
+            raise ConfigError(where, f'unknown key(s): {", ".join(unknown)}')
+        try:
+            pub, sub = parse_grant(item)
+        except InvalidPermission as e:
+            raise ConfigError(where, str(e)) from None
+        if not security_exists(conn, security):
+            raise ConfigError(where, f'security definition {security!r} does not exist')
+        scope.upsert(conn, 'permission', PubSubPermission, 'security', security,
+                     {'pub': json.dumps(pub), 'sub': json.dumps(sub)}, item['_file'])
+    for row in scope.stale(conn, PubSubPermission):
+        if row.security not in declared:
+            conn.execute(delete(PubSubPermission).where(PubSubPermission.id == row.id))
+            scope.record(DELETE, 'permission', row.security, row.owner)
+    # Permissions of definitions that are gone must not pass to a new definition of the same name.
+    conn.execute(delete(PubSubPermission).where(PubSubPermission.security.not_in(select(BasicAuthDef.name))))
+
+
 def section_handlers(settings: PubSubSection, kinds: Kinds) -> list[SectionHandler]:
-    """Handlers to register with the ObjectsApplier, in order (outgoing_rest before pubsub_subscription)."""
+    """Handlers to register with the ObjectsApplier after 'security', in order (outgoing_rest before
+    pubsub_subscription; pubsub_permission names security definitions)."""
     endpoints: dict[str, dict[str, Any]] = {}
     return [SectionHandler('pubsub_topic', apply_topics, (SYNC_KEY,)),
             SectionHandler('outgoing_rest', make_outgoing_rest_handler(endpoints)),
-            SectionHandler('pubsub_subscription', make_apply_subscriptions(settings, kinds, endpoints), (SYNC_KEY,))]
+            SectionHandler('pubsub_subscription', make_apply_subscriptions(settings, kinds, endpoints), (SYNC_KEY,)),
+            SectionHandler('pubsub_permission', apply_permissions, (PERMISSIONS_KEY,))]

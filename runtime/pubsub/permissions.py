@@ -15,24 +15,24 @@ what reached a queue before the permission changed.
 
 Every worker holds the permissions in memory (``Permissions``), reloaded when the sync key
 ``pubsub_permissions`` moves; they come from the ``pubsub_permission`` section of the object files
-(``{security, pub: [...], sub: [...]}``) and from the admin API.
+(``{security, pub: [...], sub: [...]}``, ``runtime.pubsub.objects``) and from the admin API
+(``runtime.pubsub.permission_admin``, which owns their statements).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, delete, select, update
+from sqlalchemy import Engine, select
 
-from runtime.cluster.sync import bump, one_reload_at_a_time
+from runtime.cluster.sync import one_reload_at_a_time
 from runtime.db.blocking import run_transaction
-from runtime.db.models import BasicAuthDef, PubSubPermission
-from runtime.errors import ConfigError, InvalidPermission, InvalidTopicName, ObjectNotFound
-from runtime.objects.applier import DELETE, Scope, SectionHandler
+from runtime.db.models import PubSubPermission
+from runtime.errors import InvalidPermission, InvalidTopicName
 from runtime.pubsub.topics import covers, is_pattern, matches, normalize, validate_pattern
 
 if TYPE_CHECKING:
@@ -148,7 +148,8 @@ class Grant:
                 'origin': self.origin}
 
 
-def _grant(row: Any) -> Grant:
+def grant_of(row: Any) -> Grant:
+    """The permissions of a stored ``conduit_pubsub_permission`` row."""
     return Grant(row.security, Rules(json.loads(row.pub or '[]')), Rules(json.loads(row.sub or '[]')), row.origin)
 
 
@@ -169,7 +170,7 @@ class Permissions:
         grants = {}
         for row in rows:
             try:
-                grants[row.security] = _grant(row)
+                grants[row.security] = grant_of(row)
             except (ValueError, TypeError) as e:
                 _log.error('pub/sub permissions of %r are unreadable and deny everything: %s', row.security, e)
         self._grants = grants
@@ -222,128 +223,3 @@ class Permissions:
     def may_read(self, sub: SubInfo, topic_name: str) -> bool:
         """Like sub_allowed, for a topic known by name only."""
         return not sub.security or self.can_sub(sub.security, topic_name)
-
-
-# Storage: the admin API and the object files
-
-
-def security_exists(conn: Connection, security: str) -> bool:
-    """Whether a Basic Auth definition of that name exists."""
-    return conn.execute(select(BasicAuthDef.id).where(BasicAuthDef.name == security)).first() is not None
-
-
-def load(conn: Connection, security: str) -> Grant | None:
-    """One definition's stored permissions."""
-    row = conn.execute(select(PubSubPermission).where(PubSubPermission.security == security)).first()
-    return _grant(row) if row is not None else None
-
-
-def save(conn: Connection, security: str, pub: list[str], sub: list[str], origin: str = 'api') -> None:
-    """Create or replace a definition's permissions (the caller validated the patterns) and bump the sync key."""
-    values = {'pub': json.dumps(pub), 'sub': json.dumps(sub), 'origin': origin}
-    if conn.execute(update(PubSubPermission).where(PubSubPermission.security == security).values(**values)
-                    ).rowcount == 0:
-        conn.execute(PubSubPermission.__table__.insert().values(security=security, **values))
-    bump(conn, SYNC_KEY)
-
-
-def remove(conn: Connection, security: str) -> bool:
-    """Delete a definition's permissions; False if it had none."""
-    gone = conn.execute(delete(PubSubPermission).where(PubSubPermission.security == security)).rowcount > 0
-    if gone:
-        bump(conn, SYNC_KEY)
-    return gone
-
-
-class PermissionAdmin:
-    """Reads and changes one security definition's stored permissions, for the admin API.
-
-    ``save`` and ``remove`` bump the sync key in the change's transaction (object files share them),
-    so every worker follows within its next poll; ``reload`` reloads this worker's at once. A
-    definition that does not exist is ObjectNotFound.
-    """
-
-    def __init__(self, engine: Engine, reload: Callable[[], None]) -> None:
-        self._engine = engine
-        self._reload = reload
-
-    def defined(self, security: str) -> bool:
-        """Whether a Basic Auth definition of that name is stored (made by any worker)."""
-        return run_transaction(self._engine, lambda c: security_exists(c, security), write=False)
-
-    def get(self, security: str) -> Grant | None:
-        """A definition's permissions (None: it has none, and may do nothing)."""
-        def work(conn: Connection) -> tuple[bool, Grant | None]:
-            if not security_exists(conn, security):
-                return False, None
-            return True, load(conn, security)
-        exists, grant = run_transaction(self._engine, work, write=False)
-        if not exists:
-            raise ObjectNotFound('security definition', security)
-        return grant
-
-    def replace(self, security: str, pub: list[str], sub: list[str]) -> Grant | None:
-        """Replace a definition's permissions (patterns already validated); returns them as stored."""
-        def work(conn: Connection) -> tuple[bool, Grant | None]:
-            if not security_exists(conn, security):
-                return False, None
-            save(conn, security, pub, sub, origin='api')
-            return True, load(conn, security)
-        exists, grant = run_transaction(self._engine, work)
-        if not exists:
-            raise ObjectNotFound('security definition', security)
-        self._reload()
-        return grant
-
-    def remove(self, security: str) -> None:
-        """Remove a definition's permissions; ObjectNotFound if it had none."""
-        def work(conn: Connection) -> tuple[bool, bool]:
-            if not security_exists(conn, security):
-                return False, False
-            return True, remove(conn, security)
-        exists, removed = run_transaction(self._engine, work)
-        if not exists:
-            raise ObjectNotFound('security definition', security)
-        if not removed:
-            raise ObjectNotFound('pub/sub permissions of security definition', security)
-        self._reload()
-
-
-def apply_permissions(conn: Connection, items: list[dict[str, Any]], scope: Scope) -> None:
-    """Section ``pubsub_permission``: ``{security, pub: [...], sub: [...]}`` per definition.
-
-    ``pub`` and ``sub`` may also be given as text with one name or pattern a line, and Zato 3's
-    ``pub=``/``sub=`` lines as ``patterns``. Runs after the ``security`` section, in the same
-    transaction, so the definitions it names are those the files declare now.
-    """
-    declared: set[str] = set()
-    for item in items:
-        security = item.get('security')
-        where = f'{item["_file"]} [pubsub_permission] {security!r}'
-        if not isinstance(security, str) or not security:
-            raise ConfigError(where, "'security' is required")
-        if security in declared:
-            raise ConfigError(where, 'permissions of this security definition are declared twice')
-        declared.add(security)
-        unknown = sorted(set(item) - {'security', 'pub', 'sub', 'patterns', '_file'})
-        if unknown:
-            raise ConfigError(where, f'unknown key(s): {", ".join(unknown)}')
-        try:
-            pub, sub = parse_grant(item)
-        except InvalidPermission as e:
-            raise ConfigError(where, str(e)) from None
-        if not security_exists(conn, security):
-            raise ConfigError(where, f'security definition {security!r} does not exist')
-        scope.upsert(conn, 'permission', PubSubPermission, 'security', security,
-                     {'pub': json.dumps(pub), 'sub': json.dumps(sub)}, item['_file'])
-    for row in scope.stale(conn, PubSubPermission):
-        if row.security not in declared:
-            conn.execute(delete(PubSubPermission).where(PubSubPermission.id == row.id))
-            scope.record(DELETE, 'permission', row.security, row.owner)
-    # Permissions of definitions that are gone must not pass to a new definition of the same name.
-    conn.execute(delete(PubSubPermission).where(PubSubPermission.security.not_in(select(BasicAuthDef.name))))
-
-
-def section_handler() -> SectionHandler:
-    """The handler of section pubsub_permission, for the ObjectsApplier (after 'security')."""
-    return SectionHandler('pubsub_permission', apply_permissions, (SYNC_KEY,))

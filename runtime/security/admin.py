@@ -20,7 +20,7 @@ from runtime.db.models import BasicAuthDef, RestChannel, Subscription
 from runtime.errors import BadRequest, ObjectExists, ObjectInUse, ObjectNotFound
 from runtime.objects.applier import SECURITY_KEY
 from runtime.objects.checked_write import write_checked
-from runtime.pubsub import permissions
+from runtime.pubsub import permission_admin
 from runtime.security import user_names
 from runtime.security.basic_auth import hash_password
 
@@ -143,7 +143,7 @@ class SecurityAdmin:
             if users:
                 return ObjectInUse('security definition', name, users)
             # Permissions go with their definition: a later one of the same name must not inherit them.
-            permissions.remove(conn, name)
+            permission_admin.remove(conn, name)
             conn.execute(delete(BasicAuthDef).where(BasicAuthDef.name == name))
             return None
         write_checked(self._engine, SECURITY_KEY, work, self._reload)

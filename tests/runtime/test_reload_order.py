@@ -94,7 +94,7 @@ def test_a_held_back_permissions_read_does_not_undo_a_grant(rt: TestRuntime,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     rt.security_admin.create({'name': 'crm', 'username': 'crm'}, 'a-long-password-1')
     stale = slow_in(permissions_module, 'run_transaction', monkeypatch)(rt.permissions.reload)
-    rt.permission_admin.replace('crm', pub=['orders.*'], sub=[])
+    rt.permission_admin.update('crm', pub=['orders.*'], sub=[])
     stale.get(timeout=10)
     grant = rt.permissions.get('crm')
     assert grant is not None and grant.pub.patterns == ('orders.*',)

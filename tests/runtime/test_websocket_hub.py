@@ -107,7 +107,7 @@ def make_rt(db_url: str, tmp_path: Path, runtime_factory: Callable[..., TestRunt
         if n == 0:  # the subscriber of these tests, allowed to read every topic (later runtimes load it at start)
             rt.security_admin.create({'name': 'alice', 'username': 'alice', 'realm': 'Conduit', 'is_active': True},
                                      'alice-password-1')
-            rt.permission_admin.replace('alice', [], ['**'])
+            rt.permission_admin.update('alice', [], ['**'])
         return rt
 
     return make
@@ -197,7 +197,7 @@ def test_a_message_of_a_topic_the_subscriber_may_no_longer_read_is_dropped_not_s
     rt.catalog.create_topic('ws.secret')
     sub = rt.ws_hub.subscribe('alice', 'ws.secret', 10)
     rt.broker.publish('ws.secret', 'queued while allowed')
-    rt.permission_admin.replace('alice', [], ['ws.other'])
+    rt.permission_admin.update('alice', [], ['ws.other'])
     client = FakeClient()
     assert rt.ws_hub.attach(sub, client, PEER) == 1
     wait_until(lambda: rt.ws_hub.queue_depth(sub) == 0, TIMEOUT, message='the message dropped')

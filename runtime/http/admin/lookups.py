@@ -18,7 +18,7 @@ def security_exists(parts: AdminParts, name: str) -> bool:
     """
     if parts.security.get(name) is not None:
         return True
-    return parts.permission_admin.defined(name)
+    return parts.permission_admin.exists(name)
 
 
 def service_known(parts: AdminParts, name: str) -> bool:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from runtime.insight.overview import Insight
     from runtime.observability.audit import AuditLog
     from runtime.pubsub.broker import Broker
-    from runtime.pubsub.permissions import PermissionAdmin
+    from runtime.pubsub.permission_admin import PermissionAdmin
     from runtime.pubsub.queue_admin import QueueAdmin
     from runtime.pubsub.registry import SubInfo, TopicInfo
     from runtime.pubsub.topic_admin import TopicAdmin

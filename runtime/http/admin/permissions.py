@@ -85,9 +85,9 @@ class PermissionsResource(AdminResource):
         if unknown:
             raise BadRequest(f'unknown key(s): {", ".join(unknown)}'[:300])
         pub, sub = permissions.parse_grant(body)
-        grant = self._permissions.replace(name, pub, sub)
+        grant = self._permissions.update(name, pub, sub)
         resp.media = {'is_ok': True, 'permissions': grant.as_dict() if grant else _none_set(name)}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        self._permissions.remove(name)
+        self._permissions.delete(name)
         resp.media = {'is_ok': True, 'deleted': name}
