@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from runtime.channels.admin import ChannelAdmin
@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from runtime.insight.overview import Insight
     from runtime.observability.audit import AuditLog
     from runtime.pubsub.broker import Broker
+    from runtime.pubsub.catalog import Catalog
     from runtime.pubsub.permission_admin import PermissionAdmin
     from runtime.pubsub.queue_admin import QueueAdmin
-    from runtime.pubsub.registry import SubInfo, TopicInfo
     from runtime.pubsub.topic_admin import TopicAdmin
     from runtime.scheduler import Scheduler
     from runtime.security.admin import SecurityAdmin
@@ -32,23 +32,6 @@ if TYPE_CHECKING:
     from runtime.service.invoke import Invoker
     from runtime.service.store import ServiceStore
     from runtime.spark.manager import SparkManager
-
-
-class Catalog(Protocol):
-    """What the admin API asks of the pub/sub catalog: making topics and subscriptions, pausing them."""
-
-    def create_topic(self, name: str, origin: str = 'api', **attrs: Any) -> TopicInfo:
-        """Create a topic with the given attributes."""
-
-    def subscribe(self, pattern: str, kind: str, *, service: str = '', security: str = '', push_url: str = '',
-                  options: dict[str, Any] | None = None, origin: str = 'api') -> SubInfo:
-        """Subscribe to a topic or pattern."""
-
-    def unsubscribe(self, sub_key: str) -> None:
-        """Remove a subscription with its queue."""
-
-    def set_active(self, sub_key: str, is_active: bool) -> None:
-        """Pause or resume a subscription's delivery."""
 
 
 @dataclass(frozen=True)
