@@ -45,6 +45,7 @@ from runtime.objects.checks import topic_missing
 from runtime.pubsub import statements
 from runtime.pubsub.catalog import SYNC_KEY
 from runtime.pubsub.kinds import Kinds
+from runtime.pubsub.options import DeliveryOptions
 from runtime.pubsub.permission_admin import security_exists
 from runtime.pubsub.permissions import SYNC_KEY as PERMISSIONS_KEY
 from runtime.pubsub.permissions import parse_grant
@@ -56,10 +57,9 @@ from runtime.pubsub.registry import (
     parse_options,
 )
 from runtime.pubsub.subscribers import KIND_FILE, KIND_PULL, KIND_REST_PUSH
-from runtime.pubsub.subscribers.file import shown_target
-from runtime.pubsub.subscribers.rest_push import check_push_url
 from runtime.pubsub.topics import InvalidTopicName, normalize, validate_pattern, validate_topic_name
 from runtime.security import secret_refs
+from runtime.util.urls import shown_target
 
 #: Keys of a pubsub_subscription item that are not delivery options.
 _SUB_KEYS = {'name', 'service', 'push_service', 'security', 'topic_list', 'delivery_type', 'is_active',
@@ -103,7 +103,7 @@ def apply_topics(conn: Connection, items: list[dict[str, Any]], scope: Scope) ->
             scope.record(DELETE, 'topic', row.name, row.owner)
 
 
-def _endpoint_options(endpoint: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
+def _endpoint_options(endpoint: dict[str, Any], where: str, kinds: Kinds) -> tuple[str, dict[str, Any]]:
     """An outgoing_rest definition as a push subscription uses it: its URL and delivery options."""
     if endpoint.get('security'):
         raise ConfigError(where, 'security definitions keep only password hashes and cannot authenticate '
@@ -117,7 +117,8 @@ def _endpoint_options(endpoint: dict[str, Any], where: str) -> tuple[str, dict[s
     if not isinstance(path, str):
         raise ConfigError(where, 'url_path must be a string')
     url = host.rstrip('/') + ('/' + path.lstrip('/') if path else '')
-    check_push_url(url, where)
+    # The REST push kind's own check of a URL, naming the endpoint rather than a subscription using it.
+    kinds.plugin(KIND_REST_PUSH).check(where, '', url, DeliveryOptions())
     options: dict[str, Any] = {'push_rest_endpoint': endpoint['name']}
     timeout = endpoint.get('timeout')
     if timeout is not None:
@@ -208,7 +209,7 @@ def make_apply_subscriptions(settings: PubSubSection, kinds: Kinds,  # type: ign
                 if endpoint is None:
                     raise ConfigError(where, f'push_rest_endpoint {endpoint_name!r} is not an outgoing_rest '
                                              'definition of the object files')
-                push_url, endpoint_options = _endpoint_options(endpoint, _where(endpoint, 'outgoing_rest'))
+                push_url, endpoint_options = _endpoint_options(endpoint, _where(endpoint, 'outgoing_rest'), kinds)
                 options = endpoint_options | options  # the subscription's own options win
                 options['push_rest_endpoint'] = endpoint_name
                 is_active = is_active and bool(endpoint.get('is_active', True))

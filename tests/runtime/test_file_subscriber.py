@@ -36,8 +36,9 @@ from runtime.pubsub.message import Delivery
 from runtime.pubsub.options import DeliveryOptions
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.subscribers import SUBSCRIBER_KINDS
-from runtime.pubsub.subscribers.file import FileDeliverer, FileOptions, parse_target, shown_target
+from runtime.pubsub.subscribers.file import FileDeliverer, FileOptions, parse_target
 from runtime.testing import TestRuntime, admin_client, make_settings, wait_until
+from runtime.util.urls import shown_target
 from tests.sshd import SshServer
 
 #: Broker settings of every runtime here: quick lease renewal, polling and retries.

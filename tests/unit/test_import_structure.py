@@ -237,13 +237,9 @@ KIND_TRANSPORTS = {
     'runtime.pubsub.api': {'runtime.pubsub.subscribers.pull'},
 }
 
-#: Other modules that still reach into one kind's module, and the kind modules they import: what is left
-#: to move into the kinds (the admin's view of a file target, the Zato object files' mapping of
-#: delivery_type and endpoints). The list may only shrink (an entry that no longer imports its kind fails too).
-KIND_MODULE_USERS = {
-    'runtime.http.admin.subscription_views': {'runtime.pubsub.subscribers.file'},
-    'runtime.pubsub.objects': {'runtime.pubsub.subscribers.file', 'runtime.pubsub.subscribers.rest_push'},
-}
+#: Other modules that still reach into one kind's module, and the kind modules they import. None is left;
+#: a module that does is reached through ``runtime.pubsub.subscribers`` and the kind's plug-in instead.
+KIND_MODULE_USERS: dict[str, set[str]] = {}
 
 
 def _kind_modules_imported(imported: set[str]) -> set[str]:

@@ -15,8 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from runtime.http.openapi import BOOL, INT, NUM, STR, TIME, obj
 from runtime.pubsub.subscribers import KIND_FILE, KIND_WEBSOCKET, SUBSCRIBER_KINDS
-from runtime.pubsub.subscribers.file import shown_target
 from runtime.util.timefmt import iso, iso_or_none
+from runtime.util.urls import shown_target
 
 if TYPE_CHECKING:
     from runtime.pubsub.queue_admin import QueueAdmin

@@ -84,6 +84,7 @@ from runtime.pubsub.subscribers.base import Context, Deliverer, KindStorage, Kin
 from runtime.pubsub.subscribers.service import prepare, render_batch
 from runtime.security import secret_refs
 from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
+from runtime.util.urls import shown_target
 
 _log = logging.getLogger(__name__)
 
@@ -256,20 +257,6 @@ def parse_target(url: str, options: FileOptions, where: str) -> FileTarget:
         raise ConfigError(where, f'file_host_key is not a valid public key ({type(e).__name__})') from None
     shown_host = f'[{host}]' if ':' in host else host
     return FileTarget(directory, params, f'sftp://{username}@{shown_host}:{port}{directory}')
-
-
-def shown_target(url: str) -> str:
-    """A target URL as logs, errors and the admin API show it: never a password, query or fragment."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return '(invalid URL)'
-    user = unquote(parts.username or '')
-    host = parts.hostname or ''
-    host = f'[{host}]' if ':' in host else host
-    netloc = f'{user + "@" if user else ""}{host}{f":{port}" if port else ""}'
-    return f'{parts.scheme}://{netloc}{parts.path}'
 
 
 # Writing
