@@ -61,9 +61,10 @@ from runtime.pubsub.queue_admin import QueueAdmin
 from runtime.pubsub.subscribers import SUBSCRIBER_KINDS, KindTools, standard_subscribers
 from runtime.pubsub.subscribers.websocket import Attachments, WebSocketHub
 from runtime.pubsub.subscribers.websocket import clients as ws_clients
+from runtime.pubsub.subscription_admin import SubscriptionAdmin
 from runtime.pubsub.topic_admin import TopicAdmin
 from runtime.scheduler import SYNC_KEY as SCHEDULER_KEY
-from runtime.scheduler import Scheduler
+from runtime.scheduler import JobAdmin, Scheduler
 from runtime.scheduler.objects import section_handler as scheduler_section
 from runtime.security.admin import SecurityAdmin
 from runtime.security.basic_auth import BasicAuth, SecurityRegistry
@@ -73,6 +74,7 @@ from runtime.security.user_names import reserved_usernames
 from runtime.service.catalog import catalog, recorded_names
 from runtime.service.invoke import Invoker
 from runtime.service.store import ServiceStore
+from runtime.spark.admin import SparkJobAdmin
 from runtime.spark.manager import SparkManager
 from runtime.util.json_limits import JsonLimits
 from runtime.util.spawn import Spawner
@@ -168,6 +170,7 @@ class Runtime:
         # Services reach the pub/sub API and the Spark jobs built after the invoker through these getters.
         self.invoker = Invoker(self.store, spawn, pubsub=self.pubsub_api, config=settings.services,
                                observe=self.metrics.invoke.observe, spark=lambda: self.spark,
+                               spark_admin=lambda: self.spark_admin,
                                outcome=self.stats.service_ran)
         self.hot_deployer = HotDeployer(self.store, self.engine)
         self.security = SecurityRegistry()
@@ -204,7 +207,9 @@ class Runtime:
                                    heartbeat_secs=settings.pubsub.lease_renew_secs,
                                    max_per_definition=settings.websocket.max_subscriptions_per_definition)
         # The broker's registry is replaced by every reload: the layers read it afresh each time.
-        self.topic_admin = TopicAdmin(self.engine, lambda: self.broker.registry, self.broker.reload)
+        self.topic_admin = TopicAdmin(self.engine, lambda: self.broker.registry, self.broker.reload, self.catalog)
+        self.subscription_admin = SubscriptionAdmin(self.engine, lambda: self.broker.registry, self.broker.reload,
+                                                    self.catalog)
         self.queue_admin = QueueAdmin(self.engine, lambda: self.broker.registry, self.broker.reload,
                                       websocket_clients=ws_clients.websocket_clients)
         self.permission_admin = PermissionAdmin(self.engine, lambda: self.synchronizer.changed(PERMISSIONS_KEY))
@@ -221,8 +226,12 @@ class Runtime:
         self.synchronizer.register(PERMISSIONS_KEY, self.permissions.reload)
         self.scheduler = Scheduler(self.engine, settings.scheduler, spawn, self.store, self.invoker,
                                    owner=self.identity.id)
+        #: Reading and changing the jobs; a change wakes this worker's scheduler at once.
+        self.job_admin = JobAdmin(self.engine, settings.scheduler.timezone, self.store.has, self.scheduler.wake)
         self.spark = SparkManager(settings, self.engine, spawn, has_service=self.store.has, broker=self.broker,
                                   catalog=self.catalog, archive=self.archive, owner=self.identity.id)
+        #: Reading and killing any Spark job; a kill of a job this worker runs stops it at once.
+        self.spark_admin = SparkJobAdmin(self.engine, settings.spark, self.spark.pipelines_dir, self.spark.kill_here)
         self.synchronizer.register(SCHEDULER_KEY, self.scheduler.wake)
         #: Inbound file channels: this worker's pollers of their directories (runtime.files).
         self.file_transfer = FileTransfer(
@@ -351,11 +360,14 @@ class Runtime:
         admin = AdminParts(
             settings=self.settings, database=self.engine.url.get_backend_name(),
             recorded_services=partial(recorded_names, self.engine), catalog=self.catalog, broker=self.broker,
-            topic_admin=self.topic_admin, queue_admin=self.queue_admin, permission_admin=self.permission_admin,
+            topic_admin=self.topic_admin, subscription_admin=self.subscription_admin,
+            queue_admin=self.queue_admin, permission_admin=self.permission_admin,
             security_admin=self.security_admin, channel_admin=self.channel_admin,
             file_channel_admin=self.file_channel_admin,
             store=self.store, invoker=self.invoker, hot_deployer=self.hot_deployer, scheduler=self.scheduler,
-            spark=self.spark, security=self.security, audit=self.audit_log, synchronizer=self.synchronizer,
+            job_admin=self.job_admin,
+            spark=self.spark, spark_admin=self.spark_admin,
+            security=self.security, audit=self.audit_log, synchronizer=self.synchronizer,
             recent_publications=self.metrics.recent_publications, channel_count=lambda: len(self.router.channels),
             demo=self.demo, insight=self.insight, deploy_history=self.deploy_history, dashboard_sessions=sessions)
         rest = RestParts(settings=self.settings, security=self.security, permissions=self.permissions,

@@ -124,8 +124,10 @@ class Catalog:
 
     def subscribe(self, pattern: str, kind: str = KIND_SERVICE, *, service: str = '', security: str = '',
                   push_url: str = '', options: dict[str, Any] | None = None, origin: str = 'api',
-                  check: Callable[[Connection], None] | None = None) -> SubInfo:
+                  check: Callable[[Connection], None] | None = None, is_active: bool = True) -> SubInfo:
         """Subscribe to a topic or pattern; messages the topics held for a subscriber are handed over.
+
+        ``is_active`` False makes it paused: nothing is delivered until it is resumed.
 
         ``check(conn)``, when given, runs first in the transaction that inserts the subscription (a
         limit counted there is counted with the insert); whatever it raises refuses the subscription.
@@ -140,7 +142,8 @@ class Catalog:
             registry = statements.load_topics(conn)
             _sub_id, sub_key = statements.create_subscription(conn, registry, self.kinds, pattern, kind,
                                                               service=service, security=security,
-                                                              push_url=push_url, options=options, origin=origin)
+                                                              push_url=push_url, options=options, origin=origin,
+                                                              is_active=is_active)
             bump(conn, SYNC_KEY)
             return sub_key
         sub_key = run_transaction(self._engine, work)

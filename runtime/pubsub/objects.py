@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, delete, select
 
 from runtime.config import PubSubSection
 from runtime.db.models import BasicAuthDef, PubSubPermission, Subscription, Topic
@@ -235,9 +235,7 @@ def make_apply_subscriptions(settings: PubSubSection, kinds: Kinds,  # type: ign
                 else:
                     sub_id, _ = statements.create_subscription(
                         conn, registry, kinds, pattern, kind, service=service, security=security, push_url=push_url,
-                        options=options, origin='config')
-                    if not is_active:  # a new subscription declared paused starts paused
-                        conn.execute(update(Subscription).where(Subscription.id == sub_id).values(is_active=False))
+                        options=options, origin='config', is_active=is_active)
                     scope.set_owner(conn, Subscription, Subscription.id == sub_id, item['_file'])
                     scope.record('create', 'subscription', label, item['_file'])
                     declared.add(sub_id)

@@ -113,7 +113,8 @@ def create_topic(conn: Connection, name: str, attrs: dict[str, Any], is_service_
 
 def create_subscription(conn: Connection, registry: Registry, kinds: Kinds, pattern: str, kind: str,
                         service: str = '', security: str = '', push_url: str = '',
-                        options: dict[str, Any] | None = None, origin: str = 'api') -> tuple[int, str]:
+                        options: dict[str, Any] | None = None, origin: str = 'api',
+                        is_active: bool = True) -> tuple[int, str]:
     """Insert a subscription and hand it the messages its topics accepted with no subscriber.
 
     Its kind adds what it keeps beside it (``KindStorage.created``), in the same transaction.
@@ -122,7 +123,7 @@ def create_subscription(conn: Connection, registry: Registry, kinds: Kinds, patt
     now = time.time()
     sub_id = conn.execute(insert(Subscription).values(
         sub_key=sub_key, pattern=pattern, kind=kind, service=service, security=security, push_url=push_url,
-        options=json.dumps(options or {}), origin=origin, created_at=now)).inserted_primary_key[0]
+        options=json.dumps(options or {}), origin=origin, created_at=now, is_active=is_active)).inserted_primary_key[0]
     kinds.plugin(kind).created(conn, sub_id, now)
     topic_ids = [t.id for t in registry.topics.values() if matches(pattern, t.name)]
     if topic_ids:

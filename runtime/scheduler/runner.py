@@ -31,7 +31,6 @@ from gevent.event import Event
 
 from runtime.cluster.workers import new_worker_id
 from runtime.db.blocking import run_transaction
-from runtime.errors import InvalidJob
 from runtime.scheduler import statements
 from runtime.scheduler.jobs import JobDefinition, iso, plan_firing
 from runtime.scheduler.statements import ERROR, OK, TIMEOUT
@@ -54,7 +53,10 @@ STOP_WAIT_SECS = 2.0
 
 
 class Scheduler:
-    """Fires this worker's share of due jobs; also runs jobs on demand (run now)."""
+    """Fires this worker's share of due jobs; also runs jobs on demand (run now).
+
+    Reading and changing the jobs is ``runtime.scheduler.admin.JobAdmin``'s; it wakes this loop after a change.
+    """
 
     def __init__(self, engine: Engine, settings: SchedulerSection, spawn: Callable[..., gevent.Greenlet],
                  store: ServiceStore, invoker: Invoker, owner: str | None = None) -> None:
@@ -229,76 +231,6 @@ class Scheduler:
         except Exception:
             _log.exception('job %s: %s service %s failed', job.name,
                            'on_success' if result['outcome'] == OK else 'on_error', target)
-
-    # Management (admin API)
-
-    def jobs(self) -> list[dict[str, Any]]:
-        """Every job with its state and last run."""
-        with self.engine.connect() as conn:
-            last = statements.last_runs(conn)
-            return [statements.job_dict(r, last.get(r.id)) for r in statements.list_jobs(conn)]
-
-    def jobs_page(self, search: str | None, limit: int, offset: int) -> tuple[list[dict[str, Any]], int]:
-        """A page of the jobs whose name or service contains search, with their last runs; and how many match."""
-        with self.engine.connect() as conn:
-            rows = statements.list_jobs(conn, search, limit, offset)
-            last = statements.last_runs(conn, [r.id for r in rows])
-            total = statements.count_jobs(conn, search)
-        return [statements.job_dict(r, last.get(r.id)) for r in rows], total
-
-    def get(self, name: str) -> dict[str, Any]:
-        """One job with its state and last run."""
-        with self.engine.connect() as conn:
-            row = statements.get_job(conn, name)
-            runs = statements.list_runs(conn, name, 1)
-        return statements.job_dict(row, runs[0] if runs else None)
-
-    def runs(self, name: str, limit: int = 50) -> list[dict[str, Any]]:
-        """A job's latest runs, newest first."""
-        with self.engine.connect() as conn:
-            return [statements.run_dict(r) for r in statements.list_runs(conn, name, limit)]
-
-    def run(self, run_id: int) -> dict[str, Any] | None:
-        """One run."""
-        with self.engine.connect() as conn:
-            row = statements.get_run(conn, run_id)
-        return statements.run_dict(row) if row is not None else None
-
-    def create(self, data: dict[str, Any]) -> dict[str, Any]:
-        """Create a job (origin api); InvalidJob or JobExists naming what is wrong."""
-        job = JobDefinition.from_dict(data, self.settings.timezone)
-        self._check_services(job)
-        self._write(lambda conn: statements.save_job(conn, job, 'api', time.time(), create=True))
-        return self.get(job.name)
-
-    def edit(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
-        """Change some attributes of a job (renaming it if changes has a new name)."""
-        with self.engine.connect() as conn:
-            current = statements.definition(statements.get_job(conn, name)).to_dict()
-        job = JobDefinition.from_dict({**current, **changes}, self.settings.timezone)
-        self._check_services(job)
-        self._write(lambda conn: statements.save_job(conn, job, statements.get_job(conn, name).origin, time.time(),
-                                                create=False, old_name=name))
-        return self.get(job.name)
-
-    def set_active(self, name: str, active: bool) -> dict[str, Any]:
-        """Pause (False) or resume (True) a job; resuming does not make up firings missed while paused."""
-        return self.edit(name, {'is_active': active})
-
-    def delete(self, name: str) -> None:
-        """Delete a job and its history."""
-        self._write(lambda conn: statements.delete_job(conn, name))
-
-    def _write(self, work: Any) -> None:
-        run_transaction(self.engine, work)
-        self.wake()  # other workers see the sync key move
-
-    def _check_services(self, job: JobDefinition) -> None:
-        # Services deploy to every worker, so this worker's store answers for all of them.
-        for field in ('service', 'on_success', 'on_error'):
-            name = getattr(job, field)
-            if name and not self._store.has(name):
-                raise InvalidJob(job.name, field, f'names service {name!r}, which is not deployed')
 
     # Housekeeping
 

@@ -61,3 +61,5 @@ class ServiceContext:
     config: Mapping[str, Mapping[str, Any]]           # per service name, its [services."name"] table
     #: The runtime's Spark jobs (``runtime.spark.SparkManager``), read when a SparkService asks; None: no Spark.
     spark: Callable[[], Any] | None = None
+    #: Reading and killing Spark jobs (``runtime.spark.admin.SparkJobAdmin``), read the same way; None: no Spark.
+    spark_admin: Callable[[], Any] | None = None

@@ -84,6 +84,7 @@ class Invoker:
                  pubsub: Callable[[Service], Any], config: Mapping[str, Mapping[str, Any]],
                  observe: Callable[[str, float], None] | None = None,
                  spark: Callable[[], Any] | None = None,
+                 spark_admin: Callable[[], Any] | None = None,
                  outcome: Callable[[str, float, bool], None] | None = None) -> None:
         #: The services this invoker runs.
         self.store = store
@@ -92,9 +93,9 @@ class Invoker:
         self.observe: Callable[[str, float], None] = observe or _ignore_timing
         #: Called with (service name, seconds, whether it succeeded) after every run (the runtime's statistics).
         self.outcome = outcome
-        #: What every service this invoker runs may use of the runtime (svc._context). spark is a getter:
-        #: the Spark jobs are built after the invoker, as they run services.
-        self.context = ServiceContext(self, spawn, pubsub, config, spark)
+        #: What every service this invoker runs may use of the runtime (svc._context). spark and spark_admin
+        #: are getters: the Spark jobs are built after the invoker, as they run services.
+        self.context = ServiceContext(self, spawn, pubsub, config, spark, spark_admin)
 
     def run(self, cls: type[Service], payload: Any = None, *, channel: str = CHANNEL_INVOKE,
             cid: str | None = None, raw_request: Any = None, http: HttpInfo | None = None) -> Service:

@@ -1,5 +1,8 @@
 """The Spark jobs of one worker: submitting, tracking, killing, and announcing how they ended.
 
+Reading and killing any job of the cluster (the admin API, the CLI, services) is
+``runtime.spark.admin.SparkJobAdmin``; it tells this manager of a kill through ``kill_here``.
+
 ``submit`` validates the request, records the job as ``submitted`` and returns its id at once;
 a greenlet of this worker runs it through the submitter (``SparkSubmitter``, or a test twin)
 and records ``running`` and then ``succeeded``, ``failed`` or ``killed``. While it runs, the
@@ -36,13 +39,11 @@ from runtime.spark.submit import (
     ACTIVE_STATUSES,
     FAILED,
     KILLED,
-    STATUSES,
     SUCCEEDED,
     JobOutcome,
     SparkSubmitter,
     Submission,
     parse_conf,
-    tail_lines,
 )
 from runtime.util.spawn import killed
 
@@ -103,7 +104,7 @@ def to_argv(pipeline: str, args: Any) -> list[str]:
 
 
 class SparkManager:
-    """Submits and tracks this worker's Spark jobs; reads and kills any job of the cluster."""
+    """Submits and tracks this worker's Spark jobs; stops them when asked, announces how they ended."""
 
     def __init__(self, settings: Settings, engine: Engine, spawn: Callable[..., gevent.Greenlet], *,
                  has_service: Callable[[str], bool], broker: Broker, catalog: Catalog,
@@ -154,12 +155,6 @@ class SparkManager:
                     pass  # another worker created it at the same moment
 
     # Submitting
-
-    def pipelines(self) -> list[str]:
-        """Names of the pipelines in the pipelines directory."""
-        if not self.pipelines_dir.is_dir():
-            return []
-        return sorted(p.stem for p in self.pipelines_dir.glob('*.py') if PIPELINE_NAME.match(p.stem))
 
     def check_pipeline(self, name: Any) -> str:
         """The pipeline's name if its module exists; PipelineNotFound otherwise."""
@@ -273,7 +268,7 @@ class SparkManager:
         log('Spark job %s (%s) %s%s', sub.job_id, sub.pipeline, outcome.status,
             f': {outcome.error}' if outcome.error else '')
         if won:
-            self._announce(self.get(sub.job_id, log_lines=0))
+            self._announce(self._job(sub.job_id))
 
     def _announce(self, job: dict[str, Any]) -> None:
         """Publish a job's end to its topic and, if it has one, to its callback service."""
@@ -338,7 +333,7 @@ class SparkManager:
                 _log.warning('Spark job %s (%s) recorded as %s: %s', row.job_id, row.pipeline, outcome.status,
                              outcome.error)
                 ended.append(row.job_id)
-                self._announce(self.get(row.job_id, log_lines=0))
+                self._announce(self._job(row.job_id))
         keep = self.settings.history_max_jobs
         cutoff = run_transaction(self.engine, lambda conn: statements.prune_cutoff(conn, keep), write=False)
         if cutoff is not None:
@@ -346,38 +341,13 @@ class SparkManager:
             gevent.get_hub().threadpool.apply(_remove_job_dirs, (logs,))
         return ended
 
-    # Reading and killing (admin API, CLI, services)
+    # Killing and waiting (the reads are SparkJobAdmin's)
 
-    def get(self, job_id: str, log_lines: int | None = None) -> dict[str, Any]:
-        """One job; with log_lines (default: [spark] log_tail_lines), the tail of its driver's log."""
-        row = run_transaction(self.engine, lambda conn: statements.get_job(conn, job_id), write=False)
-        job = statements.job_dict(row)
-        lines = self.settings.log_tail_lines if log_lines is None else log_lines
-        if lines:
-            job['log_tail'] = self.log(job_id, lines, job['log_path'])
-        return job
-
-    def jobs(self, status: str | None = None, pipeline: str | None = None, limit: int = 50,
-             offset: int = 0) -> list[dict[str, Any]]:
-        """Jobs, newest first (offset skips that many)."""
-        if status is not None and status not in STATUSES:
-            raise InvalidSparkJob(pipeline or '*', 'status', f'must be one of {", ".join(STATUSES)}, not {status!r}')
-        rows = run_transaction(self.engine, lambda conn: statements.list_jobs(conn, status, pipeline, limit, offset),
-                               write=False)
-        return [statements.job_dict(r) for r in rows]
-
-    def log(self, job_id: str, lines: int = 200, log_path: str | None = None) -> list[str]:
-        """The last lines of a job's driver log (read off the hub)."""
-        if log_path is None:
-            log_path = self.get(job_id, log_lines=0)['log_path']
-        return gevent.get_hub().threadpool.apply(tail_lines, (log_path, lines))
-
-    def kill(self, job_id: str, reason: str = 'killed on request') -> dict[str, Any]:
-        """Kill a job, wherever it runs; returns the job (still running until its worker acts)."""
-        run_transaction(self.engine, lambda conn: statements.request_kill(conn, job_id, reason))
+    def kill_here(self, job_id: str, reason: str) -> None:
+        """Stop a job at once if this worker runs it (SparkJobAdmin.kill has recorded the request)."""
+        # A job run elsewhere is left to its worker, which reads the request at its next heartbeat.
         if job_id in self.running:
             self._kill_reasons.setdefault(job_id, reason)
-        return self.get(job_id, log_lines=0)
 
     def wait(self, job_id: str, timeout: float = 60.0) -> dict[str, Any]:
         """The job once it ended, or as it is after timeout seconds."""
@@ -386,10 +356,17 @@ class SparkManager:
         if greenlet is not None:
             greenlet.join(timeout)
         while True:
-            job = self.get(job_id, log_lines=0)
+            job = self._job(job_id)
             if job['status'] not in ACTIVE_STATUSES or time.monotonic() >= deadline:
                 return job
             gevent.sleep(WAIT_POLL_SECS)
+
+    def _job(self, job_id: str) -> dict[str, Any]:
+        """One job as its row holds it, without its log (what events and wait answer)."""
+        # Read here rather than through SparkJobAdmin.get: the admin is built after this manager (it is
+        # given kill_here), and these reads never need the log tail that get adds.
+        row = run_transaction(self.engine, lambda conn: statements.get_job(conn, job_id), write=False)
+        return statements.job_dict(row)
 
 
 def _json(value: Any) -> str:

@@ -30,7 +30,41 @@ from runtime.service.base import Service
 from runtime.spark.manager import PIPELINE_NAME, PUBLISHER
 
 if TYPE_CHECKING:
+    from runtime.spark.admin import SparkJobAdmin
     from runtime.spark.manager import SparkManager
+
+class SparkJobs:
+    """What a Spark service uses of the jobs: the cluster's (``SparkJobAdmin``), this worker's submit and wait."""
+
+    def __init__(self, admin: SparkJobAdmin, manager: SparkManager) -> None:
+        self._admin = admin
+        self._manager = manager
+
+    def get(self, job_id: str, log_lines: int | None = None) -> dict[str, Any]:
+        """One job, with the tail of its driver's log (see ``SparkJobAdmin.get``)."""
+        return self._admin.get(job_id, log_lines)
+
+    def jobs(self, status: str | None = None, pipeline: str | None = None, limit: int = 50,
+             offset: int = 0) -> list[dict[str, Any]]:
+        """Jobs, newest first."""
+        return self._admin.list(status, pipeline, limit, offset)
+
+    def log(self, job_id: str, lines: int = 200) -> list[str]:
+        """The last lines of a job's driver log."""
+        return self._admin.log(job_id, lines)
+
+    def kill(self, job_id: str, reason: str = 'killed on request') -> dict[str, Any]:
+        """Kill a job, wherever it runs."""
+        return self._admin.kill(job_id, reason)
+
+    def wait(self, job_id: str, timeout: float = 60.0) -> dict[str, Any]:
+        """The job once it ended, or as it is after timeout seconds."""
+        return self._manager.wait(job_id, timeout)
+
+    def submit(self, pipeline: str, args: Any = None, **options: Any) -> str:
+        """Submit a pipeline from this worker (see ``SparkManager.submit``); the job id."""
+        return self._manager.submit(pipeline, args, **options)
+
 
 #: Keys of a request payload that override the class's submission settings.
 _OVERRIDES = ('args', 'timeout', 'master', 'conf', 'callback')
@@ -62,12 +96,12 @@ class SparkService(Service):
                                  f'pipeline must be a module name (letters, digits, _), not {cls.pipeline!r}')
 
     @property
-    def spark(self) -> SparkManager:
-        """The runtime's Spark jobs: get(job_id), jobs(), kill(job_id), wait(job_id)."""
-        spark = self._context.spark
-        if spark is None:
+    def spark(self) -> SparkJobs:
+        """The runtime's Spark jobs: get(job_id), jobs(), log(job_id), kill(job_id), wait(job_id), submit(...)."""
+        spark, spark_admin = self._context.spark, self._context.spark_admin
+        if spark is None or spark_admin is None:
             raise ConfigError('spark', f'service {self.name!r} runs where no Spark jobs are managed')
-        return spark()
+        return SparkJobs(spark_admin(), spark())
 
     def submit(self, pipeline: str | None = None, args: Any = None, *, master: str | None = None,
                conf: dict[str, Any] | None = None, timeout: float | None = None,

@@ -97,3 +97,19 @@ def test_hostile_delivery_options_are_refused_naming_the_option(client: AppClien
         'topic': 'hostile.options', 'kind': 'service', 'service': 'conduit.ping', 'options': options})
     assert answer.status_code == 400, (answer.status_code, answer.text)
     assert named in answer.json['details'] and 'plain-secret' not in answer.text
+
+
+def test_a_subscription_refused_for_its_is_active_is_not_made(client: AppClient) -> None:
+    # It was: the subscription was made first, then is_active read, and the 400 left a subscription
+    # behind whose sub_key nobody had been told.
+    _ok(client.simulate_post('/admin/topics', json={'name': 'orders.paused'}), 201)
+    _ok(client.simulate_post('/admin/security', json={'name': 'puller', 'username': 'puller', 'password': 'pw-1'}),
+        201)
+    answer = client.simulate_post('/admin/subscriptions', json={'topic': 'orders.paused', 'kind': 'pull',
+                                                                'security': 'puller', 'is_active': 'no'})
+    assert answer.status_code == 400 and 'is_active' in answer.text, answer.text
+    assert _ok(client.simulate_get('/admin/subscriptions'))['subscriptions'] == []
+    # Given paused, it is made paused: no worker could deliver it in between.
+    made = _ok(client.simulate_post('/admin/subscriptions', json={'topic': 'orders.paused', 'kind': 'pull',
+                                                                  'security': 'puller', 'is_active': False}), 201)
+    assert made['subscription']['is_active'] is False

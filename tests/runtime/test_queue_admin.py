@@ -1,4 +1,6 @@
-"""The pub/sub administration layer on its own, without HTTP: QueueAdmin and TopicAdmin on both backends.
+"""The pub/sub administration layer on its own, without HTTP: QueueAdmin, TopicAdmin and SubscriptionAdmin.
+
+On both backends.
 
 A started runtime only provides the database and its broker (to publish); the layer is built here
 from explicit collaborators, as the admin API's parts build it.
@@ -14,12 +16,13 @@ from sqlalchemy import Connection, delete, insert, select
 
 from runtime.db.blocking import run_transaction
 from runtime.db.models import DeadLetter, Message, QueueEntry, SyncState, Topic
-from runtime.errors import SubscriptionNotFound, TopicNotFound
+from runtime.errors import ConfigError, InvalidTopicName, ObjectExists, SubscriptionNotFound, TopicNotFound
 from runtime.pubsub.catalog import SYNC_KEY
 from runtime.pubsub.message import admin_view, encode_data
 from runtime.pubsub.queue_admin import QueueAdmin
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.subscribers import KIND_PULL
+from runtime.pubsub.subscription_admin import SubscriptionAdmin
 from runtime.pubsub.topic_admin import TopicAdmin
 from runtime.testing import TestRuntime
 
@@ -30,10 +33,11 @@ def rt(runtime_factory: Callable[..., TestRuntime], db_url: str) -> TestRuntime:
     return runtime_factory(db_url=db_url)
 
 
-def _layer(rt: TestRuntime) -> tuple[QueueAdmin, TopicAdmin]:
+def _layer(rt: TestRuntime) -> tuple[QueueAdmin, TopicAdmin, SubscriptionAdmin]:
     broker = rt.broker
     return (QueueAdmin(rt.engine, lambda: broker.registry, broker.reload),
-            TopicAdmin(rt.engine, lambda: broker.registry, broker.reload))
+            TopicAdmin(rt.engine, lambda: broker.registry, broker.reload, rt.catalog),
+            SubscriptionAdmin(rt.engine, lambda: broker.registry, broker.reload, rt.catalog))
 
 
 def _pull_queue(rt: TestRuntime, topic: str, count: int) -> tuple[SubInfo, list[str]]:
@@ -63,7 +67,7 @@ def _kill(rt: TestRuntime, sub_id: int, msg_ids: list[str]) -> None:
 
 
 def test_browse_a_queue_in_delivery_order_with_stats(rt: TestRuntime) -> None:
-    queues, topics = _layer(rt)
+    queues, _topics, subscriptions = _layer(rt)
     sub, msg_ids = _pull_queue(rt, 'qa.browse', 5)
 
     page, depth = queues.browse(sub.id, 2, 0)
@@ -82,13 +86,13 @@ def test_browse_a_queue_in_delivery_order_with_stats(rt: TestRuntime) -> None:
     assert [s.id for s in subs] == [sub.id]
     assert stats[sub.id]['depth'] == 5 and stats[sub.id]['oldest_message']['msg_id'] == msg_ids[0]
     assert rows[sub.id].origin == 'api'
-    assert topics.subscription(sub.id).id == sub.id
+    assert subscriptions.get(sub.id).id == sub.id
     with pytest.raises(SubscriptionNotFound):
-        topics.subscription(10 ** 6)
+        subscriptions.get(10 ** 6)
 
 
 def test_edit_delete_and_purge_a_queue(rt: TestRuntime) -> None:
-    queues, _topics = _layer(rt)
+    queues, _topics, _subscriptions = _layer(rt)
     sub, msg_ids = _pull_queue(rt, 'qa.edit', 3)
     row = queues.message(sub.id, msg_ids[0])
 
@@ -107,7 +111,7 @@ def test_edit_delete_and_purge_a_queue(rt: TestRuntime) -> None:
 
 
 def test_dead_letters_are_browsed_edited_and_redriven(rt: TestRuntime) -> None:
-    queues, _topics = _layer(rt)
+    queues, _topics, _subscriptions = _layer(rt)
     sub, msg_ids = _pull_queue(rt, 'qa.dead', 4)
     _kill(rt, sub.id, msg_ids[:3])
 
@@ -133,37 +137,76 @@ def test_dead_letters_are_browsed_edited_and_redriven(rt: TestRuntime) -> None:
 
 
 def test_topic_changes_bump_the_sync_key_and_reload(rt: TestRuntime) -> None:
-    queues, topics = _layer(rt)
+    queues, topics, subscriptions = _layer(rt)
     sub, _msg_ids = _pull_queue(rt, 'qa.topic', 2)
     rt.catalog.create_topic('other.waiting', has_gd=True)
     rt.broker.publish('other.waiting', 'held', has_gd=True)  # no subscriber: it waits in the topic
     pattern_sub = rt.catalog.subscribe('qa.**', KIND_PULL, service='qa.puller')
-    topic = topics.topic('qa.topic')
+    topic = topics.get('qa.topic')
 
     version = _sync_version(rt)
-    topics.update_topic(topic.id, {'max_depth_gd': 1234})
+    topics.update(topic.id, {'max_depth_gd': 1234})
     assert _sync_version(rt) == version + 1
-    assert topics.topic('qa.topic').max_depth_gd == 1234  # reloaded here at once
-    topics.update_topic(topic.id, {})
+    assert topics.get('qa.topic').max_depth_gd == 1234  # reloaded here at once
+    topics.update(topic.id, {})
     assert _sync_version(rt) == version + 1  # nothing to change: nothing written
 
-    topics.update_subscription(sub.id, {'is_active': False})
-    assert topics.subscription(sub.id).is_active is False
+    subscriptions.update(sub.id, {'is_active': False})
+    assert subscriptions.get(sub.id).is_active is False
     rows, depths = queues.topic_stats()
-    waiting = topics.topic('other.waiting')
+    waiting = topics.get('other.waiting')
     assert depths[waiting.id] == {'gd': 1, 'non_gd': 0} and rows[waiting.id].origin == 'api'
     details = queues.topic_details(topic.id, [s.id for s in topics.subscribers('qa.topic')], 10)
     assert len(details.last_publications) == 2 and set(details.stats) == {sub.id, pattern_sub.id}
 
-    counts = topics.delete_topic(topic)
+    counts = topics.delete(topic)
     # The exact subscription goes with its queue; the pattern one stays.
     assert counts == {'subscriptions_deleted': 1, 'messages_deleted': 0}
     assert _sync_version(rt) == version + 3
     with pytest.raises(TopicNotFound):
-        topics.topic('qa.topic')
+        topics.get('qa.topic')
     with pytest.raises(SubscriptionNotFound):
-        topics.subscription(sub.id)
-    assert topics.subscription(pattern_sub.id).pattern == 'qa.**'
+        subscriptions.get(sub.id)
+    assert subscriptions.get(pattern_sub.id).pattern == 'qa.**'
     assert run_transaction(rt.engine, lambda c: c.execute(select(Topic.id).where(Topic.id == topic.id)).first(),
                            write=False) is None
-    assert topics.delete_topic(waiting) == {'subscriptions_deleted': 0, 'messages_deleted': 1}
+    assert topics.delete(waiting) == {'subscriptions_deleted': 0, 'messages_deleted': 1}
+
+
+def test_topics_are_created_paged_and_matched_and_subscriptions_deleted_by_id(rt: TestRuntime) -> None:
+    _queues, topics, subscriptions = _layer(rt)
+    made = topics.create('qa.Made', max_depth_gd=7)
+    assert made.name == 'qa.Made' and made.max_depth_gd == 7 and topics.exists('qa.made')
+    with pytest.raises(ObjectExists):
+        topics.create('qa.made')
+    with pytest.raises(ConfigError):
+        topics.create('qa.other', no_such_attribute=1)
+    with pytest.raises(InvalidTopicName):
+        topics.create('qa.*')
+    assert not topics.exists('qa.other')
+    topics.create('qa.second')
+    topics.create('other.third')
+
+    names = [t.name for t in topics.list()]  # the runtime's own topics (spark.job.*) among them
+    assert names == sorted(names, key=str.lower) and {'other.third', 'qa.Made', 'qa.second'} <= set(names)
+    assert [t.name for t in topics.page('QA')[1]] == ['qa.Made', 'qa.second']
+    total, page = topics.page('qa', 1, 1)
+    assert total == 2 and [t.name for t in page] == ['qa.second']
+    total, page = topics.page('qa.', None, 1)  # no limit: every one from the offset
+    assert total == 2 and [t.name for t in page] == ['qa.second']
+    assert topics.matches('qa.*', 10) == (2, ['qa.Made', 'qa.second'])
+
+    topics.update('qa.second', {'max_depth_gd': 99})  # by name, as by id
+    assert topics.get('qa.second').max_depth_gd == 99
+    with pytest.raises(TopicNotFound):
+        topics.update('qa.gone', {'max_depth_gd': 1})
+
+    sub = rt.catalog.subscribe('qa.second', KIND_PULL, service='qa.puller')
+    assert [s.id for s in subscriptions.list('qa.second')] == [sub.id] and subscriptions.list(kind='rest_push') == []
+    assert subscriptions.topic_missing('qa.none')
+    assert not subscriptions.topic_missing('qa.second') and not subscriptions.topic_missing('qa.*')
+    assert subscriptions.delete(sub.id).id == sub.id
+    with pytest.raises(SubscriptionNotFound):
+        subscriptions.get(sub.id)
+    with pytest.raises(SubscriptionNotFound):
+        subscriptions.delete(sub.id)

@@ -192,7 +192,7 @@ def test_missed_firings_are_coalesced_unless_catch_up():
 
 def test_interval_job_fires_the_expected_number_of_times(make_rt, recorder):
     rt = make_rt(enabled=True)
-    rt.scheduler.create({'name': 'often', 'service': 'test.record', 'job_type': 'interval_based', 'seconds': 0.5})
+    rt.job_admin.create({'name': 'often', 'service': 'test.record', 'job_type': 'interval_based', 'seconds': 0.5})
     gevent.sleep(3.2)  # firings at +0.5 ... +3.0: six
     assert 4 <= len(calls(recorder)) <= 7, f'{len(calls(recorder))} runs in 3.2 s of a 0.5 s interval job'
     assert {c[2]['kind'] for c in calls(recorder)} == {'schedule'}
@@ -201,44 +201,44 @@ def test_interval_job_fires_the_expected_number_of_times(make_rt, recorder):
 
 def test_repeats_stop_an_interval_job(make_rt, recorder):
     rt = make_rt()
-    rt.scheduler.create(job(repeats=3, extra={'n': 1}))
+    rt.job_admin.create(job(repeats=3, extra={'n': 1}))
     for k in range(6):
         tick(rt, T0 + 10 * k)
     assert [c[1] for c in calls(recorder)] == [{'n': 1}] * 3
-    state = rt.scheduler.get('j')
+    state = rt.job_admin.get('j')
     assert (state['run_count'], state['next_run_time']) == (3, None)
 
 
 def test_editing_the_schedule_keeps_the_run_count_and_history(make_rt):
     rt = make_rt()
-    rt.scheduler.create(job(repeats=4))
+    rt.job_admin.create(job(repeats=4))
     for k in range(2):
         tick(rt, T0 + 10 * k)
-    assert rt.scheduler.get('j')['run_count'] == 2
-    edited = rt.scheduler.edit('j', {'seconds': 20})
+    assert rt.job_admin.get('j')['run_count'] == 2
+    edited = rt.job_admin.update('j', {'seconds': 20})
     assert edited['run_count'] == 2
-    assert len(rt.scheduler.runs('j')) == 2
+    assert len(rt.job_admin.runs('j')) == 2
     # repeats counts every run so far: two more, then the job is done.
     for k in range(6):
         tick(rt, T0 + 100 + 20 * k)
-    state = rt.scheduler.get('j')
+    state = rt.job_admin.get('j')
     assert (state['run_count'], state['next_run_time']) == (4, None)
 
 
 def test_one_time_job_fires_once(make_rt, recorder):
     rt = make_rt()
-    rt.scheduler.create(job(job_type='one_time'))
+    rt.job_admin.create(job(job_type='one_time'))
     tick(rt, T0 - 1)
     assert calls(recorder) == []
     for k in range(3):
         tick(rt, T0 + k)
     assert len(calls(recorder)) == 1
-    assert rt.scheduler.get('j')['next_run_time'] is None
+    assert rt.job_admin.get('j')['next_run_time'] is None
 
 
 def test_one_time_job_runs_however_late(make_rt, recorder):
     rt = make_rt()
-    rt.scheduler.create(job(job_type='one_time'))
+    rt.job_admin.create(job(job_type='one_time'))
     tick(rt, T0 + 3600)  # the server was down at its time
     assert len(calls(recorder)) == 1
 
@@ -246,7 +246,7 @@ def test_one_time_job_runs_however_late(make_rt, recorder):
 def test_two_schedulers_claim_each_firing_once(make_rt, recorder):
     """Two runtimes on one database, eight concurrent ticks each per firing: one run per firing."""
     a, b = make_rt(), make_rt()
-    a.scheduler.create(job(seconds=1))
+    a.job_admin.create(job(seconds=1))
     for k in range(5):
         now = T0 + k
         gevent.joinall([gevent.spawn(rt.scheduler.tick, now) for _ in range(8) for rt in (a, b)], raise_error=True)
@@ -260,10 +260,10 @@ def test_two_schedulers_claim_each_firing_once(make_rt, recorder):
 
 def test_failing_service_records_the_error_and_calls_on_error(make_rt, recorder):
     rt = make_rt()
-    rt.scheduler.create(job(service='test.fail', on_error='test.callback', on_success='test.record',
+    rt.job_admin.create(job(service='test.fail', on_error='test.callback', on_success='test.record',
                             extra={'period': '2030-01'}))
     tick(rt, T0)
-    [run] = rt.scheduler.runs('j')
+    [run] = rt.job_admin.runs('j')
     assert run['outcome'] == 'error' and run['error'] == 'RuntimeError: ledger unavailable'
     assert run['started_at'] and run['ended_at']
     [(_, told, _)] = calls(recorder, 'test.callback')
@@ -274,7 +274,7 @@ def test_failing_service_records_the_error_and_calls_on_error(make_rt, recorder)
 
 def test_success_calls_on_success(make_rt, recorder):
     rt = make_rt()
-    rt.scheduler.create(job(on_success='test.callback', on_error='test.fail'))
+    rt.job_admin.create(job(on_success='test.callback', on_error='test.fail'))
     tick(rt, T0)
     [(_, told, _)] = calls(recorder, 'test.callback')
     assert (told['outcome'], told['response']) == ('ok', {'done': True})
@@ -282,33 +282,33 @@ def test_success_calls_on_success(make_rt, recorder):
 
 def test_overrun_is_recorded_as_timeout(make_rt, recorder):
     rt = make_rt()
-    rt.scheduler.create(job(extra={'sleep': 5}, max_execution_time=0.3, on_error='test.callback'))
+    rt.job_admin.create(job(extra={'sleep': 5}, max_execution_time=0.3, on_error='test.callback'))
     started = time.monotonic()
     tick(rt, T0)
     assert time.monotonic() - started < 3
-    [run] = rt.scheduler.runs('j')
+    [run] = rt.job_admin.runs('j')
     assert run['outcome'] == 'timeout' and 'did not finish within 0.3 s' in run['error']
     assert calls(recorder, 'test.callback')[0][1]['outcome'] == 'timeout'
 
 
 def test_skip_if_running_skips_a_firing_while_the_last_run_goes_on(make_rt, recorder):
     rt = make_rt()
-    rt.scheduler.create(job(extra={'sleep': 1.0}, skip_if_running=True, repeats=2))
+    rt.job_admin.create(job(extra={'sleep': 1.0}, skip_if_running=True, repeats=2))
     rt.scheduler.tick(now=T0)
     gevent.sleep(0.1)
     rt.scheduler.tick(now=T0 + 10)  # the first run is still sleeping
     assert rt.scheduler.join(10)
-    runs = rt.scheduler.runs('j')
+    runs = rt.job_admin.runs('j')
     assert [r['outcome'] for r in runs] == ['skipped', 'ok']
     assert 'still running' in runs[0]['error']
-    assert rt.scheduler.get('j')['run_count'] == 1  # a skipped firing does not count towards repeats
+    assert rt.job_admin.get('j')['run_count'] == 1  # a skipped firing does not count towards repeats
     tick(rt, T0 + 20)
-    assert len(calls(recorder)) == 2 and rt.scheduler.get('j')['next_run_time'] is None
+    assert len(calls(recorder)) == 2 and rt.job_admin.get('j')['next_run_time'] is None
 
 
 def test_restart_continues_without_a_burst(make_rt, recorder):
     rt = make_rt()
-    rt.scheduler.create(job())
+    rt.job_admin.create(job())
     tick(rt, T0)
     tick(rt, T0 + 10)
     rt.stop()
@@ -316,16 +316,16 @@ def test_restart_continues_without_a_burst(make_rt, recorder):
     rt2 = make_rt(misfire_grace_secs=30)
     tick(rt2, T0 + 55)
     assert len(calls(recorder)) == 3
-    runs = rt2.scheduler.runs('j')
+    runs = rt2.job_admin.runs('j')
     assert [r['outcome'] for r in runs] == ['ok', 'skipped', 'ok', 'ok']
     assert runs[1]['error'].startswith('3 firing(s) missed')
-    assert rt2.scheduler.get('j')['next_run_time'] == datetime.fromtimestamp(T0 + 60, UTC).isoformat(
+    assert rt2.job_admin.get('j')['next_run_time'] == datetime.fromtimestamp(T0 + 60, UTC).isoformat(
         timespec='milliseconds')
 
 
 def test_catch_up_runs_each_missed_firing(make_rt, recorder):
     rt = make_rt()
-    rt.scheduler.create(job(catch_up=True))
+    rt.job_admin.create(job(catch_up=True))
     for _ in range(5):
         tick(rt, T0 + 35)
     assert len(calls(recorder)) == 4  # T0, +10, +20, +30
@@ -333,37 +333,37 @@ def test_catch_up_runs_each_missed_firing(make_rt, recorder):
 
 def test_pause_resume_edit_and_run_now(make_rt, recorder):
     rt = make_rt()
-    rt.scheduler.create(job())
-    rt.scheduler.set_active('j', False)
+    rt.job_admin.create(job())
+    rt.job_admin.set_active('j', False)
     tick(rt, T0)
-    assert calls(recorder) == [] and rt.scheduler.get('j')['next_run_time'] is None
+    assert calls(recorder) == [] and rt.job_admin.get('j')['next_run_time'] is None
     run_id, greenlet = rt.scheduler.run_now('j')  # works on a paused job
     greenlet.join(5)
-    assert rt.scheduler.run(run_id)['kind'] == 'manual' and rt.scheduler.run(run_id)['outcome'] == 'ok'
-    resumed = rt.scheduler.set_active('j', True)
+    assert rt.job_admin.run(run_id)['kind'] == 'manual' and rt.job_admin.run(run_id)['outcome'] == 'ok'
+    resumed = rt.job_admin.set_active('j', True)
     assert resumed['is_active'] and resumed['next_run_time'] is not None
-    edited = rt.scheduler.edit('j', {'extra': {'v': 2}})
+    edited = rt.job_admin.update('j', {'extra': {'v': 2}})
     assert edited['next_run_time'] == resumed['next_run_time']  # not a schedule change
-    rt.scheduler.edit('j', {'name': 'k'})
+    rt.job_admin.update('j', {'name': 'k'})
     with pytest.raises(ObjectNotFound):
-        rt.scheduler.get('j')
+        rt.job_admin.get('j')
     with pytest.raises(JobExists):
-        rt.scheduler.create(job(name='k'))
+        rt.job_admin.create(job(name='k'))
     with pytest.raises(InvalidJob, match="names service 'no.such.service'"):
-        rt.scheduler.edit('k', {'on_error': 'no.such.service'})
-    rt.scheduler.delete('k')
-    assert rt.scheduler.jobs() == []
+        rt.job_admin.update('k', {'on_error': 'no.such.service'})
+    rt.job_admin.delete('k')
+    assert rt.job_admin.list() == []
 
 
 def test_lost_runs_are_recorded_and_history_is_trimmed(make_rt):
     rt = make_rt(history_per_job=3, stale_run_secs=5)
-    rt.scheduler.create(job())
+    rt.job_admin.create(job())
     for k in range(5):
         tick(rt, T0 + 10 * k)
     with rt.engine.begin() as conn:  # a run whose worker died: still 'running', no heartbeat for a minute
         conn.execute(update(JobRun).where(JobRun.id == 5).values(outcome='running', heartbeat_at=time.time() - 60))
     rt.scheduler.sweep()
-    runs = rt.scheduler.runs('j')
+    runs = rt.job_admin.runs('j')
     assert [r['id'] for r in runs] == [5, 4, 3]
     assert runs[0]['outcome'] == 'error' and runs[0]['error'].startswith('lost')
 
@@ -403,7 +403,7 @@ scheduler:
 def test_scheduler_section_loads_zato_keys_and_is_idempotent(make_rt, tmp_path):
     rt = make_rt()
     _apply(rt, tmp_path, ZATO_JOBS)
-    jobs = {j['name']: j for j in rt.scheduler.jobs()}
+    jobs = {j['name']: j for j in rt.job_admin.list()}
     nightly, ping = jobs['payroll.nightly'], jobs['ping.every.minute']
     assert (nightly['timezone'], nightly['extra'], nightly['origin']) == ('Europe/Warsaw', '{"period": "yesterday"}',
                                                                            'config')
@@ -413,11 +413,11 @@ def test_scheduler_section_loads_zato_keys_and_is_idempotent(make_rt, tmp_path):
     with rt.engine.begin() as conn:
         conn.execute(update(Job).where(Job.name == 'payroll.nightly').values(run_count=7))
     _apply(rt, tmp_path, ZATO_JOBS + '\n# a comment changes the hash\n')
-    assert rt.scheduler.get('payroll.nightly')['run_count'] == 7
+    assert rt.job_admin.get('payroll.nightly')['run_count'] == 7
     # A job the files no longer declare is removed; one made through the API stays.
-    rt.scheduler.create(job(name='api.job'))
+    rt.job_admin.create(job(name='api.job'))
     _apply(rt, tmp_path, ZATO_JOBS.split('  - name: ping.every.minute')[0])
-    assert sorted(j['name'] for j in rt.scheduler.jobs()) == ['api.job', 'payroll.nightly']
+    assert sorted(j['name'] for j in rt.job_admin.list()) == ['api.job', 'payroll.nightly']
 
 
 def test_scheduler_section_errors_name_file_job_and_field(make_rt, tmp_path):
@@ -425,7 +425,7 @@ def test_scheduler_section_errors_name_file_job_and_field(make_rt, tmp_path):
     with pytest.raises(ConfigError) as e:
         _apply(rt, tmp_path, 'scheduler:\n  - {name: bad.job, service: s, job_type: interval_based, hours: many}\n')
     assert "jobs.yaml [scheduler] 'bad.job'" in str(e.value) and "'hours' must be a number" in str(e.value)
-    assert rt.scheduler.jobs() == []
+    assert rt.job_admin.list() == []
 
 
 def test_demo_payroll_job_is_declared_and_runs(make_rt, tmp_path):
@@ -434,11 +434,11 @@ def test_demo_payroll_job_is_declared_and_runs(make_rt, tmp_path):
     applier = ObjectsApplier(rt.engine, [REPO / 'config' / 'demo'])
     applier.add_handler(section_handler(SchedulerSection()))
     applier.apply()
-    demo = rt.scheduler.get('demo.payroll.reconcile')
+    demo = rt.job_admin.get('demo.payroll.reconcile')
     assert demo['service'] == 'payroll.reconcile' and demo['is_active']
     run_id, greenlet = rt.scheduler.run_now('demo.payroll.reconcile')
     greenlet.join(5)
-    assert rt.scheduler.run(run_id)['outcome'] == 'ok'
+    assert rt.job_admin.run(run_id)['outcome'] == 'ok'
     result = rt.invoke('payroll.reconcile', {'tolerance': 0.01})
     assert [m['employee'] for m in result['mismatches']] == ['E-1003', 'E-1004', 'E-1005']
 
@@ -447,6 +447,6 @@ def test_wait_until_scheduler_loop_picks_up_changes(make_rt, recorder):
     """A job created while the loop sleeps fires without waiting for a poll (the change wakes it)."""
     rt = make_rt(enabled=True, poll_interval_secs=5.0)
     gevent.sleep(0.1)
-    rt.scheduler.create({'name': 'soon', 'service': 'test.record', 'job_type': 'one_time',
+    rt.job_admin.create({'name': 'soon', 'service': 'test.record', 'job_type': 'one_time',
                          'start_date': datetime.fromtimestamp(time.time() + 0.3, UTC).isoformat()})
     wait_until(lambda: calls(recorder), timeout=2, message='the one-time job ran')

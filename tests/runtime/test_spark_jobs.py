@@ -104,8 +104,8 @@ def test_a_job_is_submitted_at_once_tracked_and_announced(runtime_factory, tmp_p
     assert time.monotonic() - started < 0.25, 'submit waited for the job'
     job_id = answer['job_id']
     assert answer == {'job_id': job_id, 'pipeline': 'traffic_analytics', 'status': 'submitted'}
-    assert rt.spark.get(job_id)['status'] in ('submitted', 'running')
-    wait_until(lambda: rt.spark.get(job_id)['status'] == 'running', TIMEOUT, message='running')
+    assert rt.spark_admin.get(job_id)['status'] in ('submitted', 'running')
+    wait_until(lambda: rt.spark_admin.get(job_id)['status'] == 'running', TIMEOUT, message='running')
 
     job = rt.spark.wait(job_id, TIMEOUT)
     assert job['status'] == 'succeeded', job
@@ -124,8 +124,8 @@ def test_a_job_is_submitted_at_once_tracked_and_announced(runtime_factory, tmp_p
         assert event['pipeline'] == 'traffic_analytics' and event['arguments'] == ['--topic', 'orders.created']
         assert event['output_location'] == '/data/out' and event['error'] == '' and event['result']['rows'] == 3
     assert not _events(recorder, 'failed')
-    assert [j['job_id'] for j in rt.spark.jobs(status='succeeded')] == [job_id]
-    assert rt.spark.jobs(pipeline='procurement_spend') == []
+    assert [j['job_id'] for j in rt.spark_admin.list(status='succeeded')] == [job_id]
+    assert rt.spark_admin.list(pipeline='procurement_spend') == []
 
 
 def test_class_arguments_are_the_default_and_a_service_can_be_its_own_callback(runtime_factory, tmp_path, recorder):
@@ -134,7 +134,7 @@ def test_class_arguments_are_the_default_and_a_service_can_be_its_own_callback(r
     assert rt.spark.wait(job_id, TIMEOUT)['arguments'] == [
         '--topic', 'orders.created', '--topic', 'crm.sync', '--since', '2026-01-01', '--verbose']
     job_id = rt.invoke('sj.self-reacting')['job_id']
-    assert rt.spark.get(job_id)['callback'] == 'sj.self-reacting'
+    assert rt.spark_admin.get(job_id)['callback'] == 'sj.self-reacting'
     results = recorder.wait_for('results', timeout=TIMEOUT)
     assert results[0]['job_id'] == job_id and results[0]['outcome'] == 'succeeded'
     assert results[0]['result'] == {'invoices': 2}
@@ -150,8 +150,8 @@ def test_failures_timeouts_and_kills_are_recorded_and_announced(runtime_factory,
     rt.spark.submitter.duration_secs = 30
     timed_out = rt.spark.submit('traffic_analytics', timeout=0.2)
     killed = rt.spark.submit('traffic_analytics', timeout=0)
-    wait_until(lambda: rt.spark.get(killed)['status'] == 'running', TIMEOUT)
-    assert rt.spark.kill(killed)['kill_requested'] == 'killed on request'
+    wait_until(lambda: rt.spark_admin.get(killed)['status'] == 'running', TIMEOUT)
+    assert rt.spark_admin.kill(killed)['kill_requested'] == 'killed on request'
 
     jobs = {j: rt.spark.wait(j, TIMEOUT) for j in (failed, timed_out, killed)}
     assert jobs[failed]['error'] == 'ValueError: invoice 7 has no amount' and jobs[failed]['exit_code'] == 1
@@ -165,7 +165,7 @@ def test_failures_timeouts_and_kills_are_recorded_and_announced(runtime_factory,
     assert announced[timed_out]['outcome'] == 'killed' and 'timed out' in announced[timed_out]['error']
     assert announced[killed]['outcome'] == 'killed'
     assert not _events(recorder, 'completed')
-    assert rt.spark.kill(failed)['status'] == 'failed'  # a kill after the end changes nothing
+    assert rt.spark_admin.kill(failed)['status'] == 'failed'  # a kill after the end changes nothing
 
 
 def test_a_kill_through_another_worker_and_a_job_whose_worker_died(runtime_factory, tmp_path, db_url, recorder):
@@ -173,14 +173,14 @@ def test_a_kill_through_another_worker_and_a_job_whose_worker_died(runtime_facto
     _subscribe_to_events(other)  # first: the runner (no sync poller in tests) loads it at start
     runner = _runtime(runtime_factory, recorder, tmp_path, db_url, 'runner', duration_secs=30)
     job_id = runner.spark.submit('traffic_analytics')
-    wait_until(lambda: other.spark.get(job_id)['status'] == 'running', TIMEOUT)
-    other.spark.kill(job_id, 'killed by the operator')
+    wait_until(lambda: other.spark_admin.get(job_id)['status'] == 'running', TIMEOUT)
+    other.spark_admin.kill(job_id, 'killed by the operator')
     job = other.spark.wait(job_id, TIMEOUT)
     assert job['status'] == 'killed' and job['error'] == 'killed by the operator'
 
     # A job whose worker stopped heartbeating: the sweep of any other worker ends it, once.
     lost = runner.spark.submit('traffic_analytics')
-    wait_until(lambda: runner.spark.get(lost)['status'] == 'running', TIMEOUT)
+    wait_until(lambda: runner.spark_admin.get(lost)['status'] == 'running', TIMEOUT)
     runner.spark.running[lost].kill()  # the worker "dies" without recording anything
     # ... and so does its heartbeat: one that had read the job's id before the kill could write
     # heartbeat_at after the update below, and the sweep then rightly found the job alive.
@@ -191,7 +191,7 @@ def test_a_kill_through_another_worker_and_a_job_whose_worker_died(runtime_facto
                                                              ended_at=None, error='')))
     assert other.spark.sweep() == [lost]
     assert other.spark.sweep() == []
-    job = other.spark.get(lost)
+    job = other.spark_admin.get(lost)
     assert job['status'] == 'failed' and job['error'].startswith('lost: no sign of life for 30 s from worker')
     wait_until(lambda: len(_events(recorder, 'failed')) == 2, TIMEOUT, message='two failure events')
 
@@ -212,11 +212,11 @@ def test_bad_submissions_name_the_pipeline_and_the_field(runtime_factory, tmp_pa
             rt.spark.submit('traffic_analytics', **kwargs)
         assert e.value.field == field and e.value.pipeline == 'traffic_analytics', kwargs
     with pytest.raises(SparkJobNotFound, match="'nope'"):
-        rt.spark.get('nope')
+        rt.spark_admin.get('nope')
     with pytest.raises(InvalidSparkJob, match='status'):
-        rt.spark.jobs(status='done')
-    assert rt.spark.jobs() == []
-    assert rt.spark.pipelines() == ['procurement_spend', 'traffic_analytics']
+        rt.spark_admin.list(status='done')
+    assert rt.spark_admin.list() == []
+    assert rt.spark_admin.pipelines() == ['procurement_spend', 'traffic_analytics']
 
     class NoPipeline(SparkService):
         name = 'sj.no-pipeline'
@@ -249,11 +249,11 @@ def test_admin_api(runtime_factory, tmp_path, recorder):
     assert rt.spark.submitter.submissions[0].conf['spark.ui.showConsoleProgress'] == 'false'  # server default
     r = client.simulate_get('/admin/spark/jobs', headers=auth)
     assert [j['job_id'] for j in r.json['jobs']] == [job_id]
-    log = Path(rt.spark.get(job_id)['log_path'])
+    log = Path(rt.spark_admin.get(job_id)['log_path'])
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(''.join(f'line {n}\n' for n in range(100)))
     # The job's greenlet records that it runs in a transaction of its own: let it (under load it may lag).
-    wait_until(lambda: rt.spark.get(job_id)['status'] == 'running', TIMEOUT, message='running')
+    wait_until(lambda: rt.spark_admin.get(job_id)['status'] == 'running', TIMEOUT, message='running')
     r = client.simulate_get(f'/admin/spark/jobs/{job_id}', params={'lines': 3}, headers=auth)
     assert r.json['job']['log_tail'] == ['line 97', 'line 98', 'line 99']
     r = client.simulate_get(f'/admin/spark/jobs/{job_id}/log', params={'lines': 2}, headers=auth)
@@ -287,7 +287,7 @@ def test_without_pyspark_a_submission_is_refused_naming_the_extra(runtime_factor
     auth = {'Authorization': 'Basic ' + base64.b64encode(b'admin:test-admin-password').decode()}
     r = client.simulate_post('/admin/spark/jobs', json={'pipeline': 'traffic_analytics'}, headers=auth)
     assert r.status_code == 503 and message in r.json['details'], r.text
-    assert rt.spark.jobs() == []  # refused before anything was recorded
+    assert rt.spark_admin.list() == []  # refused before anything was recorded
     assert client.simulate_get('/admin/spark/pipelines', headers=auth).status_code == 200
 
 
@@ -297,14 +297,14 @@ def test_history_keeps_the_newest_finished_jobs_and_removes_their_files(runtime_
     jobs = [rt.spark.submit('traffic_analytics') for _ in range(4)]
     for job_id in jobs:
         rt.spark.wait(job_id, TIMEOUT)
-        log = Path(rt.spark.get(job_id, log_lines=0)['log_path'])
+        log = Path(rt.spark_admin.get(job_id, log_lines=0)['log_path'])
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text('driver output\n')
     rt.spark.sweep()
-    assert [j['job_id'] for j in rt.spark.jobs()] == jobs[:1:-1]
-    jobs_dir = Path(rt.spark.get(jobs[3], log_lines=0)['log_path']).parent.parent
+    assert [j['job_id'] for j in rt.spark_admin.list()] == jobs[:1:-1]
+    jobs_dir = Path(rt.spark_admin.get(jobs[3], log_lines=0)['log_path']).parent.parent
     assert sorted(p.name for p in jobs_dir.iterdir()) == sorted(jobs[2:])
-    assert rt.spark.get(jobs[3], log_lines=1)['log_tail'] == ['driver output']
+    assert rt.spark_admin.get(jobs[3], log_lines=1)['log_tail'] == ['driver output']
 
 
 def test_a_sweeper_killed_inside_a_database_call_stops_quietly(

@@ -318,7 +318,7 @@ def test_unsubscribe_and_topic_deletion_remove_the_client_row_with_the_queue(mak
     assert subscription_rows(rt, sub.id) == (0, 0, 0)
     assert not rt.broker.delivering(sub.id) and sub.id not in rt.ws_attachments
     other = rt.ws_hub.subscribe('alice', 'ws.gone', 10)
-    rt.topic_admin.delete_topic(rt.topic_admin.topic('ws.gone'))
+    rt.topic_admin.delete(rt.topic_admin.get('ws.gone'))
     assert subscription_rows(rt, other.id) == (0, 0, 0)
 
 

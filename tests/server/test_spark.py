@@ -212,7 +212,7 @@ def test_traffic_through_the_broker_is_analysed_on_local_spark(traffic):
     watch.kill()
 
     event = recorder['reports'][0]
-    job = rt.spark.get(job_id)
+    job = rt.spark_admin.get(job_id)
     assert event['job_id'] == job_id and event['outcome'] == 'succeeded', (event, job['log_tail'])
     assert event['pipeline'] == 'traffic_analytics' and event['service'] == 'traffic.report'
     assert event['arguments'] == ['--topic', 'orders.created', '--topic', 'crm.customer.sync']
@@ -283,7 +283,7 @@ def test_the_same_pipeline_on_a_standalone_cluster_gives_the_same_figures(traffi
                                    'spark.executor.extraJavaOptions': '-XX:TieredStopAtLevel=1'},
                              timeout=SPARK_TIMEOUT)
     job = rt.spark.wait(job_id, SPARK_TIMEOUT)
-    assert job['status'] == 'succeeded', rt.spark.log(job_id, 80)
+    assert job['status'] == 'succeeded', rt.spark_admin.log(job_id, 80)
     assert job['master'] == url
     _check_figures(_rows(job['output_location'], 'by_subscriber'), expected)
     # It really ran on the cluster: the master registered the application and gave it an executor.
@@ -307,16 +307,16 @@ def test_a_failing_pipeline_and_a_timed_out_one(runtime_factory, tmp_path, recor
     rt.catalog.subscribe(TOPIC_FAILED, service='traffic.failure-reader')
     bad = rt.spark.submit('invoice_check', ['42'], timeout=SPARK_TIMEOUT)
     endless = rt.spark.submit('endless', timeout=8)
-    wait_until(lambda: rt.spark.get(endless, log_lines=0)['pid'], 30, message='endless started')
-    pid = rt.spark.get(endless, log_lines=0)['pid']
+    wait_until(lambda: rt.spark_admin.get(endless, log_lines=0)['pid'], 30, message='endless started')
+    pid = rt.spark_admin.get(endless, log_lines=0)['pid']
 
     job = rt.spark.wait(endless, 60)
     assert job['status'] == 'killed' and job['error'] == 'killed: timed out after 8 s (timeout)', job
     poll(lambda: not _group_alive(pid), 10, message="spark-submit's whole process group gone")
     job = rt.spark.wait(bad, SPARK_TIMEOUT)
-    assert job['status'] == 'failed' and job['exit_code'] == 1, rt.spark.log(bad, 60)
+    assert job['status'] == 'failed' and job['exit_code'] == 1, rt.spark_admin.log(bad, 60)
     assert job['error'] == 'ValueError: invoice batch 42 is malformed (3 rows read)'
-    assert any('Traceback' in line for line in rt.spark.log(bad, 400))
+    assert any('Traceback' in line for line in rt.spark_admin.log(bad, 400))
 
     wait_until(lambda: recorder.count('failures') == 2, 30, message='two spark.job.failed events')
     events = {e['job_id']: e for e in recorder['failures']}

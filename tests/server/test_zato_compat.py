@@ -185,7 +185,7 @@ def test_a_zato_enmasse_file_loads_with_one_warning_listing_the_keys_conduit_ign
     assert by_kind['rest_push'].push_url == 'http://127.0.0.1:9/hook'
     with rt.engine.connect() as conn:
         assert conn.execute(select(RestChannel.is_active, RestChannel.security)).all() == [(True, 'crm.basic')]
-    assert rt.scheduler.get('crm.sync')['is_active'] is False
+    assert rt.job_admin.get('crm.sync')['is_active'] is False
 
     rt.broker.publish('orders.new', {'order': 1}, publisher='crm')
     wait_until(lambda: Inbox.received, 10, message='the service subscriber got the message')

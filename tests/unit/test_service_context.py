@@ -81,6 +81,16 @@ class Spark(SparkService):
         self.response.payload = self.spark
 
 
+class _Recorder:
+    """Answers every method call with (its name, the method, the arguments)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, method: str) -> Any:
+        return lambda *args: (self._name, method, args)
+
+
 @pytest.fixture
 def spawner() -> Iterator[Spawner]:
     spawner = Spawner()
@@ -152,9 +162,14 @@ def test_the_context_is_frozen(invoker: Invoker) -> None:
 def test_spark_jobs_come_from_the_context(spawner: Spawner) -> None:
     store = ServiceStore()
     store.register(Spark)
-    manager = object()
-    with_spark = Invoker(store, spawner.spawn, pubsub=lambda svc: None, config={}, spark=lambda: manager)
-    assert with_spark.invoke('ctx.spark') is manager
+    manager, admin = _Recorder('manager'), _Recorder('admin')
+    with_spark = Invoker(store, spawner.spawn, pubsub=lambda svc: None, config={}, spark=lambda: manager,
+                         spark_admin=lambda: admin)
+    jobs = with_spark.invoke('ctx.spark')
+    # What a Spark service reads of the jobs comes from the cluster's admin; its wait, from this worker's manager.
+    assert [jobs.get('j1'), jobs.jobs(status='failed'), jobs.log('j1', 5), jobs.kill('j1'), jobs.wait('j1', 2.0)] == [
+        ('admin', 'get', ('j1', None)), ('admin', 'list', ('failed', None, 50, 0)), ('admin', 'log', ('j1', 5)),
+        ('admin', 'kill', ('j1', 'killed on request')), ('manager', 'wait', ('j1', 2.0))]
     without = Invoker(store, gevent.spawn, pubsub=lambda svc: None, config={})
     with pytest.raises(ConfigError, match='no Spark jobs'):
         without.invoke('ctx.spark')

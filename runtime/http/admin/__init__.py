@@ -1,9 +1,9 @@
 """The admin API under /admin: its own credentials, one resource class per kind of object.
 
 - ``parts``: ``AdminParts``, the collaborators the resources are made with (the pub/sub
-  administration layer of ``runtime.pubsub.topic_admin`` and ``runtime.pubsub.queue_admin``, the
-  catalog, the service store, the scheduler, ...), and ``admin_parts``, which takes them from a
-  runtime; no admin module sees the runtime itself;
+  administration layer of ``runtime.pubsub.topic_admin``, ``runtime.pubsub.subscription_admin`` and
+  ``runtime.pubsub.queue_admin``, the catalog, the service store, the scheduler, ...), and
+  ``admin_parts``, which takes them from a runtime; no admin module sees the runtime itself;
 - ``base``: ``AdminResource``, the base of every admin resource, and the admin prefix;
 - ``input``: reading request bodies field by field, and paging; ``lookups``: whether a named
   security definition or service exists; ``subscription_views``: how a subscription is shown with

@@ -38,9 +38,10 @@ def _object_body(req: falcon.Request) -> dict[str, Any]:
 
 
 class _JobResource(AdminResource):
-    """A resource of the scheduler."""
+    """A resource of the scheduler: its jobs' administration, and the scheduler itself (run now)."""
 
     def __init__(self, parts: AdminParts) -> None:
+        self._jobs = parts.job_admin
         self._scheduler = parts.scheduler
 
 
@@ -52,15 +53,15 @@ class JobsResource(_JobResource):
         if len(search) > MAX_SEARCH or has_bad_chars(search):
             raise InvalidInput('search', f'must be at most {MAX_SEARCH} printable characters')
         if req.get_param('limit') is None and req.get_param('offset') is None and not search:
-            resp.media = {'is_ok': True, 'jobs': self._scheduler.jobs()}
+            resp.media = {'is_ok': True, 'jobs': self._jobs.list()}
             return
         limit, offset = page(req)
-        jobs, total = self._scheduler.jobs_page(search.strip() or None, limit, offset)
+        total, jobs = self._jobs.page(search.strip(), limit, offset)
         resp.media = {'is_ok': True, 'jobs': jobs, 'total': total, 'limit': limit, 'offset': offset,
                       'next_offset': offset + limit if offset + limit < total else None}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        job = self._scheduler.create(_object_body(req))
+        job = self._jobs.create(_object_body(req))
         resp.status = falcon.HTTP_201
         resp.media = {'is_ok': True, 'job': job}
 
@@ -69,13 +70,13 @@ class JobResource(_JobResource):
     """GET /admin/jobs/{name}: one job; PATCH: change it; DELETE: delete it with its history."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = {'is_ok': True, 'job': self._scheduler.get(name)}
+        resp.media = {'is_ok': True, 'job': self._jobs.get(name)}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = {'is_ok': True, 'job': self._scheduler.edit(name, _object_body(req))}
+        resp.media = {'is_ok': True, 'job': self._jobs.update(name, _object_body(req))}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        self._scheduler.delete(name)
+        self._jobs.delete(name)
         resp.media = {'is_ok': True, 'deleted': name}
 
 
@@ -83,14 +84,14 @@ class JobPauseResource(_JobResource):
     """POST /admin/jobs/{name}/pause."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = {'is_ok': True, 'job': self._scheduler.set_active(name, False)}
+        resp.media = {'is_ok': True, 'job': self._jobs.set_active(name, False)}
 
 
 class JobResumeResource(_JobResource):
     """POST /admin/jobs/{name}/resume."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        resp.media = {'is_ok': True, 'job': self._scheduler.set_active(name, True)}
+        resp.media = {'is_ok': True, 'job': self._jobs.set_active(name, True)}
 
 
 class JobRunResource(_JobResource):
@@ -99,11 +100,10 @@ class JobRunResource(_JobResource):
     def on_post(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         wait = req.get_param_as_bool('wait') or False
         timeout = req.get_param_as_float('timeout', min_value=0.0, max_value=MAX_WAIT_SECS) or 30.0
-        scheduler = self._scheduler
-        run_id, greenlet = scheduler.run_now(name)
+        run_id, greenlet = self._scheduler.run_now(name)
         if wait:
             greenlet.join(timeout)
-        resp.media = {'is_ok': True, 'run': scheduler.run(run_id)}
+        resp.media = {'is_ok': True, 'run': self._jobs.run(run_id)}
 
 
 class JobRunsResource(_JobResource):
@@ -111,7 +111,7 @@ class JobRunsResource(_JobResource):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
         limit = req.get_param_as_int('limit', min_value=1, max_value=10000) or 50
-        resp.media = {'is_ok': True, 'runs': self._scheduler.runs(name, limit)}
+        resp.media = {'is_ok': True, 'runs': self._jobs.runs(name, limit)}
 
 
 # OpenAPI operations of the resources above (read by runtime.http.openapi).

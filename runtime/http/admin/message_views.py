@@ -34,10 +34,11 @@ MESSAGE_EDIT = obj({'data': {'description': 'New data (any JSON value but null)'
 
 
 class MessageResource(AdminResource):
-    """A resource of stored messages: finds subscriptions, works on queues, knows the message size limit."""
+    """A resource of stored messages: finds topics and subscriptions, works on queues, knows the message size limit."""
 
     def __init__(self, parts: AdminParts) -> None:
         self._topics = parts.topic_admin
+        self._subs = parts.subscription_admin
         self._queues = parts.queue_admin
         self._settings = parts.settings
 

@@ -24,13 +24,15 @@ if TYPE_CHECKING:
     from runtime.pubsub.catalog import Catalog
     from runtime.pubsub.permission_admin import PermissionAdmin
     from runtime.pubsub.queue_admin import QueueAdmin
+    from runtime.pubsub.subscription_admin import SubscriptionAdmin
     from runtime.pubsub.topic_admin import TopicAdmin
-    from runtime.scheduler import Scheduler
+    from runtime.scheduler import JobAdmin, Scheduler
     from runtime.security.admin import SecurityAdmin
     from runtime.security.basic_auth import SecurityRegistry
     from runtime.security.dashboard_sessions import SessionStore
     from runtime.service.invoke import Invoker
     from runtime.service.store import ServiceStore
+    from runtime.spark.admin import SparkJobAdmin
     from runtime.spark.manager import SparkManager
 
 
@@ -47,7 +49,10 @@ class AdminParts:
     catalog: Catalog
     #: Publishes on behalf of an endpoint and resolves a publication's target topic.
     broker: Broker
+    #: Finds, creates, changes and deletes topics.
     topic_admin: TopicAdmin
+    #: Finds, changes and deletes subscriptions (subscribing, pausing and resuming are the catalog's).
+    subscription_admin: SubscriptionAdmin
     queue_admin: QueueAdmin
     #: Reads and changes the pub/sub permissions of security definitions.
     permission_admin: PermissionAdmin
@@ -61,8 +66,14 @@ class AdminParts:
     store: ServiceStore
     invoker: Invoker
     hot_deployer: HotDeployer
+    #: Runs a job now, in this worker.
     scheduler: Scheduler
+    #: Reads and changes the scheduler's jobs; reads their run history.
+    job_admin: JobAdmin
+    #: Submits a Spark job and waits for one, in this worker.
     spark: SparkManager
+    #: Reads and kills the Spark jobs of the cluster; lists the pipelines.
+    spark_admin: SparkJobAdmin
     #: This worker's copy of the security definitions.
     security: SecurityRegistry
     #: The audit log, and the stored objects it snapshots.

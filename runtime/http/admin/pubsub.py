@@ -15,8 +15,9 @@
 
 Every change is written to the database with the ``pubsub`` sync key bumped in the same
 transaction, so every worker of every server reloads it within ``sync.interval_secs``; this
-worker reloads at once. The work is done by the catalog (creating topics, subscribing, pausing)
-and by ``runtime.pubsub.topic_admin`` and ``runtime.pubsub.queue_admin``; input checks are in
+worker reloads at once. The work is done by ``runtime.pubsub.topic_admin``,
+``runtime.pubsub.subscription_admin``, the catalog (subscribing, pausing) and
+``runtime.pubsub.queue_admin``; input checks are in
 ``runtime.http.admin.input``, and how a subscription is shown (queues use it too) in
 ``runtime.http.admin.subscription_views``. Topics, subscriptions and publishing share the schemas
 below.
@@ -35,7 +36,6 @@ from runtime.errors import (
     BadRequest,
     ConfigError,
     InvalidInput,
-    ObjectExists,
 )
 from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import MAX_DB_INT, Body, check_data, check_numbers, has_bad_chars
@@ -115,6 +115,7 @@ class _PubSubResource(AdminResource):
         self._parts = parts
         self._catalog = parts.catalog
         self._topics = parts.topic_admin
+        self._subs = parts.subscription_admin
         self._queues = parts.queue_admin
 
 
@@ -144,20 +145,20 @@ class TopicsResource(_PubSubResource):
             raise InvalidInput('q', 'must be at most 200 printable characters')
         limit = req.get_param_as_int('limit', min_value=1, max_value=MAX_PAGE)
         offset = req.get_param_as_int('offset', min_value=0, max_value=MAX_DB_INT) or 0
-        listed = [t for t in self._topics.topics() if search in t.name.lower()]
-        total = len(listed)
+        # An offset alone pages too (MAX_PAGE at a time); neither: every topic, with the stats of all at once.
+        size = limit if limit is not None else MAX_PAGE if offset else None
+        total, listed = self._topics.page(search, size, offset)
         last_pub: dict[int, float] = {}
-        if limit is None and not offset:
+        if size is None:
             rows, depths = self._queues.topic_stats()
         else:
-            listed = listed[offset:offset + (limit or MAX_PAGE)]
             rows, depths, last_pub = self._queues.topic_page_stats([t.id for t in listed])
         topics = []
         for topic in listed:
             view = _topic_view(topic, rows.get(topic.id))
             view['depth'] = depths.get(topic.id, {'gd': 0, 'non_gd': 0})
             view['subscriptions'] = len(self._topics.subscribers(topic.name))
-            if limit is not None or offset:
+            if size is not None:
                 view['last_pub_time_iso'] = _last_pub_time(last_pub.get(topic.id),
                                                            self._parts.recent_publications(topic.id))
             topics.append(view)
@@ -167,12 +168,7 @@ class TopicsResource(_PubSubResource):
         body = Body(req, {'name', *_TOPIC_ATTR_SCHEMAS})
         name = validate_topic_name(body.text('name', required=True))
         attrs = _topic_attrs(body, f'topic {name!r}')
-        if self._topics.known_topic(name):
-            raise ObjectExists('topic', name)
-        try:
-            topic = self._catalog.create_topic(name, origin='api', **attrs)
-        except ConfigError:
-            raise ObjectExists('topic', name) from None  # attributes were checked: only the name can clash
+        topic = self._topics.create(name, origin='api', **attrs)
         resp.status = falcon.HTTP_201
         resp.media = {'is_ok': True, 'topic': _topic_view(topic, None)}
 
@@ -209,7 +205,7 @@ class TopicResource(_PubSubResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        topic = self._topics.topic(name)
+        topic = self._topics.get(name)
         last = req.get_param_as_int('last', min_value=0, max_value=MAX_LAST)
         last = DEFAULT_LAST if last is None else last
         subs = self._topics.subscribers(topic.name)
@@ -222,15 +218,15 @@ class TopicResource(_PubSubResource):
                       'subscriptions': sub_views(self._queues, subs, stats, rows_by_id)}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        topic = self._topics.topic(name)
+        topic = self._topics.get(name)
         body = Body(req, set(_TOPIC_ATTR_SCHEMAS))
         attrs = _topic_attrs(body, f'topic {topic.name!r}')
-        self._topics.update_topic(topic.id, attrs)
-        resp.media = {'is_ok': True, 'topic': _topic_view(self._topics.topic(topic.name), None)}
+        self._topics.update(topic.id, attrs)
+        resp.media = {'is_ok': True, 'topic': _topic_view(self._topics.get(topic.name), None)}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, name: str) -> None:
-        topic = self._topics.topic(name)
-        counts = self._topics.delete_topic(topic)
+        topic = self._topics.get(name)
+        counts = self._topics.delete(topic)
         resp.media = {'is_ok': True, 'deleted': topic.name, **counts}
 
 
@@ -325,7 +321,7 @@ class SubscriptionsResource(_PubSubResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        subs = self._topics.subscriptions(req.get_param('topic'), req.get_param('kind'))
+        subs = self._subs.list(req.get_param('topic'), req.get_param('kind'))
         stats, rows = self._queues.subscription_stats([s.id for s in subs])
         resp.media = {'is_ok': True, 'subscriptions': sub_views(self._queues, subs, stats, rows)}
 
@@ -334,7 +330,7 @@ class SubscriptionsResource(_PubSubResource):
         body = Body(req, _SUB_FIELDS)
         body.require('topic', 'kind')
         pattern = validate_pattern(body.text('topic', required=True))
-        if self._topics.topic_missing(pattern):
+        if self._subs.topic_missing(pattern):
             raise InvalidInput('topic', f'names no topic ({pattern!r}): create the topic first, or give a pattern')
         kind = body.text('kind', required=True)
         if kind not in self._catalog.kinds:
@@ -344,14 +340,12 @@ class SubscriptionsResource(_PubSubResource):
         where = f'subscription to {pattern!r}'
         options = _options(body, parts, {}, where, kind)
         _check_endpoint(parts, kind, service, security, push_url, options, where)
+        is_active = body.flag('is_active') is not False  # read before anything is made: a 400 makes nothing
         try:
             sub = self._catalog.subscribe(pattern, kind, service=service, security=security, push_url=push_url,
-                                           options=options, origin='api')
+                                           options=options, origin='api', is_active=is_active)
         except ConfigError as e:
             raise BadRequest(str(e)) from None
-        if body.flag('is_active') is False:
-            self._catalog.set_active(sub.sub_key, False)
-            sub = self._topics.subscription(sub.id)
         resp.status = falcon.HTTP_201
         resp.media = {'is_ok': True, 'subscription': sub_details(self._queues, sub), 'sub_key': sub.sub_key}
 
@@ -372,13 +366,13 @@ class SubscriptionResource(_PubSubResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        resp.media = {'is_ok': True, 'subscription': sub_details(self._queues, self._topics.subscription(sub_id))}
+        resp.media = {'is_ok': True, 'subscription': sub_details(self._queues, self._subs.get(sub_id))}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        sub = self._topics.subscription(sub_id)
+        sub = self._subs.get(sub_id)
         body = Body(req, {'options', 'push_url', 'security', 'is_active'})
         values: dict[str, Any] = {}
-        options = self._topics.stored_options(sub.id)
+        options = self._subs.stored_options(sub.id)
         if 'options' in body:
             options = _options(body, self._parts, options, sub.label, sub.kind)
             values['options'] = json.dumps(options)
@@ -392,12 +386,11 @@ class SubscriptionResource(_PubSubResource):
         is_active = body.flag('is_active')
         if is_active is not None and is_active != sub.is_active:
             values['is_active'] = is_active
-        self._topics.update_subscription(sub.id, values)
-        resp.media = {'is_ok': True, 'subscription': sub_details(self._queues, self._topics.subscription(sub.id))}
+        self._subs.update(sub.id, values)
+        resp.media = {'is_ok': True, 'subscription': sub_details(self._queues, self._subs.get(sub.id))}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        sub = self._topics.subscription(sub_id)
-        self._catalog.unsubscribe(sub.sub_key)
+        sub = self._subs.delete(sub_id)
         resp.media = {'is_ok': True, 'deleted': sub.id}
 
 
@@ -405,9 +398,9 @@ class _SetActive(_PubSubResource):
     active = True
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        sub = self._topics.subscription(sub_id)
+        sub = self._subs.get(sub_id)
         self._catalog.set_active(sub.sub_key, self.active)
-        resp.media = {'is_ok': True, 'subscription': sub_details(self._queues, self._topics.subscription(sub.id))}
+        resp.media = {'is_ok': True, 'subscription': sub_details(self._queues, self._subs.get(sub.id))}
 
 
 class PauseResource(_SetActive):

@@ -72,7 +72,7 @@ class QueuesResource(MessageResource):
             subs, stats, rows = self._queues.queues()
             resp.media = {'is_ok': True, 'queues': sub_views(self._queues, subs, stats, rows), 'total': len(subs)}
             return
-        subs = [s for s in self._topics.subscriptions()
+        subs = [s for s in self._subs.list()
                 if not search or any(search in v.lower() for v in (s.pattern, s.service, s.security, str(s.id)))]
         page_subs = subs[offset:offset + (limit or MAX_PAGE)]
         stats, rows = self._queues.subscription_stats([s.id for s in page_subs])
@@ -86,7 +86,7 @@ class QueueResource(MessageResource):
                                 errors=(404,), response={'queue': SUBSCRIPTION})}
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        resp.media = {'is_ok': True, 'queue': sub_details(self._queues, self._topics.subscription(sub_id))}
+        resp.media = {'is_ok': True, 'queue': sub_details(self._queues, self._subs.get(sub_id))}
 
 
 class QueueMessagesResource(MessageResource):
@@ -106,7 +106,7 @@ class QueueMessagesResource(MessageResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        sub = self._topics.subscription(sub_id)
+        sub = self._subs.get(sub_id)
         limit, offset = page(req)
         after = _cursor(req.get_param('after'))
         messages, depth = self._queues.browse(sub.id, limit, offset, after)
@@ -115,7 +115,7 @@ class QueueMessagesResource(MessageResource):
                       'next_after': messages[-1]['cursor'] if len(messages) == limit else None}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        sub = self._topics.subscription(sub_id)
+        sub = self._subs.get(sub_id)
         deleted = self._queues.purge(sub.id)
         resp.media = {'is_ok': True, 'deleted': deleted}
 
@@ -141,11 +141,11 @@ class QueueMessageResource(MessageResource):
         return row
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
-        sub = self._topics.subscription(sub_id)
+        sub = self._subs.get(sub_id)
         resp.media = {'is_ok': True, 'message': admin_view(self._row(sub, msg_id))}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
-        sub = self._topics.subscription(sub_id)
+        sub = self._subs.get(sub_id)
         row = self._row(sub, msg_id)
         changes = self._edit(req, row)
         new, held_by = self._queues.edit_message(sub.id, msg_id, row.message_id, changes)
@@ -154,7 +154,7 @@ class QueueMessageResource(MessageResource):
         resp.media = {'is_ok': True, 'message': admin_view(new), 'held_by': held_by}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
-        sub = self._topics.subscription(sub_id)
+        sub = self._subs.get(sub_id)
         if not self._queues.delete_message(sub.id, msg_id):
             raise ObjectNotFound(f'message in the queue of subscription #{sub.id}', msg_id)
         resp.media = {'is_ok': True, 'deleted': msg_id}
@@ -176,14 +176,14 @@ class DeadLettersResource(MessageResource):
     }
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        sub = self._topics.subscription(sub_id)
+        sub = self._subs.get(sub_id)
         limit, offset = page(req)
         rows, count = self._queues.browse_dead_letters(sub.id, limit, offset)
         resp.media = {'is_ok': True, 'dead_letters': rows, 'count': count, 'limit': limit, 'offset': offset,
                       'next_offset': offset + limit if offset + limit < count else None}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        sub = self._topics.subscription(sub_id)
+        sub = self._subs.get(sub_id)
         deleted = self._queues.delete_dead_letters(sub.id)
         resp.media = {'is_ok': True, 'deleted': deleted}
 
@@ -206,11 +206,11 @@ class DeadLetterResource(MessageResource):
         return row
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
-        sub = self._topics.subscription(sub_id)
+        sub = self._subs.get(sub_id)
         resp.media = {'is_ok': True, 'dead_letter': admin_view(self._row(sub, msg_id))}
 
     def on_patch(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
-        sub = self._topics.subscription(sub_id)
+        sub = self._subs.get(sub_id)
         row = self._row(sub, msg_id)
         changes = self._edit(req, row)
         new, held_by = self._queues.edit_dead_letter(sub.id, msg_id, row.message_id, changes)
@@ -219,7 +219,7 @@ class DeadLetterResource(MessageResource):
         resp.media = {'is_ok': True, 'dead_letter': admin_view(new), 'held_by': held_by}
 
     def on_delete(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
-        sub = self._topics.subscription(sub_id)
+        sub = self._subs.get(sub_id)
         if not self._queues.delete_dead_letters(sub.id, msg_id):
             raise ObjectNotFound(f'dead letter of subscription #{sub.id}', msg_id)
         resp.media = {'is_ok': True, 'deleted': msg_id}
@@ -235,7 +235,7 @@ class RedriveResource(MessageResource):
         response={'redriven': arr(STR), 'count': INT, 'missing': arr(STR)})}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, sub_id: int) -> None:
-        sub = self._topics.subscription(sub_id)
+        sub = self._subs.get(sub_id)
         body = Body(req, {'msg_ids', 'all'})
         msg_ids = body.data.get('msg_ids')
         redrive_all = body.flag('all', False)
@@ -264,7 +264,7 @@ class QueueMessageDeadLetterResource(MessageResource):
         response={'dead_lettered': STR})}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, sub_id: int, msg_id: str) -> None:
-        sub = self._topics.subscription(sub_id)
+        sub = self._subs.get(sub_id)
         body = Body(req, {'error'}, required=False)
         error = body.text('error', max_len=1000) or 'moved to the dead-letter queue by an administrator'
         if not self._queues.move_to_dead_letters(sub.id, msg_id, error):

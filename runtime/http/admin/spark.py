@@ -31,9 +31,10 @@ _SUBMIT_KEYS = {'pipeline', 'args', 'master', 'conf', 'timeout', 'callback'}
 
 
 class _SparkResource(AdminResource):
-    """A resource of Spark jobs."""
+    """A resource of Spark jobs: reads and kills through the admin; submit and wait through this worker's manager."""
 
     def __init__(self, parts: AdminParts) -> None:
+        self._admin = parts.spark_admin
         self._spark = parts.spark
 
 
@@ -43,7 +44,7 @@ class SparkJobsResource(_SparkResource):
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         limit = req.get_param_as_int('limit', min_value=1, max_value=10000) or 50
         offset = req.get_param_as_int('offset', min_value=0, max_value=MAX_DB_INT) or 0
-        jobs = self._spark.jobs(req.get_param('status'), req.get_param('pipeline'), limit, offset)
+        jobs = self._admin.list(req.get_param('status'), req.get_param('pipeline'), limit, offset)
         resp.media = {'is_ok': True, 'jobs': jobs, 'limit': limit, 'offset': offset,
                       'next_offset': offset + limit if len(jobs) == limit else None}
 
@@ -54,12 +55,11 @@ class SparkJobsResource(_SparkResource):
         unknown = sorted(set(body) - _SUBMIT_KEYS)
         if unknown:
             raise BadRequest(f'unknown key(s) in the submission: {", ".join(unknown)}')
-        spark = self._spark
-        job_id = spark.submit(body.get('pipeline'), body.get('args'), master=body.get('master'),
-                              conf=body.get('conf'), timeout=body.get('timeout'), callback=body.get('callback') or '',
-                              service='admin', cid=req.context.cid)
+        job_id = self._spark.submit(body.get('pipeline'), body.get('args'), master=body.get('master'),
+                                    conf=body.get('conf'), timeout=body.get('timeout'),
+                                    callback=body.get('callback') or '', service='admin', cid=req.context.cid)
         resp.status = falcon.HTTP_201
-        resp.media = {'is_ok': True, 'job_id': job_id, 'job': spark.get(job_id, log_lines=0)}
+        resp.media = {'is_ok': True, 'job_id': job_id, 'job': self._admin.get(job_id, log_lines=0)}
 
 
 class SparkJobResource(_SparkResource):
@@ -67,7 +67,7 @@ class SparkJobResource(_SparkResource):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, job_id: str) -> None:
         lines = req.get_param_as_int('lines', min_value=0, max_value=MAX_LOG_LINES)
-        resp.media = {'is_ok': True, 'job': self._spark.get(job_id, log_lines=lines)}
+        resp.media = {'is_ok': True, 'job': self._admin.get(job_id, log_lines=lines)}
 
 
 class SparkJobLogResource(_SparkResource):
@@ -75,17 +75,17 @@ class SparkJobLogResource(_SparkResource):
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, job_id: str) -> None:
         lines = req.get_param_as_int('lines', min_value=1, max_value=MAX_LOG_LINES) or 200
-        spark = self._spark
-        job = spark.get(job_id, log_lines=0)
+        admin = self._admin
+        job = admin.get(job_id, log_lines=0)
         resp.media = {'is_ok': True, 'job_id': job_id, 'status': job['status'], 'log_path': job['log_path'],
-                      'lines': spark.log(job_id, lines, job['log_path'])}
+                      'lines': admin.log(job_id, lines, job['log_path'])}
 
 
 class SparkJobKillResource(_SparkResource):
     """POST /admin/spark/jobs/{job_id}/kill."""
 
     def on_post(self, req: falcon.Request, resp: falcon.Response, job_id: str) -> None:
-        resp.media = {'is_ok': True, 'job': self._spark.kill(job_id, 'killed on request (admin API)')}
+        resp.media = {'is_ok': True, 'job': self._admin.kill(job_id, 'killed on request (admin API)')}
 
 
 class SparkJobWaitResource(_SparkResource):
@@ -100,9 +100,9 @@ class SparkPipelinesResource(_SparkResource):
     """GET /admin/spark/pipelines: the pipelines that can be submitted."""
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        spark = self._spark
-        resp.media = {'is_ok': True, 'pipelines': spark.pipelines(), 'master': spark.settings.master,
-                      'directory': str(spark.pipelines_dir)}
+        admin = self._admin
+        resp.media = {'is_ok': True, 'pipelines': admin.pipelines(), 'master': admin.settings.master,
+                      'directory': str(admin.pipelines_dir)}
 
 
 # OpenAPI operations of the resources above (read by runtime.http.openapi).

@@ -2,7 +2,7 @@
 
 The subscription resources, the queue resources, a topic's details and the WebSocket list all show
 subscriptions the same way; they share these helpers rather than importing one another. Finding a
-subscription and reading its queue and client is ``runtime.pubsub.topic_admin`` and
+subscription and reading its queue and client is ``runtime.pubsub.subscription_admin`` and
 ``runtime.pubsub.queue_admin``'s work. No view carries a sub_key: it is a secret, shown once, when
 the subscription is made.
 """

@@ -40,6 +40,6 @@ class TopicMatchesResource(AdminResource):
             raise InvalidInput('pattern', 'must be at most 200 characters')
         limit = req.get_param_as_int('limit', min_value=1, max_value=MAX_PAGE) or DEFAULT_PAGE
         offset = req.get_param_as_int('offset', min_value=0, max_value=MAX_DB_INT) or 0
-        total, names = self._topics.topic_matches(pattern, limit, offset)
+        total, names = self._topics.matches(pattern, limit, offset)
         resp.media = {'is_ok': True, 'pattern': pattern, 'total': total, 'limit': limit, 'offset': offset,
                       'topics': names}

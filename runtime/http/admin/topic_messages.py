@@ -55,7 +55,7 @@ class TopicMessagesResource(MessageResource):
             raise InvalidInput('topic')
         if len(name) > 200 or has_bad_chars(name):
             raise InvalidInput('topic', 'must be a topic name of at most 200 printable characters')
-        topic = self._topics.topic(name)
+        topic = self._topics.get(name)
         limit = req.get_param_as_int('limit', min_value=1, max_value=MAX_PAGE) or DEFAULT_PAGE
         after = req.get_param_as_int('after', min_value=0, max_value=2 ** 63 - 1)
         messages, waiting = self._queues.topic_messages(topic.id, limit, after)

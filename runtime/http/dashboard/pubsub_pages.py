@@ -34,7 +34,7 @@ class TopicPage(DashboardPage):
     scripts = ('pubsub.js', 'topic.js')
 
     def context(self, req: falcon.Request, **params: Any) -> dict[str, Any]:
-        topic = self.parts.admin.topic_admin.topic(params['name'])  # TopicNotFound: a 404 page naming it
+        topic = self.parts.admin.topic_admin.get(params['name'])  # TopicNotFound: a 404 page naming it
         return {'topic_name': topic.name, 'title': f'Topic {topic.name}'}
 
 
@@ -56,7 +56,7 @@ class QueuePage(DashboardPage):
     scripts = ('pubsub.js', 'queue.js')
 
     def context(self, req: falcon.Request, **params: Any) -> dict[str, Any]:
-        sub = self.parts.admin.topic_admin.subscription(params['sub_id'])  # a 404 page naming it
+        sub = self.parts.admin.subscription_admin.get(params['sub_id'])  # a 404 page naming it
         return {'sub_id': sub.id, 'title': f'Queue of subscription #{sub.id} ({sub.pattern})'}
 
 
