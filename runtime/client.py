@@ -258,6 +258,8 @@ class Client:
         self.heartbeat_secs = heartbeat_secs
         self._on_error = on_error
         self._ws: websocket.WebSocket | None = None
+        #: websocket-client's module, imported by the first connect(): every use of it has a socket it made.
+        self._lib: ModuleType | None = None
         #: Tells when _ws has something to read. The socket's own timeout stays connect_timeout, for
         #: reads of a frame under way and for every send alike: a reader's short wait must never be
         #: the timeout of another thread's send (a frame cut half-way kills the connection).
@@ -327,7 +329,7 @@ class Client:
             try:
                 ws = self._ws
                 if ws is not None:
-                    ws_lib = _library()  # there: it made ws
+                    ws_lib = self._websocket_lib()
                     try:
                         ws.close(timeout=CLOSE_TIMEOUT_SECS)
                     except (ws_lib.WebSocketException, OSError):
@@ -340,9 +342,14 @@ class Client:
             self._ws.abort()
         self._fail_waiting(self._ended)
 
+    def _websocket_lib(self) -> ModuleType:
+        """websocket-client's module: there, since the socket in hand was made with it."""
+        assert self._lib is not None
+        return self._lib
+
     def _open(self) -> None:
         """One connection: handshake, sign-in, resumed subscriptions; the caller holds the read lock."""
-        ws_lib = _library()  # the first connect() without websocket-client stops here, naming the extra
+        ws_lib = self._lib = _library()  # the first connect() without websocket-client stops here, naming the extra
         header = []
         if self.auth == 'basic':
             token = base64.b64encode(f'{self.username}:{self.__password}'.encode()).decode('ascii')
@@ -487,7 +494,7 @@ class Client:
         if not self._readable(ws, wait):
             self._idle(ws)
             return
-        ws_lib = _library()  # there: it made ws
+        ws_lib = self._websocket_lib()
         try:
             opcode, data = ws.recv_data(control_frame=True)
         except (ws_lib.WebSocketException, OSError, ValueError) as e:
@@ -524,7 +531,7 @@ class Client:
             self._lost(Disconnected(f'no frame from the server for {silent:.0f} s'))
         elif silent >= self.heartbeat_secs and now - self._last_ping >= self.heartbeat_secs:
             self._last_ping = now
-            ws_lib = _library()  # there: it made ws
+            ws_lib = self._websocket_lib()
             try:
                 with self._send_lock:
                     ws.ping()
@@ -632,7 +639,7 @@ class Client:
             if ws is None:
                 return None
             self._waiting[rid] = self._connection
-        ws_lib = _library()  # there: it made ws
+        ws_lib = self._websocket_lib()
         try:
             with self._send_lock:
                 ws.send(text)
