@@ -117,7 +117,7 @@ def create_subscription(conn: Connection, registry: Registry, kinds: Kinds, patt
                         is_active: bool = True) -> tuple[int, str]:
     """Insert a subscription and hand it the messages its topics accepted with no subscriber.
 
-    Its kind adds what it keeps beside it (``KindStorage.created``), in the same transaction.
+    Its kind adds what it keeps beside it (``KindHooks.created``), in the same transaction.
     """
     sub_key = new_sub_key()
     now = time.time()

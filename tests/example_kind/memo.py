@@ -14,7 +14,7 @@ from runtime.errors import ConfigError
 from runtime.pubsub.message import Delivery
 from runtime.pubsub.options import DeliveryOptions, KindOptions
 from runtime.pubsub.registry import SubInfo
-from runtime.pubsub.subscribers.base import Context, Deliverer, KindStorage, KindTools
+from runtime.pubsub.subscribers.base import Context, Deliverer, KindHooks, KindTools
 from runtime.pubsub.subscribers.service import prepare
 
 #: The kind's name, as subscriptions store it (at most 16 characters).
@@ -36,7 +36,7 @@ class MemoOptions(KindOptions):
             raise ConfigError(where, f"memo_case must be 'as-is' or 'upper', not {self.memo_case!r}")
 
 
-class MemoSubscriber(KindStorage):
+class MemoSubscriber(KindHooks):
     """Memo subscriptions: any worker delivers them, into its plug-in's ``kept`` list."""
 
     kind = KIND_MEMO

@@ -113,3 +113,19 @@ def test_a_subscription_refused_for_its_is_active_is_not_made(client: AppClient)
     made = _ok(client.simulate_post('/admin/subscriptions', json={'topic': 'orders.paused', 'kind': 'pull',
                                                                   'security': 'puller', 'is_active': False}), 201)
     assert made['subscription']['is_active'] is False
+
+
+@pytest.mark.parametrize('body, field, why', [
+    ({'kind': 'service'}, 'service', 'is required for a service subscription'),
+    ({'kind': 'pull'}, 'security', 'is required for a pull subscription'),
+    ({'kind': 'websocket'}, 'security', 'is required for a websocket subscription'),
+    ({'kind': 'rest_push', 'push_url': 'ftp://host/in'}, 'push_url', 'must be an http:// or https:// URL'),
+])
+def test_each_kind_refuses_a_subscription_without_its_fields_naming_the_field(
+        client: AppClient, body: dict, field: str, why: str) -> None:
+    # Each kind says what it requires (its plug-in's refused_field); the admin API names the field.
+    _ok(client.simulate_post('/admin/topics', json={'name': 'orders.fields'}), 201)
+    answer = client.simulate_post('/admin/subscriptions', json={'topic': 'orders.fields', **body})
+    assert answer.status_code == 400, answer.text
+    assert answer.json['details'].startswith(f"input field '{field}' {why}"), answer.json
+    assert _ok(client.simulate_get('/admin/subscriptions'))['subscriptions'] == []

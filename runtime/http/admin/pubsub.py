@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, fields
 from typing import Any
-from urllib.parse import urlsplit
 
 import falcon
 
@@ -55,8 +54,8 @@ from runtime.http.openapi import (
     string,
 )
 from runtime.pubsub.queue_statements import MAX_PAGE
-from runtime.pubsub.registry import KIND_SERVICE, TopicInfo, check_topic_attributes
-from runtime.pubsub.subscribers import KIND_PULL, KIND_REST_PUSH, KIND_WEBSOCKET, SUBSCRIBER_KINDS
+from runtime.pubsub.registry import TopicInfo, check_topic_attributes
+from runtime.pubsub.subscribers import SUBSCRIBER_KINDS
 from runtime.pubsub.topics import validate_pattern, validate_topic_name
 from runtime.util.timefmt import iso
 
@@ -275,17 +274,9 @@ def _check_endpoint(parts: AdminParts, kind: str, service: str, security: str, p
         raise InvalidInput('service', f'names no deployed service ({service!r})')
     if security and not security_exists(parts, security):
         raise InvalidInput('security', f'names no security definition ({security!r})')
-    if kind == KIND_SERVICE and not service:
-        raise InvalidInput('service', 'is required for a service subscription')
-    if kind == KIND_PULL and not (security or service):
-        raise InvalidInput('security', 'is required for a pull subscription (or service, for a service pull queue)')
-    if kind == KIND_WEBSOCKET and not security:
-        # Only the definition owning it may resume it over a WebSocket (subscribe {sub_key}).
-        raise InvalidInput('security', 'is required for a websocket subscription')
-    if kind == KIND_REST_PUSH:
-        url = urlsplit(push_url)
-        if url.scheme not in ('http', 'https') or not url.hostname:
-            raise InvalidInput('push_url', 'must be an http:// or https:// URL for a REST push subscription')
+    refused = parts.catalog.kinds.plugin(kind).refused_field(service, security, push_url)
+    if refused is not None:
+        raise InvalidInput(*refused)
     try:
         # What the kind itself requires of its fields and options (a file subscription's target, say).
         parts.catalog.check_subscription(kind, where, service, push_url, options)

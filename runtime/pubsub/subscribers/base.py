@@ -57,12 +57,20 @@ class Deliverer(NamedTuple):
     progress: Callable[[Callable[[Outcome], None]], None] | None = None
 
 
-class KindStorage:
-    """What a kind keeps in the database beside its subscriptions, and sweeps: by default nothing.
+class KindHooks:
+    """What a kind adds to the core's handling of its subscriptions: by default nothing.
 
-    Every kind's class derives from it and overrides what it keeps (the WebSocket kind: its
-    clients' rows). Static methods: the catalog and the sweeper call them on a kind's plug-in.
+    Every kind's class derives from it and overrides what it needs: the fields a new subscription
+    must have, as the admin API names them; rows kept beside each subscription and their sweep (the
+    WebSocket kind: its clients' rows). Static methods: the admin API, the catalog and the sweeper
+    call them on a kind's plug-in.
     """
+
+    @staticmethod
+    def refused_field(service: str, security: str, push_url: str) -> tuple[str, str] | None:
+        """The field a new subscription of the kind lacks or has malformed, and why (the admin API's
+        400 names it; the object files get the kind's ``check``); None when none is."""
+        return None
 
     @staticmethod
     def created(conn: Connection, sub_id: int, now: float) -> None:
@@ -84,7 +92,7 @@ class KindStorage:
 
 
 class Subscriber(Protocol):
-    """One kind of subscriber (its class derives from ``KindStorage``)."""
+    """One kind of subscriber (its class derives from ``KindHooks``)."""
 
     #: The kind's name, as subscriptions store it.
     kind: str
@@ -115,14 +123,18 @@ class Subscriber(Protocol):
         """What a delivery loop of sub calls (delivered kinds only)."""
 
     @staticmethod
+    def refused_field(service: str, security: str, push_url: str) -> tuple[str, str] | None:
+        """See ``KindHooks.refused_field``."""
+
+    @staticmethod
     def created(conn: Connection, sub_id: int, now: float) -> None:
-        """See ``KindStorage.created``."""
+        """See ``KindHooks.created``."""
 
     @staticmethod
     def undelivered(conn: Connection) -> set[int]:
-        """See ``KindStorage.undelivered``."""
+        """See ``KindHooks.undelivered``."""
 
     @staticmethod
     def sweep(conn: Connection, registry: Registry, subs: list[SubInfo], now: float,
               dead_owner_secs: float) -> list[tuple[SubInfo, str]]:
-        """See ``KindStorage.sweep``."""
+        """See ``KindHooks.sweep``."""

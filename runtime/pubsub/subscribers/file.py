@@ -80,7 +80,7 @@ from runtime.pubsub.message import Delivery
 from runtime.pubsub.options import DeliveryOptions, KindOptions
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.retry import is_socket_error
-from runtime.pubsub.subscribers.base import Context, Deliverer, KindStorage, KindTools, RunService
+from runtime.pubsub.subscribers.base import Context, Deliverer, KindHooks, KindTools, RunService
 from runtime.pubsub.subscribers.service import prepare, render_batch
 from runtime.security import secret_refs
 from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
@@ -451,7 +451,7 @@ def _reason(e: BaseException) -> str:
     return type(e).__name__
 
 
-class FileSubscriber(KindStorage):
+class FileSubscriber(KindHooks):
     """File subscriptions: a FileDeliverer per subscription, its connection closed with the loop."""
 
     kind = KIND_FILE

@@ -61,7 +61,7 @@ from runtime.pubsub import statements
 from runtime.pubsub.dead_letters import DeadLetterer, Moves
 from runtime.pubsub.message import Delivery, render_pull, service_view
 from runtime.pubsub.retry import REASON_UNRENDERABLE
-from runtime.pubsub.subscribers.base import KindStorage
+from runtime.pubsub.subscribers.base import KindHooks
 from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.util.random_ids import random_hex
 
@@ -383,7 +383,7 @@ def ack(source: PullSource, subs: list[SubInfo], ack_ids: list[str]) -> set[str]
     return {ack_id for ack_id, _d in acked}
 
 
-class PullSubscriber(KindStorage):
+class PullSubscriber(KindHooks):
     """Pull subscriptions: read by their clients (``take``, ``get_messages``), never delivered by a worker."""
 
     kind = KIND_PULL
@@ -400,6 +400,13 @@ class PullSubscriber(KindStorage):
     @staticmethod
     def check(where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
         """A pull subscription needs nothing more: its reader is its service or security definition."""
+
+    @staticmethod
+    def refused_field(service: str, security: str, push_url: str) -> tuple[str, str] | None:
+        """Its reader: a security definition, or a service for a service pull queue."""
+        if security or service:
+            return None
+        return 'security', 'is required for a pull subscription (or service, for a service pull queue)'
 
     def wants_delivery(self, sub: SubInfo) -> bool:
         """Never: no worker delivers a pull subscription."""

@@ -72,7 +72,7 @@ from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import Delivery, pull_meta, push_view
 from runtime.pubsub.options import DeliveryOptions, KindOptions
 from runtime.pubsub.registry import SubInfo
-from runtime.pubsub.subscribers.base import Context, Deliverer, KindStorage, KindTools, RunService
+from runtime.pubsub.subscribers.base import Context, Deliverer, KindHooks, KindTools, RunService
 from runtime.pubsub.subscribers.service import prepare, render_batch
 from runtime.security import secret_refs
 from runtime.util import json_limits
@@ -429,7 +429,7 @@ class PushDeliverer:
                 _log.debug('closing a push session failed: %s', e)
 
 
-class RestPushSubscriber(KindStorage):
+class RestPushSubscriber(KindHooks):
     """REST push subscriptions: a PushDeliverer per subscription, its session closed with the loop."""
 
     kind = KIND_REST_PUSH
@@ -454,6 +454,14 @@ class RestPushSubscriber(KindStorage):
     def check(where: str, service: str, push_url: str, options: DeliveryOptions) -> None:
         """A REST push subscription has an http(s) URL without credentials."""
         check_push_url(push_url, where)
+
+    @staticmethod
+    def refused_field(service: str, security: str, push_url: str) -> tuple[str, str] | None:
+        """An http(s) URL with a host (the rest of check_push_url's checks follow in ``check``)."""
+        url = urlsplit(push_url)
+        if url.scheme not in ('http', 'https') or not url.hostname:
+            return 'push_url', 'must be an http:// or https:// URL for a REST push subscription'
+        return None
 
     def wants_delivery(self, sub: SubInfo) -> bool:
         """Any worker may push a subscription's messages: each one competes for its lease."""

@@ -20,7 +20,7 @@ from runtime.errors import ConfigError, UnrenderableMessage
 from runtime.pubsub.delivery import Outcome
 from runtime.pubsub.message import service_view
 from runtime.pubsub.registry import KIND_SERVICE
-from runtime.pubsub.subscribers.base import Context, Deliverer, KindStorage, KindTools, RunService
+from runtime.pubsub.subscribers.base import Context, Deliverer, KindHooks, KindTools, RunService
 
 if TYPE_CHECKING:
     from runtime.pubsub.message import Delivery
@@ -98,7 +98,7 @@ def prepare(ctx: Context, sub: SubInfo, d: Delivery, run_service: RunService) ->
     return meta
 
 
-class ServiceSubscriber(KindStorage):
+class ServiceSubscriber(KindHooks):
     """Delivers each message to the subscribed service, one invocation per message."""
 
     kind = KIND_SERVICE
@@ -120,6 +120,11 @@ class ServiceSubscriber(KindStorage):
         """A service subscription names its service."""
         if not service:
             raise ConfigError('subscription', 'a service subscription needs the service to invoke')
+
+    @staticmethod
+    def refused_field(service: str, security: str, push_url: str) -> tuple[str, str] | None:
+        """The service to invoke."""
+        return None if service else ('service', 'is required for a service subscription')
 
     def wants_delivery(self, sub: SubInfo) -> bool:
         """Any worker may deliver a service subscription: each one competes for its lease."""

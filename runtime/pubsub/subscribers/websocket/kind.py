@@ -37,7 +37,7 @@ import gevent
 
 from runtime.errors import ConfigError, UnrenderableMessage
 from runtime.pubsub.delivery import Outcome
-from runtime.pubsub.subscribers.base import Context, Deliverer, KindStorage, KindTools, RunService
+from runtime.pubsub.subscribers.base import Context, Deliverer, KindHooks, KindTools, RunService
 from runtime.pubsub.subscribers.service import prepare
 from runtime.pubsub.subscribers.websocket import clients
 from runtime.util import json_limits
@@ -135,7 +135,7 @@ class _Holding:
         self.entries: set[int] = set()
 
 
-class WebSocketSubscriber(KindStorage):
+class WebSocketSubscriber(KindHooks):
     """WebSocket subscriptions: delivered by the worker their client is attached to, while it is."""
 
     kind = KIND_WEBSOCKET
@@ -165,6 +165,11 @@ class WebSocketSubscriber(KindStorage):
             raise ConfigError(where, 'a WebSocket subscription takes no service')
         if push_url:
             raise ConfigError(where, 'a WebSocket subscription takes no push_url')
+
+    @staticmethod
+    def refused_field(service: str, security: str, push_url: str) -> tuple[str, str] | None:
+        """Its security definition: only the one owning it may resume it over a WebSocket (subscribe {sub_key})."""
+        return None if security else ('security', 'is required for a websocket subscription')
 
     def wants_delivery(self, sub: SubInfo) -> bool:
         """Only while a client of this worker is attached to it."""
