@@ -81,10 +81,11 @@ class Sweeper:
     def sweep(self) -> dict[str, int]:
         """Delete subscriptions their kinds find unused, dead-letter expired entries, delete old and consumed ones."""
         now = time.time()
-        counts = {'inactive_subscriptions': self.sweep_inactive(now)}
-        registry = self._registry()
+        before = self._registry()
+        kinds = self._kinds_present(before)
+        counts = {'inactive_subscriptions': self._sweep_inactive(before, kinds, now)}
+        registry = self._registry()  # reloaded if subscriptions were deleted
         delivered = {s.id for s in registry.subs.values() if s.kind in self._delivered_kinds and s.is_active}
-        kinds = self._kinds_present(registry)
 
         def work(conn: Connection, moves: Moves) -> dict[str, int]:
             # A kind may deliver some of its subscriptions not now (a WebSocket one with no client
@@ -112,10 +113,8 @@ class Sweeper:
             present.setdefault(sub.kind, []).append(sub)
         return {kind: subs for kind, subs in present.items() if kind in self._kinds}
 
-    def sweep_inactive(self, now: float) -> int:
+    def _sweep_inactive(self, registry: Registry, present: dict[str, list[SubInfo]], now: float) -> int:
         """Delete the subscriptions their kinds find nobody uses any more, with their queues; how many."""
-        registry = self._registry()
-        present = self._kinds_present(registry)
         if not present:
             return 0
         dead_owner_secs = DEAD_OWNER_TTLS * self._lease_ttl_secs

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,32 +73,32 @@ class _Announced(PubSubObserver):
         self.dead.append((delivery.msg_id, reason))
 
 
-class _Queue:
+class _Queue(ABC):
     """One subscription's queue on a backend under test, with what a case needs to fill and read it."""
 
     backend: QueueBackend
     sub: SubInfo
     announced: _Announced
 
+    @abstractmethod
     def publish(self, data: Any, priority: int = 5, expiration: float | None = None) -> str:
         """Queue one message for the subscription, as a publication does; its msg_id."""
-        raise NotImplementedError
 
+    @abstractmethod
     def entries(self) -> list[Delivery]:
         """What waits in the queue, in delivery order, read without counting an attempt."""
-        raise NotImplementedError
 
+    @abstractmethod
     def dead_letters(self) -> list[dict[str, Any]]:
         """The subscription's dead letters, oldest first."""
-        raise NotImplementedError
 
+    @abstractmethod
     def run(self, work: CycleWork) -> tuple[list[Delivery], float | None]:
         """Run a cycle handed over by cycle_work in a transaction of the caller's."""
-        raise NotImplementedError
 
+    @abstractmethod
     def let_pass(self, secs: float) -> None:
         """Let secs go by on the clock the backend compares due and expiration times with."""
-        raise NotImplementedError
 
     def take(self, limit: int = 10, settlement: Settlement | None = None,
              due_before: float | None = None) -> tuple[list[Delivery], float | None]:
