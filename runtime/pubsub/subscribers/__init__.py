@@ -17,7 +17,7 @@ a worker makes its plug-in (``build``, from the ``KindTools`` every kind is offe
 the catalog and the registry name no kind's options: they type them through ``Kinds``.
 
 Adding a kind is one new module with its ``Subscriber`` class, imported here and added to
-``SUBSCRIBER_KINDS`` below; nothing else changes (``tests/runtime/test_example_kind.py`` registers
+``SUBSCRIBER_KINDS`` below; nothing else changes (``tests/pubsub/test_example_kind.py`` registers
 the example kind ``tests/example_kind/memo.py`` so).
 """
 

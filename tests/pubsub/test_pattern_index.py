@@ -21,6 +21,8 @@ from runtime.pubsub.topics import (
     validate_topic_name,
 )
 
+pytestmark = pytest.mark.unit
+
 # (pattern, topic, expected)
 MATCH_TABLE: list[tuple[str, str, bool]] = [
     # Exact names, both separators, case-insensitivity

@@ -25,7 +25,7 @@ from runtime.pubsub.observers import PubSubObserver
 from runtime.pubsub.subscribers.pull import get_messages
 from runtime.testing import make_settings
 from tests.live_server import poll
-from tests.server.test_metrics import _samples, _value
+from tests.observability.test_metrics import _samples, _value
 
 TIMEOUT = 30.0  # how long a condition may take under load; met conditions return at once
 

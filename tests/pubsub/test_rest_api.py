@@ -405,7 +405,7 @@ def test_every_error_status_names_the_problem(api: LiveServer, names: Names) -> 
     error(subscriber.post('/pubsub/messages/ack', {'ack_ids': 'ack.1'}), 400, 'ack_ids')
     assert ok(subscriber.ack(['ack.\x00', 'x' * 5000]))['not_found'] == ['ack.\x00', 'x' * 5000]  # 500 before
 
-    # No pub or sub permission: 401 (Zato 4.1's code, the default; tests/server/test_zato_compat.py has "http").
+    # No pub or sub permission: 401 (Zato 4.1's code, the default; tests/pubsub/test_zato_compat.py has "http").
     for r in (nobody.publish(created, {'data': 1}), subscriber.publish(created, {'data': 1}),
               publisher.subscribe(created)):
         assert error(r, 401)['details'] == 'Permission denied'

@@ -5,7 +5,7 @@ nor this server's own admin API, unless ``[pubsub] push_allow_hosts`` lists the 
 are allowed. Checked when a subscription is made (the admin API answers 400 naming push_url and
 the reason) and on every connection, against the address a name resolved to: a name that resolves
 to 127.0.0.1 is refused at connect time, through the ordinary failure path, with nothing sent.
-The receiver is a real HTTP server on loopback (tests.runtime.test_pubsub_push.Receiver).
+The receiver is a real HTTP server on loopback (tests.pubsub.test_push.Receiver).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from runtime.config import Settings
 from runtime.errors import ConfigError, PushUnreachable
 from runtime.testing import TestRuntime, admin_client, make_settings, wait_until
-from tests.runtime.test_pubsub_push import FAST, TIMEOUT, Attempts, Receiver
+from tests.pubsub.test_push import FAST, TIMEOUT, Attempts, Receiver
 
 REFUSED = {
     'http://127.0.0.1:8080/hook': 'loopback',

@@ -13,6 +13,8 @@ from runtime.pubsub.subscribers import SUBSCRIBER_KINDS
 from runtime.pubsub.subscribers.file import FileOptions
 from runtime.pubsub.subscribers.rest_push import RestPushOptions
 
+pytestmark = pytest.mark.unit
+
 TYPES = SUBSCRIBER_KINDS.options
 SECRET = '${CONDUIT_SECRET_PUSH}'
 

@@ -7,7 +7,7 @@
   shared by the tests of the default, each with objects of its own; a fresh one for "http").
 - A publisher's pub_time comes back verbatim, correl_id defaults to the request's cid, msg_ids start
   with ``zpsm``, and ``zato.s.to.<service>`` is the service's topic.
-(One message per POST with the flat body, to a real receiver: tests/runtime/test_pubsub_push.py.)
+(One message per POST with the flat body, to a real receiver: tests/pubsub/test_push.py.)
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from runtime.scheduler.jobs import JobDefinition
 from runtime.service import Service
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.live_server import LiveServer
-from tests.server.test_pubsub_rest import Client, Names, error, objects, ok, start_with_objects, take_names
+from tests.pubsub.test_rest_api import Client, Names, error, objects, ok, start_with_objects, take_names
 
 # An enmasse file in Zato 4.1's keys (and a few of 3.x's exports), as a migrating user has it.
 ENMASSE = '''
@@ -253,7 +253,7 @@ def zato_shared(module_server_factory: Callable[..., LiveServer],
                 request: pytest.FixtureRequest) -> tuple[LiveServer, list[Names]]:
     """A server on the default (Zato) status codes shared by the module, and the objects no test has taken yet.
 
-    The objects are those of tests/server/test_pubsub_rest.py, named for each test.
+    The objects are those of tests/pubsub/test_rest_api.py, named for each test.
     """
     server = module_server_factory()
     return server, start_with_objects(server, request)

@@ -6,6 +6,8 @@ import pytest
 
 from runtime.pubsub.observers import Observers, PubSubObserver
 
+pytestmark = pytest.mark.unit
+
 
 class _Counting(PubSubObserver):
     def __init__(self) -> None:

@@ -2,7 +2,7 @@
 
 ``run_transaction`` and the SQL of publications are replaced by fakes that record what each
 transaction held, so this runs without a database; the real thing is in
-tests/runtime/test_pubsub_group_commit.py.
+tests/pubsub/test_group_commit.py.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from runtime.pubsub import group_commit
 from runtime.pubsub.group_commit import GroupCommitter
 from runtime.pubsub.statements import Publication
 from runtime.util.spawn import Spawner
+
+pytestmark = pytest.mark.unit
 
 
 class FakeWriter:

@@ -16,6 +16,8 @@ from runtime.errors import UnrenderableMessage
 from runtime.pubsub.options import DeliveryOptions
 from runtime.pubsub.retry import JITTER, REASON_UNRENDERABLE, RedeliveryDecision, decide, is_socket_error
 
+pytestmark = pytest.mark.unit
+
 NOW = 1_000_000.0
 NEVER = NOW + 10 ** 9
 

@@ -7,6 +7,8 @@ import pytest
 from runtime.pubsub.permissions import Grant, Permissions, Rules
 from runtime.pubsub.topics import covers, matches
 
+pytestmark = pytest.mark.unit
+
 TOPICS = ['orders', 'orders.new', 'orders.new.urgent', 'orders.emea.new', 'ordersx.new', 'invoices.new', 'a.b.c.d']
 
 

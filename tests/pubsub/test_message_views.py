@@ -24,6 +24,8 @@ from runtime.pubsub.message import (
 )
 from runtime.util.timefmt import iso, iso_millis
 
+pytestmark = pytest.mark.unit
+
 PUB_TIME = 1_767_225_600.25  # 2026-01-01T00:00:00.250000+00:00
 
 

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.http.test_admin_api import Admin, _records, _start
 from tests.live_server import poll
-from tests.server.test_admin_api import Admin, _records, _start
 
 
 def _failing_subs(admin: Admin) -> tuple[int, int]:

@@ -17,6 +17,8 @@ from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.statements import Delivery
 from runtime.testing.memory import MSG_ID_PREFIX, DeliveryFailed, MemoryQueueBackend
 
+pytestmark = pytest.mark.unit
+
 
 def _sub(sub_id: int = 1, **options: object) -> SubInfo:
     return SubInfo(sub_id, f'sk.{sub_id}', 'orders.*', 'service', service='orders.handler',
