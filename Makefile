@@ -38,7 +38,7 @@ endif
 chaos: $(STAMP)
 	CONDUIT_CHAOS=1 CONDUIT_CHAOS_KILLS=20 CONDUIT_CHAOS_CLUSTER_CUTS=6 $(PY) -m gevent.monkey --module pytest -q -s tests/reliability
 	CONDUIT_CHAOS_FILE_ROWS=100000 $(PY) -m gevent.monkey --module pytest -q -s \
-		tests/server/test_file_transfer_live.py -k kill_9
+		tests/files/test_transfer_live.py -k kill_9
 	CONDUIT_CHAOS=1 $(PY) -m gevent.monkey --module pytest -q -m chaos tests
 
 lint: $(STAMP)

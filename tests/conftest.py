@@ -15,6 +15,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
@@ -25,6 +26,9 @@ from tests.databases import Databases
 from tests.live_server import LiveServer
 from tests.recorder import Recorder
 
+if TYPE_CHECKING:
+    from tests.websocket_peer import Peer
+
 pytest_plugins = ['runtime.testing', 'tests.sshd']
 
 #: Set by ``make chaos``: the tests marked ``chaos`` run too (``make test`` skips them, naming why).
@@ -34,8 +38,25 @@ PG_ADMIN_URL = os.environ.get('CONDUIT_TEST_PG_URL', 'postgresql://127.0.0.1:543
 BACKENDS = [b for b in os.environ.get('CONDUIT_TEST_BACKENDS', 'sqlite,postgresql').split(',') if b]
 
 
+#: What a test marked ``unit`` may not take: each needs a database, a server, a browser or sshd.
+#: tests/parallel.py runs every unit file in one pytest process, trusting that the mark tells the truth.
+COSTLY_FIXTURES = frozenset({
+    'db_backend', 'db_url', 'empty_db_url', 'engine', 'databases', 'server_factory', 'server',
+    'module_db_backend', 'module_db_url', 'module_server_factory', 'shared_server', 'runtime_factory',
+    'migrated_sqlite_template', 'peers', 'sshd', 'sshd_module', 'target', 'browser',
+})
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Skip the long scenarios marked ``chaos`` unless ``make chaos`` runs the suite."""
+    """Refuse a ``unit`` test that takes a costly fixture; skip the long scenarios marked ``chaos``
+    unless ``make chaos`` runs the suite."""
+    for item in items:
+        if item.get_closest_marker('unit') is None:
+            continue
+        costly = sorted(COSTLY_FIXTURES.intersection(getattr(item, 'fixturenames', ())))
+        if costly:
+            raise pytest.UsageError(f'{item.nodeid} is marked unit but takes {", ".join(costly)}: '
+                                    'a unit test needs no database, server, browser or sshd (drop the mark)')
     if CHAOS:
         return
     skip = pytest.mark.skip(reason='a long scenario: make chaos runs it')
@@ -185,3 +206,20 @@ def recorder() -> Iterator[Recorder]:
     made = Recorder()
     yield made
     made.clear()
+
+
+@pytest.fixture
+def peers() -> Iterator[Callable[..., Peer]]:
+    """WebSocket connections a test opens with open_peer(server, ...); all closed at the end."""
+    from tests.websocket_peer import Peer  # websocket-client: only the tests that open peers need it
+
+    made: list[Peer] = []
+
+    def open_peer(server: LiveServer, **kwargs: object) -> Peer:
+        peer = Peer.connect(server, **kwargs)
+        made.append(peer)
+        return peer
+
+    yield open_peer
+    for peer in made:
+        peer.close()

@@ -3,8 +3,8 @@
 Most of the suite's time is spent waiting (for a real gunicorn server to start, answer or stop, for
 spark-submit, for a redelivery to come due), not computing, so a second process roughly halves the
 wall time even on two cores. Each process runs one file at a time, taken from one queue, longest
-first, so that a long file started last does not leave the others idle at the end (the unit tests,
-most of whose files take well under a second, run together as one); each runs under
+first, so that a long file started last does not leave the others idle at the end (the files marked
+``unit``, most of which take well under a second, run together as one); each runs under
 ``python -m gevent.monkey`` as a worker is patched by gunicorn. A file's output is printed whole
 when it ends, so that two files' lines never interleave.
 
@@ -28,73 +28,86 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Files (and batched directories) that take longest, started first, longest first: measured in a
+#: What the unit files run as: one pytest process for all of them (UNIT says why).
+UNIT = 'unit'
+
+#: Files (and the unit batch) that take longest, started first, longest first: measured in a
 #: fresh-clone run with 4 processes (the "(N s, ...)" of each file's line); the rest follow by name.
 LONG_FIRST = (
-    'tests/unit',
-    'tests/server/test_hot_deploy.py',
-    'tests/server/test_spark.py',
+    UNIT,
+    'tests/deploy/test_hot_deploy.py',
+    'tests/spark/test_spark.py',
     'tests/dashboard/test_core_pages.py',
     'tests/reliability/test_websocket_faults.py',
     'tests/dashboard/test_stale_answers.py',
-    'tests/server/test_scheduler_server.py',
-    'tests/server/test_bench_smoke.py',
+    'tests/scheduler/test_scheduler_server.py',
+    'tests/bench/test_smoke.py',
     'tests/dashboard/test_scheduler_spark.py',
     'tests/dashboard/test_pubsub_pages.py',
-    'tests/server/test_admin_insight.py',
-    'tests/server/test_smoke.py',
-    'tests/server/test_websocket.py',
-    'tests/http/test_dashboard_core.py',
-    'tests/server/test_cli.py',
+    'tests/insight/test_admin_insight.py',
+    'tests/project/test_smoke.py',
+    'tests/websocket/test_websocket.py',
+    'tests/dashboard/test_core_routes.py',
+    'tests/cli/test_cli.py',
     'tests/reliability/test_kill_duplicates.py',
-    'tests/server/test_openapi_fuzz.py',
-    'tests/server/test_hot_deploy_imports.py',
-    'tests/http/test_dashboard_sessions_end.py',
-    'tests/server/test_channels_http.py',
+    'tests/http/test_openapi_fuzz.py',
+    'tests/deploy/test_hot_deploy_imports.py',
+    'tests/dashboard/test_sessions_end.py',
+    'tests/channels/test_channels_http.py',
     'tests/dashboard/test_overview.py',
-    'tests/server/test_admin_writes.py',
+    'tests/http/test_admin_writes.py',
     'tests/reliability/test_db_outage.py',
     'tests/reliability/test_kill_loop.py',
     'tests/dashboard/test_sign_in.py',
-    'tests/server/test_objects_config.py',
+    'tests/objects/test_objects_config.py',
     'tests/dashboard/test_file_channels.py',
     'tests/dashboard/test_deployments.py',
-    'tests/runtime/test_pubsub_progressive_acks.py',
-    'tests/server/test_file_transfer_live.py',
+    'tests/pubsub/test_progressive_acks.py',
+    'tests/files/test_transfer_live.py',
     'tests/dashboard/test_services.py',
-    'tests/runtime/test_file_subscriber.py',
+    'tests/files/test_subscriber.py',
     'tests/reliability/test_cluster.py',
-    'tests/server/test_cli_admin.py',
-    'tests/server/test_admin_dead_letters.py',
-    'tests/server/test_pubsub_rest.py',
+    'tests/cli/test_cli_admin.py',
+    'tests/pubsub/test_admin_dead_letters.py',
+    'tests/pubsub/test_rest_api.py',
 )
 
-#: Directories whose files run together in one pytest process: most take well under a second (about
-#: 60 s for all 25), and a process of its own cost each about 3 s of CPU to start (pytest, the imports).
-BATCHED_DIRS = ('tests/unit',)
+#: How a file declares that it is a unit file: ``pytestmark = pytest.mark.unit`` (or a list holding the
+#: mark), which tests/conftest.py enforces (a unit test takes no database, server, browser or sshd).
+#: The unit files run together in one pytest process: most take well under a second, and a process
+#: of its own costs each about 3 s of CPU to start (pytest, the imports).
+UNIT_MARK = re.compile(r'^pytestmark\s*=.*\bpytest\.mark\.unit\b', re.M)
 
 #: pytest's exit status when a file has no test to run (e.g. everything deselected by -k).
 NO_TESTS_COLLECTED = 5
 
 
+def unit_files() -> list[str]:
+    """The test files marked ``unit``, by path."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / 'tests').rglob('test_*.py')
+                  if UNIT_MARK.search(p.read_text(encoding='utf-8')))
+
+
 def suite_files() -> list[str]:
-    """What each pytest process runs: a file, or a directory of BATCHED_DIRS; the long files first."""
+    """What each pytest process runs: a file, or UNIT for all the unit files; the long ones first."""
+    units = set(unit_files())
     found = sorted(str(p.relative_to(ROOT)) for p in (ROOT / 'tests').rglob('test_*.py'))
-    batched = [d for d in BATCHED_DIRS if any(f.startswith(d + '/') for f in found)]
-    found = [f for f in found if not any(f.startswith(d + '/') for d in BATCHED_DIRS)]
-    first = [f for f in LONG_FIRST if f in found or f in batched]
-    return first + [f for f in batched + found if f not in first]
+    found = ([UNIT] if units else []) + [f for f in found if f not in units]
+    first = [f for f in LONG_FIRST if f in found]
+    return first + [f for f in found if f not in first]
 
 
 def run_file(path: str, extra: list[str]) -> tuple[int, str, float, float]:
-    """Run one file's tests in a pytest process of its own; returns its status, output, seconds and CPU seconds.
+    """Run one file's tests (or, for UNIT, every unit file's) in a pytest process of its own; returns
+    its status, output, seconds and CPU seconds.
 
     The CPU seconds are the process's and those of every process it waited for (the servers it
     started, the browser): not the database servers'.
     """
     started = time.monotonic()
+    paths = unit_files() if path == UNIT else [path]
     proc = subprocess.Popen([sys.executable, '-m', 'gevent.monkey', '--module', 'pytest', '-q', '-p',
-                             'no:cacheprovider', *extra, path], cwd=ROOT, stdout=subprocess.PIPE,
+                             'no:cacheprovider', *extra, *paths], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
     assert proc.stdout is not None
     output = proc.stdout.read()

@@ -11,7 +11,7 @@ Sessions may run nothing but SFTP (``ForceCommand internal-sftp``), starting in 
 forwarding, no TTY. Logins are by key only: OpenSSH's password authentication goes through PAM
 or the system's shadow passwords, i.e. a real account password, which a test must not set on the
 machine. Password handling on the client side is therefore tested on its parameters only
-(``tests/unit/test_files_sftp.py``).
+(``tests/files/test_sftp.py``).
 
 What a test uses:
 

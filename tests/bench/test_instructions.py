@@ -8,6 +8,8 @@ import pytest
 
 from bench.instructions import Count, _thread_totals, clock, per_message, round_secs
 
+pytestmark = pytest.mark.unit
+
 
 def _write(directory: Path, name: str, total: int | None) -> None:
     body = 'version: 1\ncreator: callgrind-3.19.0\n'

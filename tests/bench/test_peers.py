@@ -10,6 +10,8 @@ import pytest
 
 from bench import common, peers, run
 
+pytestmark = pytest.mark.unit
+
 
 def _args(**overrides: Any) -> argparse.Namespace:
     values = {'count': 3000, 'seq_count': 500, 'rounds': 2, 'publishers': '50', 'systems': 'celery,dramatiq',

@@ -9,6 +9,8 @@ import pytest
 
 from bench import common, run
 
+pytestmark = pytest.mark.unit
+
 
 def _throughput(measured_at: str) -> dict:
     return {'measured_at': measured_at, 'rows': [{'broker': 'sqlite', 'publishers': 50, 'rates': [12_000.0]}]}

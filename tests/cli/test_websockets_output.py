@@ -1,6 +1,6 @@
 """``conduit pubsub websockets`` on its own: what it asks the admin API, and how it prints the answer.
 
-The admin API is replaced by a recorded answer; tests/server/test_cli_websockets.py runs the same
+The admin API is replaced by a recorded answer; tests/websocket/test_cli.py runs the same
 command against a live server.
 """
 
@@ -14,6 +14,8 @@ from click.testing import CliRunner
 
 from runtime import cli as cli_module
 from runtime.cli import pubsub as pubsub_cli
+
+pytestmark = pytest.mark.unit
 
 ANSWER = {'is_ok': True, 'totals': {'subscriptions': 2, 'connected': 1}, 'websockets': [
     {'sub_id': 12, 'security': 'browser', 'pattern': 'crm.customer.created.notifications.for.the.sales.department',

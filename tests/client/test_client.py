@@ -1,4 +1,4 @@
-"""runtime.client against a fake of the WebSocket endpoint (tests/unit/fake_ws_server.py) on loopback.
+"""runtime.client against a fake of the WebSocket endpoint (tests/client/fake_ws_server.py) on loopback.
 
 The fake speaks the wire protocol of docs/websockets.md with an in-memory broker, so these tests
 prove the client's side of it: requests matched to answers by id, messages queued for the
@@ -26,25 +26,27 @@ from runtime.client import (
     Message,
     backoff_secs,
 )
-from tests.unit.fake_ws_server import FakeServer
+from tests.client.fake_ws_server import FakeServer
+
+pytestmark = pytest.mark.unit
 
 PASSWORD = 'alice-secret-pw'
 
 
 @pytest.fixture
-def server() -> Iterator[FakeServer]:
+def fake() -> Iterator[FakeServer]:
     """A fake endpoint with one user, alice."""
     srv = FakeServer({'alice': PASSWORD}).start()
     yield srv
     srv.close()
 
 
-def _client(server: FakeServer, **kwargs: object) -> Client:
+def _client(fake: FakeServer, **kwargs: object) -> Client:
     # Short waits: a reconnection in these tests takes a fraction of a second, not INITIAL_BACKOFF_SECS.
     kwargs.setdefault('max_backoff', 0.2)
     kwargs.setdefault('connect_timeout', 5)
     kwargs.setdefault('request_timeout', 5)
-    return Client(server.url, 'alice', PASSWORD, **kwargs)  # type: ignore[arg-type]
+    return Client(fake.url, 'alice', PASSWORD, **kwargs)  # type: ignore[arg-type]
 
 
 def _messages(client: Client, n: int, timeout: float = 5.0) -> list[Message]:
@@ -61,20 +63,20 @@ def _messages(client: Client, n: int, timeout: float = 5.0) -> list[Message]:
 # Authentication
 
 
-def test_hello_auth_sends_a_hello_frame_first_and_no_authorization_or_origin_header(server: FakeServer) -> None:
-    with _client(server) as client:
+def test_hello_auth_sends_a_hello_frame_first_and_no_authorization_or_origin_header(fake: FakeServer) -> None:
+    with _client(fake) as client:
         client.ping()
-    conn = server.connections[0]
+    conn = fake.connections[0]
     assert conn.frames[0] == {'action': 'hello', 'username': 'alice', 'password': PASSWORD, 'id': conn.frames[0]['id']}
     assert 'authorization' not in conn.headers
     assert 'origin' not in conn.headers  # the server refuses Basic Auth from browser origins; we are none
     assert [f['action'] for f in conn.frames] == ['hello', 'ping']
 
 
-def test_basic_auth_sends_the_header_on_the_upgrade_and_no_hello(server: FakeServer) -> None:
-    with _client(server, auth='basic') as client:
+def test_basic_auth_sends_the_header_on_the_upgrade_and_no_hello(fake: FakeServer) -> None:
+    with _client(fake, auth='basic') as client:
         client.ping()
-    conn = server.connections[0]
+    conn = fake.connections[0]
     token = base64.b64encode(f'alice:{PASSWORD}'.encode()).decode()
     assert conn.headers['authorization'] == f'Basic {token}'
     assert 'origin' not in conn.headers
@@ -82,8 +84,8 @@ def test_basic_auth_sends_the_header_on_the_upgrade_and_no_hello(server: FakeSer
 
 
 @pytest.mark.parametrize('auth', ['hello', 'basic'])
-def test_wrong_password_is_a_client_error_401(server: FakeServer, auth: str) -> None:
-    client = Client(server.url, 'alice', 'wrong', auth=auth, reconnect=True)  # type: ignore[arg-type]
+def test_wrong_password_is_a_client_error_401(fake: FakeServer, auth: str) -> None:
+    client = Client(fake.url, 'alice', 'wrong', auth=auth, reconnect=True)  # type: ignore[arg-type]
     with pytest.raises(ClientError) as info:
         client.connect()
     assert info.value.status == 401
@@ -91,41 +93,41 @@ def test_wrong_password_is_a_client_error_401(server: FakeServer, auth: str) -> 
     assert not client.connected
 
 
-def test_unreachable_server_is_disconnected(server: FakeServer) -> None:
-    url = server.url
-    server.close()
+def test_unreachable_server_is_disconnected(fake: FakeServer) -> None:
+    url = fake.url
+    fake.close()
     with pytest.raises(Disconnected, match='cannot connect'):
         Client(url, 'alice', PASSWORD, connect_timeout=2).connect()
 
 
-def test_a_request_before_connect_says_so(server: FakeServer) -> None:
+def test_a_request_before_connect_says_so(fake: FakeServer) -> None:
     with pytest.raises(Disconnected, match=r'call connect\(\) first'):
-        _client(server).publish('orders', 1)
+        _client(fake).publish('orders', 1)
 
 
-def test_bad_arguments_are_refused_before_anything_is_sent(server: FakeServer) -> None:
+def test_bad_arguments_are_refused_before_anything_is_sent(fake: FakeServer) -> None:
     with pytest.raises(ValueError, match='credentials'):
         Client('ws://alice:pw@127.0.0.1:1/pubsub/ws', 'alice', PASSWORD)
     with pytest.raises(ValueError, match='ws://'):
         Client('ftp://127.0.0.1:1/', 'alice', PASSWORD)
     with pytest.raises(ValueError, match='auth'):
-        Client(server.url, 'alice', PASSWORD, auth='token')  # type: ignore[arg-type]
+        Client(fake.url, 'alice', PASSWORD, auth='token')  # type: ignore[arg-type]
     assert Client('http://127.0.0.1:17010', 'a', 'b').url == 'ws://127.0.0.1:17010/pubsub/ws'
-    with _client(server) as client:
+    with _client(fake) as client:
         with pytest.raises(TypeError, match='prio'):
             client.publish('orders', 1, prio=5)
         with pytest.raises(ValueError, match='exactly one'):
             client.subscribe('orders', pattern='orders.*')
         with pytest.raises(ValueError, match='window'):
             client.subscribe(sub_key='sk.1', window=3)
-    assert [f['action'] for f in server.connections[0].frames] == ['hello']
+    assert [f['action'] for f in fake.connections[0].frames] == ['hello']
 
 
 # The protocol
 
 
-def test_publish_subscribe_ack_round_trip(server: FakeServer) -> None:
-    with _client(server) as client:
+def test_publish_subscribe_ack_round_trip(fake: FakeServer) -> None:
+    with _client(fake) as client:
         sub = client.subscribe('orders', window=10)
         assert sub.sub_key.startswith('sk.') and sub.queue_depth == 0 and sub.window == 10
         msg_id = client.publish('orders', {'id': 1}, priority=7, correl_id='abc')
@@ -134,17 +136,17 @@ def test_publish_subscribe_ack_round_trip(server: FakeServer) -> None:
         assert (message.sub_key, message.data) == (sub.sub_key, {'id': 1})
         assert message.meta['msg_id'] == msg_id and message.meta['delivery_count'] == 1
         assert message.ack() is True
-        assert server.subs[sub.sub_key].unacked == {}
+        assert fake.subs[sub.sub_key].unacked == {}
         assert client.receive(timeout=0.2) is None  # nothing more: the ack removed it
-    publish = next(f for f in server.connections[0].frames if f['action'] == 'publish')
+    publish = next(f for f in fake.connections[0].frames if f['action'] == 'publish')
     assert publish == {'action': 'publish', 'topic': 'orders', 'data': {'id': 1}, 'priority': 7,
                        'correl_id': 'abc', 'id': publish['id']}
-    ids = [f['id'] for f in server.connections[0].frames]
+    ids = [f['id'] for f in fake.connections[0].frames]
     assert len(set(ids)) == len(ids)  # each request its own id
 
 
-def test_window_and_batch_ack(server: FakeServer) -> None:
-    with _client(server) as client:
+def test_window_and_batch_ack(fake: FakeServer) -> None:
+    with _client(fake) as client:
         sub = client.subscribe('orders', window=2)
         for n in range(5):
             client.publish('orders', n)
@@ -158,12 +160,12 @@ def test_window_and_batch_ack(server: FakeServer) -> None:
         last.ack()
         assert client.ack('nonsense') == 0
         client.unsubscribe(sub)
-        assert sub.sub_key not in server.subs and client.subscriptions == []
+        assert sub.sub_key not in fake.subs and client.subscriptions == []
 
 
-def test_an_error_answer_is_a_client_error_and_the_connection_stays(server: FakeServer) -> None:
-    server.forbidden.add('payroll')
-    with _client(server) as client:
+def test_an_error_answer_is_a_client_error_and_the_connection_stays(fake: FakeServer) -> None:
+    fake.forbidden.add('payroll')
+    with _client(fake) as client:
         with pytest.raises(ClientError) as info:
             client.publish('payroll', {'amount': 1})
         assert (info.value.status, info.value.details) == (401, 'Permission denied')
@@ -171,26 +173,26 @@ def test_an_error_answer_is_a_client_error_and_the_connection_stays(server: Fake
             client.unsubscribe('sk.nobody')
         assert info.value.status == 404
         assert client.publish('orders', 1).startswith('zpsm')
-    assert len(server.connections) == 1
+    assert len(fake.connections) == 1
 
 
-def test_an_error_no_request_waits_for_goes_to_on_error(server: FakeServer) -> None:
+def test_an_error_no_request_waits_for_goes_to_on_error(fake: FakeServer) -> None:
     errors: list[Exception] = []
-    with _client(server, on_error=errors.append) as client:
-        server.connections[0].send_json({'action': 'error', 'id': None, 'status': 400, 'details': 'bad frame'})
+    with _client(fake, on_error=errors.append) as client:
+        fake.connections[0].send_json({'action': 'error', 'id': None, 'status': 400, 'details': 'bad frame'})
         client.ping()
     assert [(e.status, e.details) for e in errors] == [(400, 'bad frame')]  # type: ignore[attr-defined]
 
 
-def test_a_short_wait_for_messages_is_not_the_timeout_of_a_large_send(server: FakeServer) -> None:
-    with _client(server) as client:
+def test_a_short_wait_for_messages_is_not_the_timeout_of_a_large_send(fake: FakeServer) -> None:
+    with _client(fake) as client:
         assert client.receive(timeout=0.001) is None
         assert client.publish('orders', 'x' * 4_000_000).startswith('zpsm')
-    assert len(server.connections) == 1  # sent whole, over the first connection
+    assert len(fake.connections) == 1  # sent whole, over the first connection
 
 
-def test_another_thread_may_publish_while_one_iterates(server: FakeServer) -> None:
-    with _client(server) as client:
+def test_another_thread_may_publish_while_one_iterates(fake: FakeServer) -> None:
+    with _client(fake) as client:
         client.subscribe('orders')
         got: list[object] = []
         reader = threading.Thread(target=lambda: got.extend(m.data for m in _messages(client, 20, timeout=10)))
@@ -201,8 +203,8 @@ def test_another_thread_may_publish_while_one_iterates(server: FakeServer) -> No
         assert len(set(msg_ids)) == 20
 
 
-def test_close_from_another_thread_ends_the_iteration(server: FakeServer) -> None:
-    client = _client(server)
+def test_close_from_another_thread_ends_the_iteration(fake: FakeServer) -> None:
+    client = _client(fake)
     client.connect()
     ended = threading.Event()
 
@@ -222,14 +224,14 @@ def test_close_from_another_thread_ends_the_iteration(server: FakeServer) -> Non
 # Reconnecting and resuming
 
 
-def test_reconnects_signs_in_again_and_resumes_by_sub_key(server: FakeServer) -> None:
-    with _client(server) as client:
+def test_reconnects_signs_in_again_and_resumes_by_sub_key(fake: FakeServer) -> None:
+    with _client(fake) as client:
         sub = client.subscribe('orders', window=5)
         client.publish('orders', {'id': 1})
         (before,) = _messages(client, 1)  # received, not acked
-        server.connections[0].drop()
+        fake.connections[0].drop()
         (again,) = _messages(client, 1, timeout=10)  # the drop is noticed, the client reconnects and resumes
-        second = server.wait_connections(2)
+        second = fake.wait_connections(2)
         assert [f['action'] for f in second.frames[:2]] == ['hello', 'subscribe']
         assert second.frames[1] == {'action': 'subscribe', 'sub_key': sub.sub_key, 'id': second.frames[1]['id']}
         # Redelivered by the server, attempt counted; the copy from the lost connection cannot be acked.
@@ -241,25 +243,25 @@ def test_reconnects_signs_in_again_and_resumes_by_sub_key(server: FakeServer) ->
         assert client.publish('orders', 2).startswith('zpsm')
 
 
-def test_basic_auth_is_sent_again_on_reconnection(server: FakeServer) -> None:
-    with _client(server, auth='basic') as client:
+def test_basic_auth_is_sent_again_on_reconnection(fake: FakeServer) -> None:
+    with _client(fake, auth='basic') as client:
         client.subscribe('orders')
-        server.connections[0].drop()
+        fake.connections[0].drop()
         assert client.receive(timeout=1) is None
-        second = server.wait_connections(2)
+        second = fake.wait_connections(2)
         assert second.headers['authorization'].startswith('Basic ')
         assert [f['action'] for f in second.frames] == ['subscribe']
 
 
-def test_messages_queued_but_not_yet_read_are_dropped_at_the_drop(server: FakeServer) -> None:
-    with _client(server) as client:
+def test_messages_queued_but_not_yet_read_are_dropped_at_the_drop(fake: FakeServer) -> None:
+    with _client(fake) as client:
         client.subscribe('orders', window=3)
         for n in range(3):
             client.publish('orders', n)
         time.sleep(0.3)
         client.ping()  # reads the three messages into the client's queue without handing them out
-        server.connections[0].drop()
-        server.connections[0].ended.wait(5)
+        fake.connections[0].drop()
+        fake.connections[0].ended.wait(5)
         # Whichever way the client notices the drop (reading the answer, or sending), it reconnects.
         try:
             client.ping()
@@ -271,20 +273,20 @@ def test_messages_queued_but_not_yet_read_are_dropped_at_the_drop(server: FakeSe
         assert client.ack(*got) == 3
 
 
-def test_a_request_whose_answer_was_lost_raises_answer_lost_and_the_next_one_works(server: FakeServer) -> None:
-    server.drop_on_publish.add('fragile')
-    with _client(server) as client:
+def test_a_request_whose_answer_was_lost_raises_answer_lost_and_the_next_one_works(fake: FakeServer) -> None:
+    fake.drop_on_publish.add('fragile')
+    with _client(fake) as client:
         with pytest.raises(AnswerLost):
             client.publish('fragile', 1)
         assert client.publish('orders', 1).startswith('zpsm')
-    assert len(server.connections) == 2
+    assert len(fake.connections) == 2
 
 
-def test_a_request_after_an_unnoticed_drop_waits_for_the_reconnection(server: FakeServer) -> None:
-    with _client(server) as client:
+def test_a_request_after_an_unnoticed_drop_waits_for_the_reconnection(fake: FakeServer) -> None:
+    with _client(fake) as client:
         client.ping()
-        server.connections[0].drop()
-        server.connections[0].ended.wait(5)
+        fake.connections[0].drop()
+        fake.connections[0].ended.wait(5)
         time.sleep(0.1)
         # The first send may still go into the dead socket (AnswerLost); one more always works.
         try:
@@ -294,63 +296,63 @@ def test_a_request_after_an_unnoticed_drop_waits_for_the_reconnection(server: Fa
         assert msg_id.startswith('zpsm')
 
 
-def test_without_reconnect_a_drop_raises_disconnected(server: FakeServer) -> None:
-    with _client(server, reconnect=False) as client:
+def test_without_reconnect_a_drop_raises_disconnected(fake: FakeServer) -> None:
+    with _client(fake, reconnect=False) as client:
         client.subscribe('orders')
-        server.connections[0].drop()
+        fake.connections[0].drop()
         with pytest.raises(Disconnected):
             client.receive(timeout=5)
         with pytest.raises(Disconnected):
             client.publish('orders', 1)
-    assert len(server.connections) == 1
+    assert len(fake.connections) == 1
 
 
-def test_a_closing_frame_reports_its_code(server: FakeServer) -> None:
-    with _client(server, reconnect=False) as client:
-        server.connections[0].close_with(1009, 'message too big')
+def test_a_closing_frame_reports_its_code(fake: FakeServer) -> None:
+    with _client(fake, reconnect=False) as client:
+        fake.connections[0].close_with(1009, 'message too big')
         with pytest.raises(Disconnected) as info:
             client.receive(timeout=5)
         assert (info.value.code, info.value.reason) == (1009, 'message too big')
 
 
-def test_a_silent_server_is_taken_for_lost(server: FakeServer) -> None:
-    with _client(server, reconnect=False, heartbeat_secs=0.2) as client:
-        server.connections[0].mute = True
+def test_a_silent_server_is_taken_for_lost(fake: FakeServer) -> None:
+    with _client(fake, reconnect=False, heartbeat_secs=0.2) as client:
+        fake.connections[0].mute = True
         started = time.monotonic()
         with pytest.raises(Disconnected, match='no frame from the server'):
             client.receive(timeout=10)
         assert time.monotonic() - started < 3
 
 
-def test_a_detached_subscription_is_reported_and_not_resumed(server: FakeServer) -> None:
-    with _client(server) as first, _client(server) as second:
+def test_a_detached_subscription_is_reported_and_not_resumed(fake: FakeServer) -> None:
+    with _client(fake) as first, _client(fake) as second:
         sub = first.subscribe('orders')
         assert second.subscribe(sub_key=sub.sub_key).resumed
         item = first.receive(timeout=5)
         assert isinstance(item, Detached) and item.sub_key == sub.sub_key
         assert item.details == 'resumed on another connection'
         assert first.subscriptions == []
-        server.connections[0].drop()
+        fake.connections[0].drop()
         assert first.receive(timeout=1) is None  # the drop noticed, the client connected again
         first.ping()
-        assert [f['action'] for f in server.connections[2].frames] == ['hello', 'ping']  # no resume of it
+        assert [f['action'] for f in fake.connections[2].frames] == ['hello', 'ping']  # no resume of it
 
 
-def test_a_subscription_gone_while_away_becomes_a_detached_item(server: FakeServer) -> None:
-    with _client(server) as client:
+def test_a_subscription_gone_while_away_becomes_a_detached_item(fake: FakeServer) -> None:
+    with _client(fake) as client:
         sub = client.subscribe('orders')
-        with server.lock:
-            del server.subs[sub.sub_key]  # deleted meanwhile (limit_sub_inactivity)
-        server.connections[0].drop()
+        with fake.lock:
+            del fake.subs[sub.sub_key]  # deleted meanwhile (limit_sub_inactivity)
+        fake.connections[0].drop()
         item = client.receive(timeout=10)
         assert isinstance(item, Detached) and item.details == 'no such sub_key'
         assert client.subscriptions == []
 
 
-def test_refused_credentials_end_the_reconnecting(server: FakeServer) -> None:
-    with _client(server) as client:
-        server.users['alice'] = 'changed'
-        server.connections[0].drop()
+def test_refused_credentials_end_the_reconnecting(fake: FakeServer) -> None:
+    with _client(fake) as client:
+        fake.users['alice'] = 'changed'
+        fake.connections[0].drop()
         with pytest.raises(ClientError) as info:
             client.receive(timeout=10)
         assert info.value.status == 401
@@ -370,25 +372,25 @@ def test_backoff_doubles_is_capped_and_jittered() -> None:
 # Secrets
 
 
-def test_the_password_never_shows_in_repr_errors_or_logs(server: FakeServer, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_password_never_shows_in_repr_errors_or_logs(fake: FakeServer, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     errors: list[Exception] = []
-    server.forbidden.add('payroll')
-    with _client(server, on_error=errors.append) as client:
+    fake.forbidden.add('payroll')
+    with _client(fake, on_error=errors.append) as client:
         sub = client.subscribe('orders')
         client.publish('orders', 1)
         (message,) = _messages(client, 1)
         with pytest.raises(ClientError) as refused:
             client.publish('payroll', 1)
-        server.users['alice'] = 'changed'  # the reconnection's sign-in fails
-        server.connections[0].drop()
+        fake.users['alice'] = 'changed'  # the reconnection's sign-in fails
+        fake.connections[0].drop()
         with pytest.raises(ClientError) as lost:
             client.receive(timeout=10)
         shown = [repr(client), str(client.__dict__.get('url')), repr(sub), repr(message), str(refused.value),
                  str(lost.value), *map(repr, errors), *map(str, errors)]
     for basic in ('basic', 'hello'):
         with pytest.raises(ClientError) as wrong:
-            Client(server.url, 'alice', 'wrong-password-x', auth=basic).connect()  # type: ignore[arg-type]
+            Client(fake.url, 'alice', 'wrong-password-x', auth=basic).connect()  # type: ignore[arg-type]
         shown.append(str(wrong.value))
     text = '\n'.join(shown + [r.getMessage() for r in caplog.records])
     for secret in (PASSWORD, 'wrong-password-x', base64.b64encode(f'alice:{PASSWORD}'.encode()).decode()):

@@ -1,6 +1,6 @@
 """runtime.client against a real server: the round trip, both ways to sign in, and a resume across a restart.
 
-tests/unit/test_client.py proves the client's side of the protocol against a fake in detail; this
+tests/client/test_client.py proves the client's side of the protocol against a fake in detail; this
 module proves that the fake and the real endpoint agree, on SQLite and on PostgreSQL: one server,
 stopped and started again under a connected client, which must reconnect by itself and get its
 unacknowledged message again.

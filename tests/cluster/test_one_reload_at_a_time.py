@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import gevent
+import pytest
 
 from runtime.cluster.sync import one_reload_at_a_time
+
+pytestmark = pytest.mark.unit
 
 
 class Copy:

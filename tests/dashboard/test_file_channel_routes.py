@@ -15,7 +15,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from tests.http.test_dashboard_core import ENV, VIEWER_PASSWORD, sign_in
+from tests.dashboard.test_core_routes import ENV, VIEWER_PASSWORD, sign_in
 from tests.live_server import LiveServer
 
 TOPIC = 'fc.page'

@@ -9,7 +9,7 @@ named with markup is shown as text there and on its page; a channel deleted whil
 is said to be gone once; an unknown name is the 404 page naming it.
 
 Only SQLite: the page owns no SQL, and the runs query it reads is tested on both databases by
-tests/http/test_admin_file_channels.py. Both tests share the module's server: each makes channels
+tests/files/test_admin_file_channels.py. Both tests share the module's server: each makes channels
 (and a topic) of names of its own, in an inbox of its own, and reads only its own channels' runs.
 """
 

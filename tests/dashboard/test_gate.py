@@ -8,20 +8,22 @@ import pytest
 from runtime.http.dashboard.gate import safe_next, same_origin, sign_in_url
 from runtime.pubsub.topics import matching_names
 
+pytestmark = pytest.mark.unit
 
-@pytest.mark.parametrize('target', ['/dashboard/', '/dashboard/topics', '/dashboard/topics/a.b?offset=50',
+
+@pytest.mark.parametrize('path', ['/dashboard/', '/dashboard/topics', '/dashboard/topics/a.b?offset=50',
                                     '/dashboard/queues/7/messages', '/dashboard/topics/%2Fcustomer%2Fnew'])
-def test_dashboard_paths_are_kept(target: str) -> None:
-    assert safe_next(target) == target
+def test_dashboard_paths_are_kept(path: str) -> None:
+    assert safe_next(path) == path
 
 
-@pytest.mark.parametrize('target', [None, '', '/', '/admin/status', '//evil.example', '///evil.example',
+@pytest.mark.parametrize('path', [None, '', '/', '/admin/status', '//evil.example', '///evil.example',
                                     'https://evil.example/dashboard/', '/dashboard/../admin', '/dashboard/./x',
                                     '/dashboard/%2e%2e/admin', '/dashboard//evil', '/\\evil.example',
                                     '/dashboard/\\..\\admin', 'javascript:alert(1)', '/dashboard/sign-in',
                                     '/dashboard/x\nSet-Cookie: a=b', '/dashboard/' + 'x' * 3000, '/dashboardx'])
-def test_anything_else_goes_to_the_overview(target: str | None) -> None:
-    assert safe_next(target) == '/dashboard/'
+def test_anything_else_goes_to_the_overview(path: str | None) -> None:
+    assert safe_next(path) == '/dashboard/'
 
 
 def test_sign_in_url_quotes_the_target() -> None:

@@ -1,6 +1,6 @@
 """The scheduler and Spark pages in a real browser: jobs made, run now, paused, resumed, edited; Spark's pipelines.
 
-Submitting a real Spark job is covered by tests/server/test_spark.py (admin API and CLI on a real
+Submitting a real Spark job is covered by tests/spark/test_spark.py (admin API and CLI on a real
 server); here a submission the server refuses shows its message, and a finished job (a row as the
 Spark manager writes it, with a log file) is shown with its output and log.
 

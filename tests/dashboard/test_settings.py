@@ -12,6 +12,8 @@ from runtime.config import load_settings
 from runtime.errors import ConfigError
 from runtime.security.admin_credentials import viewer_password
 
+pytestmark = pytest.mark.unit
+
 
 def _write(tmp_path: Path, text: str) -> Path:
     (tmp_path / 'config').mkdir(exist_ok=True)

@@ -8,6 +8,8 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, InternalError, Operationa
 from runtime.db.unavailable import storage_errors
 from runtime.errors import StorageUnavailable
 
+pytestmark = pytest.mark.unit
+
 
 class _DriverError(Exception):
     pass

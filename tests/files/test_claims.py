@@ -11,6 +11,8 @@ import pytest
 from runtime.files import claims
 from runtime.files.claims import Claim, claim_name, is_claim, is_internal, is_stale, parse_claim, this_owner
 
+pytestmark = pytest.mark.unit
+
 
 def test_owner_is_safe_and_names_this_process() -> None:
     owner = this_owner()

@@ -7,6 +7,8 @@ import pytest
 from runtime.files.completion import Completion
 from runtime.files.sources import Entry
 
+pytestmark = pytest.mark.unit
+
 
 def e(path: str, size: int = 10, mtime: float = 100.0) -> Entry:
     return Entry(path, path.rpartition('/')[2], size, mtime)

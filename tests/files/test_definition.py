@@ -11,6 +11,8 @@ import pytest
 from runtime.errors import ConfigError
 from runtime.files.definition import DEFAULT_RECORDS, FILE_CHANNELS_KEY, FileChannelDef
 
+pytestmark = pytest.mark.unit
+
 WHERE = 'objects.yaml [file_channel] invoices'
 
 #: A real ed25519 public key line (its blob names its type, as a server's key does).

@@ -23,6 +23,8 @@ from runtime.files.naming import (
     time_values,
 )
 
+pytestmark = pytest.mark.unit
+
 #: 2026-03-04 05:06:07 UTC
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC).timestamp()
 

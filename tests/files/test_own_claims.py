@@ -4,7 +4,7 @@ The SFTP server breaking off in the middle of a file and coming back a moment la
 claim: the processor stops, cannot rename the file back while the server is down, and its owner
 process is alive, so the claim is not stale. Waiting out ``claim_timeout_secs`` (300 s) would hold
 the file for five minutes; the poller knows which files its processors hold and takes the others.
-The live scenario is ``tests/server/test_file_transfer_live.py`` (SFTP restarted mid-file); this
+The live scenario is ``tests/files/test_transfer_live.py`` (SFTP restarted mid-file); this
 makes the claim by hand so that the path is taken every time.
 """
 

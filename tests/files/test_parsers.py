@@ -22,6 +22,8 @@ from runtime.files import parsers
 from runtime.files.parsers import Record, check_csv_delimiter, check_encoding, digest, digest_bytes, read_records
 from runtime.util.json_limits import JsonLimits
 
+pytestmark = pytest.mark.unit
+
 LIMITS = JsonLimits()
 MB = 1024 * 1024
 

@@ -28,6 +28,8 @@ from runtime.files import sources
 from runtime.files.source_base import TEMP_MARK
 from runtime.files.sources import Entry, LocalSource, Source, open_source
 
+pytestmark = pytest.mark.unit
+
 KINDS = ['local', 'sftp']
 
 HOSTILE_PATHS = ['../x', '/etc/passwd', 'a/../../x', 'a/..', '..', 'a\x00b', 'a\\..\\b', '']

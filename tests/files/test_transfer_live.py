@@ -346,7 +346,7 @@ def test_a_file_channel_made_through_the_admin_api_and_cli(
 
 def readme_example() -> tuple[list[dict[str, Any]], str]:
     """The object files of README.md's "File transfer" section, and the CSV its commands drop."""
-    from tests.server.test_readme_examples import README, parse_blocks
+    from tests.project.test_readme_examples import README, parse_blocks
 
     text = README.read_text(encoding='utf-8')
     start = text.index('\n## File transfer\n')

@@ -13,6 +13,8 @@ from runtime.errors import ConfigError, FileRenderError
 from runtime.files import writers
 from runtime.util.json_limits import JsonLimits
 
+pytestmark = pytest.mark.unit
+
 
 def body(fmt: str, items: list[Any], columns: tuple[str, ...] = ()) -> bytes:
     rendered = [writers.render_item(fmt, data, i) for i, data in enumerate(items)]

@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[2]
 
 #: Modules that legitimately need an optional library at import: the SFTP source itself.
@@ -105,7 +107,7 @@ def server():
     from runtime.security.admin_credentials import admin_password
     from runtime.testing import AppClient
 
-    # What `make run` reads, copied (as tests/server/test_readme_examples.py does): var/ stays untouched.
+    # What `make run` reads, copied (as tests/project/test_readme_examples.py does): var/ stays untouched.
     base = Path(tempfile.mkdtemp())
     for name in ('config', 'services', 'spark_pipeline', 'hot-deploy'):
         shutil.copytree(name, base / name)

@@ -34,7 +34,7 @@ from runtime.service import Service
 from runtime.spark.submit import SparkSubmitter, Submission
 from runtime.testing import TestRuntime, make_settings, wait_until
 from tests.live_server import LiveServer
-from tests.runtime.test_pubsub_push import Receiver
+from tests.pubsub.test_push import Receiver
 from tests.security.conftest import PASSWORD, USER
 
 TIMEOUT = 30  # how long a condition may take under load; met conditions return at once

@@ -22,6 +22,8 @@ from runtime.spark import SparkService
 from runtime.util.spawn import Spawner
 from tests.recorder import Recorder
 
+pytestmark = pytest.mark.unit
+
 
 class FakePubSub:
     """The pub/sub API of one service, recording what it publishes."""

@@ -10,6 +10,8 @@ from runtime.service import HttpInfo
 from runtime.service.invoke import CHANNEL_INVOKE
 from runtime.testing import Invocation, service_factory
 
+pytestmark = pytest.mark.unit
+
 
 class CreateContact(Service):
     name = 'unit.contact.create'

@@ -3,7 +3,7 @@
 Submission returns a job id at once; the job goes submitted → running → succeeded, failed or
 killed (timeout, a kill request through any worker, its worker going silent); each ending is
 recorded once and published to spark.job.completed / spark.job.failed and the callback service.
-Runs on both database backends; the real spark-submit is covered by tests/server/test_spark.py.
+Runs on both database backends; the real spark-submit is covered by tests/spark/test_spark.py.
 """
 
 from __future__ import annotations

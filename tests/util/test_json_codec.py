@@ -12,6 +12,8 @@ from runtime.pubsub.message import InvalidMessage, encode_data
 from runtime.util import json_limits
 from runtime.util.json_limits import DEFAULT_LIMITS, InvalidJson, JsonLimits, JsonTooComplex
 
+pytestmark = pytest.mark.unit
+
 #: What clients exchange every day: its rendering must be byte for byte what the standard library wrote.
 TYPICAL = {'order_id': 1234567, 'customer': {'id': 'C-981', 'name': 'Zoë Müller 東京 🚀', 'vip': True},
            'lines': [{'sku': 'A-1', 'qty': 2, 'price': 9.99}, {'sku': 'B-7', 'qty': 1, 'price': 120.0}],

@@ -12,6 +12,8 @@ from runtime.service.context import new_cid
 from runtime.util import random_ids
 from runtime.util.random_ids import CHUNK_BYTES, random_hex
 
+pytestmark = pytest.mark.unit
+
 
 def test_hex_of_the_length_asked_and_never_repeated() -> None:
     ids = [random_hex(12) for _ in range(5000)]  # several refills

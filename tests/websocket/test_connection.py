@@ -13,6 +13,8 @@ from wsproto.events import BytesMessage, CloseConnection, Ping, Pong, TextMessag
 
 from runtime.http.websocket.connection import FRAMES_PER_TURN, Closed, Limits, TimedOut, WsConnection
 
+pytestmark = pytest.mark.unit
+
 
 class Peer:
     """The client end: wsproto in client mode on one end of a socket pair."""

@@ -9,6 +9,8 @@ import pytest
 from runtime.errors import BadRequest, Forbidden
 from runtime.http.websocket.handshake import UpgradeRequired, accept_answer, check_origin, client_key
 
+pytestmark = pytest.mark.unit
+
 KEY = 'dGhlIHNhbXBsZSBub25jZQ=='
 
 

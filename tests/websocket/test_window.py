@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import gevent
+import pytest
 
 from runtime.http.websocket.session import SendWindow, WebSocketSession
 from runtime.pubsub.delivery import DeliveryLoop, Outcome
@@ -27,6 +28,8 @@ from runtime.pubsub.subscribers.websocket import KIND_WEBSOCKET, Attachments, We
 from runtime.testing import wait_until
 from runtime.testing.memory import MemoryQueueBackend
 from runtime.util.json_limits import DEFAULT_LIMITS
+
+pytestmark = pytest.mark.unit
 
 
 class _Conn:
