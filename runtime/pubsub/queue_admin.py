@@ -146,12 +146,9 @@ class QueueAdmin:
         return sorted((c for c in clients if (security is None or c['security'] == security)
                        and (connected is None or c['connected'] == connected)), key=lambda c: c['sub_id'])
 
-    def websocket_clients_of(self, sub_ids: list[int]) -> dict[int, dict[str, Any]]:
-        """The clients of some WebSocket subscriptions, by subscription id (nothing is read for none)."""
-        if not sub_ids:
-            return {}
-        wanted = set(sub_ids)
-        return {c['sub_id']: c for c in self._read(self._websocket_clients) if c['sub_id'] in wanted}
+    def read(self, work: Callable[[Connection], T]) -> T:
+        """Run work in a read-only transaction of its own: what a subscriber kind shows of its subscriptions."""
+        return self._read(work)
 
     def expiration_time(self, topic_name: str, secs: float) -> float:
         """When a message of a topic given secs more to live expires (capped by the topic's limit)."""

@@ -517,13 +517,13 @@ def test_a_failing_subscriber_s_traceback_is_logged_and_kept_with_the_dead_lette
     # The file and line that raised, not only "ValueError: ...".
     assert dead['last_error'] == 'ValueError: cannot digest this poison pill'
     assert dead['last_traceback'].startswith('Traceback (most recent call last):')
-    assert 'test_pubsub_broker.py", line' in dead['last_traceback']
+    assert 'test_broker.py", line' in dead['last_traceback']
     assert "raise ValueError('cannot digest this poison pill')" in dead['last_traceback']
 
     lines = [r for r in caplog.records if r.name == 'runtime.pubsub.delivery' and poison in r.getMessage()]
     assert [(r.levelname, 'Traceback' in r.getMessage()) for r in lines] == [
         ('WARNING', True), ('INFO', False), ('ERROR', True)]
-    assert all('test_pubsub_broker.py' in r.getMessage() for r in (lines[0], lines[2]))
+    assert all('test_broker.py' in r.getMessage() for r in (lines[0], lines[2]))
 
 
 def test_a_waiting_retry_shows_its_traceback_in_the_queue_message_view(make_rt: Callable[..., TestRuntime]) -> None:

@@ -24,10 +24,23 @@ import falcon
 from runtime.errors import InvalidInput
 from runtime.http.admin.base import AdminParts, AdminResource
 from runtime.http.admin.input import has_bad_chars
-from runtime.http.admin.subscription_views import WEBSOCKET, websocket_view
-from runtime.http.openapi import BOOL, INT, arr, obj, operation, query, string
+from runtime.http.admin.subscription_views import CLIENT_FIELDS
+from runtime.http.openapi import BOOL, INT, STR, arr, obj, operation, query, string
+from runtime.pubsub.subscribers import shown_client
 
 _T = ['admin: pub/sub']
+
+#: OpenAPI schema of a WebSocket subscription with its client, as websocket_view shows it.
+WEBSOCKET = obj({'sub_id': INT, 'security': STR, 'pattern': STR, 'is_active': BOOL, 'queue_depth': INT,
+                 **CLIENT_FIELDS},
+                required=['sub_id', 'security', 'pattern', 'connected', 'window', 'in_flight', 'queue_depth'],
+                additional=True)
+
+
+def websocket_view(client: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    """A WebSocket subscription with its client, from a row of the kind's ``websocket_clients`` (never the sub_key)."""
+    return {'sub_id': client['sub_id'], 'security': client['security'], 'pattern': client['pattern'],
+            'is_active': client['is_active'], 'queue_depth': client['queue_depth'], **shown_client(client, now)}
 
 
 class WebSocketsResource(AdminResource):

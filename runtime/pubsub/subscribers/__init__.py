@@ -29,10 +29,10 @@ from runtime.pubsub.subscribers.file import KIND_FILE, FileSubscriber
 from runtime.pubsub.subscribers.pull import KIND_PULL, PullSubscriber
 from runtime.pubsub.subscribers.rest_push import KIND_REST_PUSH, RestPushSubscriber
 from runtime.pubsub.subscribers.service import ServiceSubscriber
-from runtime.pubsub.subscribers.websocket import KIND_WEBSOCKET, Attachments, WebSocketSubscriber
+from runtime.pubsub.subscribers.websocket import KIND_WEBSOCKET, Attachments, WebSocketSubscriber, shown_client
 
 __all__ = ['KIND_FILE', 'KIND_PULL', 'KIND_REST_PUSH', 'KIND_WEBSOCKET', 'SUBSCRIBER_KINDS', 'Attachments',
-           'Context', 'Deliverer', 'KindTools', 'RunService', 'Subscriber', 'standard_subscribers']
+           'Context', 'Deliverer', 'KindTools', 'RunService', 'Subscriber', 'shown_client', 'standard_subscribers']
 
 #: Every subscriber kind Conduit has, in the order errors and the API list them: the one place a kind is registered.
 SUBSCRIBER_KINDS = Kinds([ServiceSubscriber, PullSubscriber, RestPushSubscriber, WebSocketSubscriber, FileSubscriber])

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 #: Runs a named service with data: run(service, data, channel, raw_request) -> its response payload.
 RunService = Callable[[str, Any, str, 'dict[str, Any] | None'], Any]
+#: Runs work in one read-only transaction of its own: read(work) -> what work(conn) returned.
+Read = Callable[[Callable[['Connection'], Any]], Any]
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,8 @@ class KindHooks:
 
     Every kind's class derives from it and overrides what it needs: the fields a new subscription
     must have, as the admin API names them; rows kept beside each subscription and their sweep (the
-    WebSocket kind: its clients' rows). Static methods: the admin API, the catalog and the sweeper
-    call them on a kind's plug-in.
+    WebSocket kind: its clients' rows); what the admin API shows of them beside the common fields.
+    Static methods: the admin API, the catalog and the sweeper call them on a kind's plug-in.
     """
 
     @staticmethod
@@ -89,6 +91,15 @@ class KindHooks:
         dead_owner_secs: how long a worker's heartbeat must have stopped before it is taken as dead.
         """
         return []
+
+    @staticmethod
+    def admin_fields(read: Read, subs: list[SubInfo]) -> dict[int, dict[str, Any]]:
+        """The fields the admin API adds to the views of the kind's subscriptions (subs), by subscription id.
+
+        subs is a whole page of them: a kind that reads what it shows reads it for all of them with one
+        call of read, rather than one per subscription. A subscription left out gets no extra field.
+        """
+        return {}
 
 
 class Subscriber(Protocol):
@@ -138,3 +149,7 @@ class Subscriber(Protocol):
     def sweep(conn: Connection, registry: Registry, subs: list[SubInfo], now: float,
               dead_owner_secs: float) -> list[tuple[SubInfo, str]]:
         """See ``KindHooks.sweep``."""
+
+    @staticmethod
+    def admin_fields(read: Read, subs: list[SubInfo]) -> dict[int, dict[str, Any]]:
+        """See ``KindHooks.admin_fields``."""

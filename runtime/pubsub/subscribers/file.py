@@ -80,7 +80,7 @@ from runtime.pubsub.message import Delivery
 from runtime.pubsub.options import DeliveryOptions, KindOptions
 from runtime.pubsub.registry import SubInfo
 from runtime.pubsub.retry import is_socket_error
-from runtime.pubsub.subscribers.base import Context, Deliverer, KindHooks, KindTools, RunService
+from runtime.pubsub.subscribers.base import Context, Deliverer, KindHooks, KindTools, Read, RunService
 from runtime.pubsub.subscribers.service import prepare, render_batch
 from runtime.security import secret_refs
 from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
@@ -476,6 +476,11 @@ class FileSubscriber(KindHooks):
         if service:
             raise ConfigError(where, 'a file subscription takes no service')
         parse_target(push_url, options.of(FileOptions), where)
+
+    @staticmethod
+    def admin_fields(read: Read, subs: list[SubInfo]) -> dict[int, dict[str, Any]]:
+        """Each subscription's ``target``: where its files are written, without credentials (nothing is read)."""
+        return {s.id: {'target': shown_target(s.push_url)} for s in subs}
 
     def wants_delivery(self, sub: SubInfo) -> bool:
         """Any worker may write a subscription's files: each one competes for its lease."""

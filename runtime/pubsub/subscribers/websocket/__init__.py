@@ -3,6 +3,7 @@
 What other modules use is re-exported here.
 """
 
+from runtime.pubsub.subscribers.websocket.clients import shown_client
 from runtime.pubsub.subscribers.websocket.hub import WebSocketHub
 from runtime.pubsub.subscribers.websocket.kind import (
     KIND_WEBSOCKET,
@@ -14,4 +15,4 @@ from runtime.pubsub.subscribers.websocket.kind import (
 )
 
 __all__ = ['KIND_WEBSOCKET', 'AckTimeout', 'Attached', 'Attachments', 'ClientGone', 'WebSocketHub',
-           'WebSocketSubscriber']
+           'WebSocketSubscriber', 'shown_client']

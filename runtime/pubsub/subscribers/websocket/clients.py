@@ -4,7 +4,8 @@ One row per WebSocket subscription, added with it (``add``) and deleted with it 
 every row that references a subscription): ``owner`` is the lease-owner id of the worker holding
 the client's connection ('' while none is attached), with the client's address, when it attached,
 its last activity and the messages it held unacknowledged at the worker's last heartbeat. The hub
-(``hub``) writes it; the admin API and the dashboard read it (``websocket_clients``); the sweeper
+(``hub``) writes it; the admin API and the dashboard read it (``websocket_clients``, shown with
+``shown_client``; ``admin_fields`` adds the client to the admin API's subscription views); the sweeper
 asks the kind which subscriptions it delivers not now and which are idle past their limit.
 
 The idle ones are those with no client attached and no activity for their topic's
@@ -16,6 +17,7 @@ without detaching its clients).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,6 +27,8 @@ from runtime.db.models import QueueEntry, Subscription, WsClient
 from runtime.pubsub import statements
 from runtime.pubsub.options import DeliveryOptions
 from runtime.pubsub.registry import Registry, SubInfo, TopicInfo, parse_options
+from runtime.pubsub.subscribers.base import Read
+from runtime.util.timefmt import iso, iso_or_none
 
 #: The limit of a WebSocket subscription that matches no topic now.
 DEFAULT_INACTIVITY_SECS = TopicInfo(0, '').limit_sub_inactivity
@@ -119,6 +123,25 @@ def websocket_clients(conn: Connection) -> list[dict[str, Any]]:
                         'last_active_at': r.last_active_at, 'in_flight': r.in_flight,
                         'queue_depth': int(r.queue_depth)})
     return clients
+
+
+def shown_client(client: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    """A row of ``websocket_clients`` as the admin API shows a client: times also in ISO 8601, and its idle time."""
+    now = time.time() if now is None else now
+    return {'connected': client['connected'], 'owner': client['owner'], 'peer': client['peer'],
+            'window': client['window'], 'in_flight': client['in_flight'],
+            'connected_at': client['connected_at'], 'connected_at_iso': iso_or_none(client['connected_at']),
+            'last_active_at': client['last_active_at'], 'last_active_at_iso': iso(client['last_active_at']),
+            'idle_secs': round(max(0.0, now - client['last_active_at']), 3)}
+
+
+def admin_fields(read: Read, subs: list[SubInfo]) -> dict[int, dict[str, Any]]:
+    """Each subscription's ``client`` (null when its row is missing), all read in one transaction."""
+    if not subs:
+        return {}
+    rows = {c['sub_id']: c for c in read(websocket_clients)}
+    now = time.time()
+    return {s.id: {'client': shown_client(rows[s.id], now) if s.id in rows else None} for s in subs}
 
 
 # Sweeping

@@ -143,10 +143,11 @@ class WebSocketSubscriber(KindHooks):
     queue_limited = True
     spread = False  # the lease follows the client, to the worker holding its socket
     options = None
-    # Each subscription's client row, and the sweep of the idle ones (``clients``).
+    # Each subscription's client row, its sweep of the idle ones, and the client the admin API shows (``clients``).
     created = staticmethod(clients.add)
     undelivered = staticmethod(clients.unattached)
     sweep = staticmethod(clients.sweep_inactive)
+    admin_fields = staticmethod(clients.admin_fields)
 
     @classmethod
     def build(cls, tools: KindTools) -> WebSocketSubscriber:
