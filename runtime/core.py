@@ -42,7 +42,7 @@ from runtime.files.manager import FileTransfer
 from runtime.files.objects import section_handler as file_channel_section
 from runtime.http.admin.parts import AdminParts
 from runtime.http.app import AppParts, make_app
-from runtime.http.pubsub_rest import RestParts
+from runtime.http.pubsub_access import PubSubParts
 from runtime.insight.overview import Insight
 from runtime.insight.stats import StatsFlusher
 from runtime.objects.applier import CHANNELS_KEY, SECURITY_KEY, ObjectsApplier
@@ -370,7 +370,7 @@ class Runtime:
             security=self.security, audit=self.audit_log, synchronizer=self.synchronizer,
             recent_publications=self.metrics.recent_publications, channel_count=lambda: len(self.router.channels),
             demo=self.demo, insight=self.insight, deploy_history=self.deploy_history, dashboard_sessions=sessions)
-        rest = RestParts(settings=self.settings, security=self.security, permissions=self.permissions,
+        rest = PubSubParts(settings=self.settings, security=self.security, permissions=self.permissions,
                          broker=self.broker, catalog=self.catalog, store=self.store)
         parts = AppParts(settings=self.settings, database_answers=partial(database_answers, self.engine),
                          store=self.store, invoker=self.invoker,

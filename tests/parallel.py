@@ -34,42 +34,45 @@ UNIT = 'unit'
 #: Files (and the unit batch) that take longest, started first, longest first: measured in a
 #: fresh-clone run with 4 processes (the "(N s, ...)" of each file's line); the rest follow by name.
 LONG_FIRST = (
-    UNIT,
+    'tests/dashboard/test_core_pages.py',
     'tests/deploy/test_hot_deploy.py',
     'tests/spark/test_spark.py',
-    'tests/dashboard/test_core_pages.py',
     'tests/reliability/test_websocket_faults.py',
     'tests/dashboard/test_stale_answers.py',
+    UNIT,
     'tests/scheduler/test_scheduler_server.py',
     'tests/bench/test_smoke.py',
     'tests/dashboard/test_scheduler_spark.py',
-    'tests/dashboard/test_pubsub_pages.py',
-    'tests/insight/test_admin_insight.py',
     'tests/project/test_smoke.py',
-    'tests/websocket/test_websocket.py',
-    'tests/dashboard/test_core_routes.py',
-    'tests/cli/test_cli.py',
-    'tests/reliability/test_kill_duplicates.py',
-    'tests/http/test_openapi_fuzz.py',
-    'tests/deploy/test_hot_deploy_imports.py',
-    'tests/dashboard/test_sessions_end.py',
-    'tests/channels/test_channels_http.py',
-    'tests/dashboard/test_overview.py',
     'tests/http/test_admin_writes.py',
+    'tests/dashboard/test_pubsub_pages.py',
+    'tests/dashboard/test_sessions_end.py',
+    'tests/websocket/test_websocket.py',
+    'tests/insight/test_admin_insight.py',
+    'tests/channels/test_channels_http.py',
+    'tests/cli/test_cli.py',
+    'tests/deploy/test_hot_deploy_imports.py',
     'tests/reliability/test_db_outage.py',
-    'tests/reliability/test_kill_loop.py',
-    'tests/dashboard/test_sign_in.py',
+    'tests/http/test_openapi_fuzz.py',
+    'tests/spark/test_pipelines.py',
     'tests/objects/test_objects_config.py',
-    'tests/dashboard/test_file_channels.py',
-    'tests/dashboard/test_deployments.py',
+    'tests/reliability/test_kill_loop.py',
     'tests/pubsub/test_progressive_acks.py',
+    'tests/pubsub/test_rest_api.py',
+    'tests/dashboard/test_sign_in.py',
+    'tests/reliability/test_kill_duplicates.py',
+    'tests/dashboard/test_overview.py',
+    'tests/pubsub/test_broker.py',
     'tests/files/test_transfer_live.py',
-    'tests/dashboard/test_services.py',
+    'tests/cli/test_cli_admin.py',
+    'tests/project/test_packaging.py',
     'tests/files/test_subscriber.py',
     'tests/reliability/test_cluster.py',
-    'tests/cli/test_cli_admin.py',
+    'tests/pubsub/test_zato_compat.py',
     'tests/pubsub/test_admin_dead_letters.py',
-    'tests/pubsub/test_rest_api.py',
+    'tests/files/test_channels.py',
+    'tests/dashboard/test_core_routes.py',
+    'tests/scheduler/test_scheduler.py',
 )
 
 #: How a file declares that it is a unit file: ``pytestmark = pytest.mark.unit`` (or a list holding the
@@ -88,24 +91,24 @@ def unit_files() -> list[str]:
                   if UNIT_MARK.search(p.read_text(encoding='utf-8')))
 
 
-def suite_files() -> list[str]:
-    """What each pytest process runs: a file, or UNIT for all the unit files; the long ones first."""
-    units = set(unit_files())
+def suite_files(units: list[str]) -> list[str]:
+    """What each pytest process runs: a file, or UNIT for all the unit files (units); the long ones first."""
+    batched = set(units)
     found = sorted(str(p.relative_to(ROOT)) for p in (ROOT / 'tests').rglob('test_*.py'))
-    found = ([UNIT] if units else []) + [f for f in found if f not in units]
+    found = ([UNIT] if units else []) + [f for f in found if f not in batched]
     first = [f for f in LONG_FIRST if f in found]
     return first + [f for f in found if f not in first]
 
 
-def run_file(path: str, extra: list[str]) -> tuple[int, str, float, float]:
-    """Run one file's tests (or, for UNIT, every unit file's) in a pytest process of its own; returns
-    its status, output, seconds and CPU seconds.
+def run_file(path: str, extra: list[str], units: list[str]) -> tuple[int, str, float, float]:
+    """Run one file's tests (or, for UNIT, those of every file of units) in a pytest process of its
+    own; returns its status, output, seconds and CPU seconds.
 
     The CPU seconds are the process's and those of every process it waited for (the servers it
     started, the browser): not the database servers'.
     """
     started = time.monotonic()
-    paths = unit_files() if path == UNIT else [path]
+    paths = units if path == UNIT else [path]
     proc = subprocess.Popen([sys.executable, '-m', 'gevent.monkey', '--module', 'pytest', '-q', '-p',
                              'no:cacheprovider', *extra, *paths], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
@@ -124,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--workers', type=int, default=int(os.environ.get('CONDUIT_TEST_WORKERS', '2')))
     parser.add_argument('pytest_args', nargs='*', help='passed to every pytest process (after --)')
     args = parser.parse_args(argv)
-    files = suite_files()
+    units = unit_files()
+    files = suite_files(units)
     todo: queue.Queue[str] = queue.Queue()
     for f in files:
         todo.put(f)
@@ -139,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                 path = todo.get_nowait()
             except queue.Empty:
                 return
-            status, output, secs, cpu = run_file(path, args.pytest_args)
+            status, output, secs, cpu = run_file(path, args.pytest_args, units)
             with lock:
                 totals[0] += secs
                 totals[1] += cpu

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from runtime.channels.rest import ChannelRouter
     from runtime.config import Settings
     from runtime.http.admin.parts import AdminParts
-    from runtime.http.pubsub_rest import RestParts
+    from runtime.http.pubsub_access import PubSubParts
     from runtime.observability.metrics import Metrics
     from runtime.pubsub.subscribers.websocket import WebSocketHub
     from runtime.security.dashboard_sessions import SessionStore
@@ -71,7 +71,7 @@ class AppParts:
     #: What the admin API works with.
     admin: AdminParts
     #: What the pub/sub REST API works with.
-    pubsub_rest: RestParts
+    pubsub_rest: PubSubParts
     #: WebSocket subscriptions and their attachment to this worker's connections.
     ws_hub: WebSocketHub
     #: The dashboard's sessions (None: no dashboard).

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from runtime.errors import InvalidMessage
-from runtime.http.pubsub_rest import _publish_options
+from runtime.http.pubsub_access import _publish_options
 from runtime.service import Service
 from runtime.testing import TestRuntime
 from tests.live_server import LiveServer

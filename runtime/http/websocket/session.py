@@ -39,8 +39,8 @@ from runtime.errors import (
     UnrenderableMessage,
 )
 from runtime.http.auth import CALLER_REALM, SignInThrottle
-from runtime.http.pubsub_rest import (
-    RestParts,
+from runtime.http.pubsub_access import (
+    PubSubParts,
     check_pattern_permission,
     publish_message,
     refuse_subscriber_fields,
@@ -110,7 +110,7 @@ class WebSocketParts:
 
     settings: WebSocketSection
     #: Publishing and subscription checks, the callers' definitions and permissions (as REST).
-    rest: RestParts
+    rest: PubSubParts
     #: Subscriptions of kind websocket and their attachment to this worker's connections.
     hub: WebSocketHub
     counters: WebSocketMetrics
