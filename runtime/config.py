@@ -244,6 +244,8 @@ class PubSubSection:
     max_overflow_bytes: int = 100 * 1024 * 1024
     #: Cap of max_len of one REST pull: characters of data one answer may carry (at least max_message_size).
     max_pull_chars: int = 10_000_000
+    #: Longest a REST pull may wait for a message to arrive (its ``wait``, in seconds); 0: pulls answer at once.
+    max_pull_wait_secs: float = 30.0
     #: Most publications one group commit writes.
     group_commit_max: int = 1000
     #: PostgreSQL: send a commit of publications, takes and acks as one query (one round trip); off, one per statement.

@@ -9,10 +9,11 @@
   subscriber writes to the server's disks, a push one makes the server call out: admin only.
 - ``POST /pubsub/unsubscribe/topic/{topic}``: ``{sub_key?}``, else every subscription of the caller
   to that topic, with their queues.
-- ``POST /pubsub/messages/get``: ``{sub_key?, max_messages?, max_len?, ack?, ack_deadline?}``; without
-  sub_key, all of the caller's pull subscriptions as one queue (runtime.pubsub.subscribers.pull);
+- ``POST /pubsub/messages/get``: ``{sub_key?, max_messages?, max_len?, ack?, ack_deadline?, wait?}``;
+  without sub_key, all of the caller's pull subscriptions as one queue (runtime.pubsub.subscribers.pull);
   with ``ack: "auto"`` what it hands over is removed only once the answer was written
-  (runtime.http.handover).
+  (runtime.http.handover); with ``wait``, an empty answer waits up to that many seconds for a
+  message to arrive (``runtime.pubsub.watchers``).
 - ``POST /pubsub/messages/ack``: ``{sub_key?, ack_ids}`` for messages taken with ``ack: "manual"``.
 
 The caller is any active Basic Auth definition (runtime.security.basic_auth); its name is the subscriber's
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import falcon
@@ -73,6 +75,9 @@ _log = logging.getLogger(__name__)
 
 #: Status text of every successful answer (Zato's).
 STATUS_OK = '200 OK'
+
+#: Longest a long-polling pull waits between two looks at its queues when nothing wakes it.
+RECHECK_SECS = 5.0
 
 #: Longest a worker waits before it reloads its subscriptions for a sub_key it does not know.
 RELOAD_AFTER_SECS = 1.0
@@ -309,6 +314,10 @@ class MessagesGetResource(_PubSubResource):
             'ack': {'enum': list(pull.ACK_MODES), 'default': pull.ACK_AUTO},
             'ack_deadline': {'type': 'number', 'minimum': 0.001, 'maximum': pull.MAX_ACK_DEADLINE_SECS,
                              'default': pull.DEFAULT_ACK_DEADLINE_SECS},
+            'wait': {'type': 'number', 'minimum': 0, 'default': 0,
+                     'description': 'seconds to wait for a message when none is queued: the answer comes as '
+                                    'soon as one arrives (at most pubsub.max_pull_wait_secs, 30 by default; 0 '
+                                    'answers at once, as Zato does)'},
             'wrap_in_list': {'type': 'boolean', 'default': False,
                              'description': 'Zato: with max_messages 1 and false, the message is also given as '
                                             'top-level data and meta'}}}, required=False),
@@ -341,15 +350,22 @@ class MessagesGetResource(_PubSubResource):
         if not subs:
             raise SubscriptionNotFound() if sub_key else no_subscription(parts)
         active = [s for s in subs if s.is_active]  # a paused subscription keeps its messages
+        wait = _number(body, 'wait', 0.0, 0.0, parts.settings.pubsub.max_pull_wait_secs)
         count, chars = min(max_messages, pull.MAX_MESSAGES), min(max_len, _max_pull_chars(parts))
-        held = None
-        if not active:
-            pulled = []
-        elif mode == pull.ACK_MANUAL:
-            pulled = pull.take(parts.broker, active, count, chars, deadline, parts.permissions.may_read)
-        else:  # auto: acknowledged once the answer was written (runtime.http.handover)
+
+        def look() -> tuple[list[pull.Pulled], pull.Held | None]:
+            if mode == pull.ACK_MANUAL:
+                return pull.take(parts.broker, active, count, chars, deadline, parts.permissions.may_read), None
+            # auto: acknowledged once the answer was written (runtime.http.handover)
             held = pull.hold(parts.broker, active, count, chars, parts.permissions.may_read)
-            pulled = held.pulled
+            return held.pulled, held
+
+        if not active:
+            pulled, held = [], None
+        elif wait > 0:
+            pulled, held = _long_poll(parts, active, wait, look)
+        else:
+            pulled, held = look()
         # Each message was rendered before it left the queue (or was leased); the answer only joins
         # those texts, so nothing can fail once they are gone.
         parts = [json_limits.render(_ok(req, message_count=len(pulled)))[:-1],
@@ -364,6 +380,27 @@ class MessagesGetResource(_PubSubResource):
         else:
             resp.stream = HandOver(answer, held, req.env.get('gunicorn.socket'))
             resp.content_length = len(answer)
+
+
+def _long_poll(parts: PubSubParts, subs: list[SubInfo], wait: float,
+               look: Callable[[], tuple[list[pull.Pulled], pull.Held | None]],
+               ) -> tuple[list[pull.Pulled], pull.Held | None]:
+    """Look for messages until some are there or wait seconds have passed; what look found last.
+
+    The queues are watched before the first look, so that a message queued between a look and the
+    wait wakes it. A message that comes back without being queued anew (its ack deadline passed, a
+    retry came due) is seen on the next look, at most ``RECHECK_SECS`` later.
+    """
+    watchers = parts.broker.watchers
+    deadline = time.monotonic() + wait
+    with watchers.watch(s.id for s in subs) as woken:
+        while True:
+            pulled, held = look()
+            left = deadline - time.monotonic()
+            if pulled or left <= 0 or watchers.closed:
+                return pulled, held
+            woken.wait(min(left, RECHECK_SECS))
+            woken.clear()
 
 
 def _max_pull_chars(parts: PubSubParts) -> int:

@@ -60,6 +60,7 @@ from runtime.pubsub.subscribers.base import Context, Subscriber
 from runtime.pubsub.sweeper import SWEEPER_LEASE, Sweeper
 from runtime.pubsub.topics import validate_topic_name
 from runtime.pubsub.wakeups import Wakeups
+from runtime.pubsub.watchers import QueueWatchers
 from runtime.util.json_limits import DEFAULT_LIMITS, JsonLimits
 from runtime.util.random_ids import random_hex
 
@@ -122,7 +123,9 @@ class Broker:
         #: Whether a subscription may receive a topic's messages (pub/sub permissions); None lets all have them.
         self.sub_allowed = sub_allowed
         self._context = Context(lambda name: self.registry.topic(name), sub_allowed, json_limits)
-        self.wakeups = Wakeups(engine, settings.poll_interval_secs, self.loops)
+        #: Requests of this worker waiting for entries (long-polling pulls), woken as the loops are.
+        self.watchers = QueueWatchers()
+        self.wakeups = Wakeups(engine, settings.poll_interval_secs, self.loops, self.watchers)
         self.sweeper = Sweeper(self._transaction, lambda: self.registry, self.dead_letterer, self.kinds,
                                settings.sweep_interval_secs, lambda: self.leases.owns(SWEEPER_LEASE),
                                observers=self.observers, lease_ttl_secs=settings.lease_ttl_secs,
@@ -170,6 +173,7 @@ class Broker:
 
     def stop(self) -> None:
         """Stop delivering and hand the leases back so another worker takes over at once."""
+        self.watchers.close()
         for greenlet in list(self._greenlets.values()):
             greenlet.kill(block=False)
         self.loops.clear()
@@ -431,11 +435,14 @@ class Broker:
         return claims
 
     def _committed(self, pubs: list[Publication]) -> None:
+        watchers = self.watchers
         for pub in pubs:
             for sub_id in pub.sub_ids:
                 loop = self.loops.get(sub_id)
                 if loop is not None:
                     loop.wake()
+                if watchers:
+                    watchers.wake(sub_id)
 
     def _transaction(self, work: Callable[[Connection], T]) -> T:
         """Run work in a write transaction of its own."""

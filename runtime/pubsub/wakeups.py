@@ -1,4 +1,5 @@
-"""Wake-ups: telling this worker's delivery loops that other processes queued messages for them.
+"""Wake-ups: telling this worker's delivery loops (and the requests watching queues, such as
+long-polling pulls: ``runtime.pubsub.watchers``) that other processes queued messages for them.
 
 Publications of this worker wake its loops directly (the broker does, once they are committed).
 Those of other processes are noticed two ways: on PostgreSQL, a LISTEN connection hears the
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from runtime.pubsub.delivery import DeliveryLoop
+    from runtime.pubsub.watchers import QueueWatchers
 
 _log = logging.getLogger(__name__)
 
@@ -36,12 +38,15 @@ RELISTEN_SECS = 1.0
 
 
 class Wakeups:
-    """Wakes the loops of ``loops`` (the broker's, by subscription id) for entries other processes queued."""
+    """Wakes the loops of ``loops`` (the broker's, by subscription id) and the watchers of ``watchers``
+    for entries other processes queued."""
 
-    def __init__(self, engine: Engine, poll_interval_secs: float, loops: Mapping[int, DeliveryLoop]) -> None:
+    def __init__(self, engine: Engine, poll_interval_secs: float, loops: Mapping[int, DeliveryLoop],
+                 watchers: QueueWatchers | None = None) -> None:
         self._engine = engine
         self._poll_interval_secs = poll_interval_secs
         self._loops = loops
+        self._watchers = watchers
         #: The newest queue entry id seen; entries above it are news.
         self.last_queue_id = 0
         #: Whether the LISTEN connection is up (the poll then slows down).
@@ -77,11 +82,12 @@ class Wakeups:
         if payload == '*':
             for loop in list(self._loops.values()):
                 loop.wake()
+            if self._watchers:
+                self._watchers.wake_all()
             return
         for part in payload.split(','):
-            loop = self._loops.get(int(part)) if part.isdigit() else None
-            if loop is not None:
-                loop.wake()
+            if part.isdigit():
+                self._wake(int(part))
 
     def poll_forever(self) -> None:
         """Poll for other processes' entries, every poll interval (slower while LISTEN works)."""
@@ -96,7 +102,7 @@ class Wakeups:
 
     def poll_once(self) -> None:
         """Wake the local loops whose queues got entries since the last look (one indexed query)."""
-        if not self._loops:
+        if not self._loops and not self._watchers:
             return
         last = self.last_queue_id
         rows = run_transaction(self._engine, lambda c: c.execute(
@@ -104,6 +110,11 @@ class Wakeups:
             .group_by(QueueEntry.sub_id)).all(), write=False)
         for sub_id, max_id in rows:
             self.last_queue_id = max(self.last_queue_id, max_id)
-            loop = self._loops.get(sub_id)
-            if loop is not None:
-                loop.wake()
+            self._wake(sub_id)
+
+    def _wake(self, sub_id: int) -> None:
+        loop = self._loops.get(sub_id)
+        if loop is not None:
+            loop.wake()
+        if self._watchers:
+            self._watchers.wake(sub_id)
