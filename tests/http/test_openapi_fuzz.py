@@ -42,10 +42,12 @@ pubsub_topic:
   - name: orders.created
 '''
 
+# A pull's wait is capped at a fifth of a second: the fuzzer sends many pulls that find nothing.
 FAST = '''
 [pubsub]
 wait_non_sock_err = 0.05
 poll_interval_secs = 0.05
+max_pull_wait_secs = 0.2
 '''
 
 
