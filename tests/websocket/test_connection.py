@@ -11,7 +11,7 @@ import pytest
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, Pong, TextMessage
 
-from runtime.http.websocket.connection import FRAMES_PER_TURN, Closed, Limits, TimedOut, WsConnection
+from runtime.http.websocket.connection import FRAMES_PER_TURN, Closed, Limits, TimedOut, WsConnection, text_frame
 
 pytestmark = pytest.mark.unit
 
@@ -67,6 +67,38 @@ def test_text_messages_both_ways_and_fragments_joined(pair):
     while len(texts) < 2:
         texts += [e.data for e in peer.events() if isinstance(e, TextMessage)]
     assert texts == ['héllo', '{"x":2}']
+
+
+def test_messages_sent_in_one_write_arrive_whole_at_every_length_a_header_can_have(pair):
+    conn, peer = server(pair[0]), Peer(pair[1])
+    # Lengths at each edge of the three header forms (7 bits, 16 bits, 64 bits), and text beyond ASCII.
+    texts = ['', 'x' * 125, 'y' * 126, 'z' * 65535, 'w' * 65536, 'é' * 70000, '{"n":1}']
+    reader = gevent.spawn(lambda: _texts(peer, len(texts)))
+    conn.send_texts([t.encode('utf-8') for t in texts])
+    assert reader.get(timeout=10) == texts
+    assert text_frame(b'ab') == b'\x81\x02ab'  # FIN, text, unmasked: what RFC 6455 says a server sends
+
+
+def test_a_closed_connection_sends_nothing_and_says_why(pair):
+    conn, _peer = server(pair[0]), Peer(pair[1])
+    conn.close(1000, 'bye', drain=False)
+    with pytest.raises(Closed) as e:
+        conn.send_texts([b'{"late":1}'])
+    assert e.value.code == 1000
+
+
+def _texts(peer: Peer, n: int) -> list[str]:
+    """The next n whole text messages the server sent (fragments joined)."""
+    texts: list[str] = []
+    part = ''
+    while len(texts) < n:
+        for e in peer.events(timeout=10):
+            if isinstance(e, TextMessage):
+                part += e.data
+                if e.message_finished:
+                    texts.append(part)
+                    part = ''
+    return texts
 
 
 def test_message_over_the_limit_closes_1009(pair):

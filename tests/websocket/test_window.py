@@ -41,6 +41,10 @@ class _Conn:
     def send_text(self, text: str | bytes) -> None:
         self.frames.append(json.loads(text))
 
+    def send_texts(self, texts: list[bytes]) -> None:
+        for text in texts:
+            self.send_text(text)
+
     def messages(self) -> list[dict[str, Any]]:
         return [f for f in self.frames if f.get('action') == 'message']
 

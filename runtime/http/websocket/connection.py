@@ -1,13 +1,15 @@
-"""RFC 6455 frames over a socket taken over from the HTTP server; wsproto does the framing.
+"""RFC 6455 frames over a socket taken over from the HTTP server; wsproto reads and checks the
+peer's frames and makes the control frames, this module writes the text frames (``text_frame``).
 
-One greenlet reads (``receive``), any number write (``send_text``, serialised by a lock so that
-frames never interleave). Reading is bounded: a message over ``max_message_bytes`` closes the
-connection with 1009 before more of it is kept, a binary message with 1003, a protocol error
-(unmasked frame, bad UTF-8, bad close code) with wsproto's code. The reader also keeps the peer
-honest while it waits: every ``ping_interval`` it sends a ping, and a peer that sent nothing — not
-even a pong — for ``dead_peer_secs`` is dropped (shut down, no closing handshake: it is not there).
-The socket keeps the worker's send timeout, so one write that a client does not take in time
-closes the connection instead of holding a greenlet.
+One greenlet reads (``receive``), any number write (``send_text``, ``send_texts``: several
+messages in one write; serialised by a lock so that frames never interleave). Reading is
+bounded: a message over ``max_message_bytes`` closes the connection with 1009 before more of it
+is kept, a binary message with 1003, a protocol error (unmasked frame, bad UTF-8, bad close code)
+with wsproto's code. The reader also keeps the peer honest while it waits: every
+``ping_interval`` it sends a ping, and a peer that sent nothing — not even a pong — for
+``dead_peer_secs`` is dropped (shut down, no closing handshake: it is not there). The socket keeps
+the worker's send timeout, so one write that a client does not take in time closes the
+connection instead of holding a greenlet.
 
 What a peer may send is bounded by its ``Limits``, which the session tightens before sign-in and
 loosens after it: the largest message (enforced as its bytes arrive, and before sign-in already at
@@ -59,6 +61,16 @@ CLOSE_SEND_TIMEOUT_SECS = 2.0
 
 #: Frames (wsproto events) the reader works through before it lets the other greenlets run.
 FRAMES_PER_TURN = 50
+
+
+def text_frame(payload: bytes) -> bytes:
+    """One whole (FIN), unmasked text frame of payload, as a server sends it (RFC 6455 §5.2)."""
+    n = len(payload)
+    if n < 126:
+        return bytes((0x81, n)) + payload
+    if n < 65536:
+        return b'\x81\x7e' + n.to_bytes(2, 'big') + payload
+    return b'\x81\x7f' + n.to_bytes(8, 'big') + payload
 
 
 @dataclass(frozen=True)
@@ -302,10 +314,18 @@ class WsConnection:
 
     def send_text(self, text: str | bytes) -> None:
         """Send one text message (a str, or UTF-8 bytes); Closed if the connection is gone or the send failed."""
+        self.send_texts([text.encode('utf-8') if isinstance(text, str) else text])
+
+    def send_texts(self, texts: list[bytes]) -> None:
+        """Send text messages (each UTF-8 bytes), one frame each, in one write; Closed as ``send_text``.
+
+        The bytes are taken as valid UTF-8, as the JSON renderer makes them: a server frame is only its
+        header and the payload as it is (RFC 6455: unmasked), so nothing is decoded or copied per message.
+        """
         if self._closed is not None:
             raise self._closed
-        payload = text.decode('utf-8') if isinstance(text, bytes) else text
-        self._send_bytes(lambda: self._ws.send(TextMessage(data=payload)))
+        if texts:
+            self._send_bytes(lambda: b''.join(map(text_frame, texts)))
         if self._closed is not None:
             raise self._closed
 

@@ -562,6 +562,8 @@ class SendWindow:
                 self._release(entry_id)  # not in this batch: it is sent again when the loop takes it again
         outcomes: list[Outcome] = []
         waiting: list[Delivery] = []
+        frames: list[bytes] = []
+        sending: list[Delivery] = []  # the deliveries of frames, in order
         room = sub_window(self.sub) - len(self._held)
         key = json.dumps(self.sub.sub_key).encode()
         wall = time.time()
@@ -594,15 +596,18 @@ class SendWindow:
             self._held[entry_id] = _Sent(ack_id, now)
             self._entries[ack_id] = entry_id
             room -= 1
-            try:
-                session.conn.send_text(b'{"action":"message","sub_key":' + key + b',"ack_id":"' + ack_id.encode()
-                                       + b'",' + body[1:])
-            except Closed:
-                self.close()
-                self._release(entry_id)
+            frames.append(b'{"action":"message","sub_key":' + key + b',"ack_id":"' + ack_id.encode() + b'",' + body[1:])
+            sending.append(d)
+        # The batch's new messages go in one write: a frame is a few bytes of header and the message.
+        try:
+            session.conn.send_texts(frames)
+        except Closed:
+            self.close()
+            for d in sending:
+                self._release(d.entry_id)
                 outcomes.append(Outcome(d, False, ClientGone()))
-                continue
-            waiting.append(d)
+            return outcomes, waiting
+        waiting.extend(sending)
         return outcomes, waiting
 
 
