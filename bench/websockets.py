@@ -24,11 +24,11 @@ server's; each process binds its own loopback source address.
   the deliveries per second achieved. Then the same through REST pull: P pull subscriptions (made
   through the admin API), each read by one poller (keep-alive connection, ``POST
   /pubsub/messages/get`` with ``ack: auto``, the next poll as soon as an answer came, after
-  ``--pull-idle-ms`` when it was empty), the publication rate scaled so that deliveries per second
-  are the same.
+  ``--pull-idle-ms`` when it was empty, or long-polling with ``wait`` = ``--pull-wait`` seconds),
+  the publication rate scaled so that deliveries per second are the same.
 
     .venv/bin/python bench/websockets.py [--parts idle,fanout] [--backends sqlite] [--connections 10000]
-        [--idle-modes subscribe,resume] [--hold 30] [--subscribers 1000] [--pull-subscribers 1000]
+        [--idle-modes subscribe,resume] [--hold 30] [--subscribers 1000] [--pull-subscribers 1000] [--pull-wait 0]
         [--deliveries 1000,10000] [--seconds 20] [--warmup 3] [--rounds 2] [--profile DIR] [--quick]
 """
 
@@ -305,7 +305,10 @@ def pull_client(spec: dict[str, Any]) -> None:
     idle = spec['idle_ms'] / 1000
 
     def poller(sub_key: str) -> None:
-        body = json.dumps({'sub_key': sub_key, 'max_messages': spec['max_messages'], 'ack': 'auto'}).encode()
+        ask = {'sub_key': sub_key, 'max_messages': spec['max_messages'], 'ack': 'auto'}
+        if spec['wait']:
+            ask['wait'] = spec['wait']  # long polling: the answer comes when a message does
+        body = json.dumps(ask).encode()
         try:
             conn = HttpConnection(spec['host'], spec['port'], spec['source'])
             state.done += 1
@@ -870,7 +873,7 @@ def fanout_part(backend: str, args: argparse.Namespace, tmp: Path) -> list[dict[
             last.close()
             per_proc = args.pollers_per_process
             specs = [{**srv.spec, 'sub_keys': keys[i:i + per_proc], 'idle_ms': args.pull_idle_ms,
-                      'max_messages': 100} for i in range(0, len(keys), per_proc)]
+                      'wait': args.pull_wait, 'max_messages': 100} for i in range(0, len(keys), per_proc)]
             with clients('pull-client', specs, tmp) as procs:
                 while sum(p.progress.get('done', 0) for p in procs) < len(keys):
                     for p in procs:
@@ -939,6 +942,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--pollers-per-process', type=int, default=1000)
     parser.add_argument('--pull-idle-ms', type=float, default=0.0,
                         help='a poller that got nothing waits this long before its next poll')
+    parser.add_argument('--pull-wait', type=float, default=0.0,
+                        help="each poll's wait: seconds it may wait for a message (long polling; 0: none)")
     parser.add_argument('--deliveries', default='1000,10000', help='deliveries per second to aim at')
     parser.add_argument('--seconds', type=float, default=10.0, help='publishing time counted per round')
     parser.add_argument('--warmup', type=float, default=3.0, help='publishing time not counted, first')
@@ -1155,6 +1160,8 @@ def delivery_lines(delivery_rows: list[dict[str, Any]], args: argparse.Namespace
                             'measured': f"p50 {_both(rows, _ms('p50'))} ms, p99 {_both(rows, _ms('p99'))} ms (rounds)",
                             'met': all(p is not None and p <= 100 for p in p99s)})
     pull_wait = (f', after {args.pull_idle_ms:g} ms when it was empty' if args.pull_idle_ms else ', empty or not')
+    if args.pull_wait:
+        pull_wait = f' (each poll long-polling: `wait` {args.pull_wait:g} s, answered when a message arrives)'
     lines += ['', 'Each cell: every round in order. One server per backend. WebSocket: '
               f'{args.subscribers:,} subscriptions of the topic (window {args.window}), made beforehand in one '
               'transaction straight in the database, each resumed by `subscribe {sub_key}` on a connection of its '
