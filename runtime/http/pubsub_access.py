@@ -147,6 +147,7 @@ def refuse_subscriber_fields(body: dict[str, Any], own_kind: str) -> None:
         raise Forbidden(f'{shown}: this API makes {own_kind} subscriptions of the caller only; file, REST push and '
                         f'service subscribers are made by the admin (admin API, CLI or object files)')
 
+
 def _optional_str(body: dict[str, Any], key: str) -> str | None:
     value = body.get(key)
     if value is None or value == '':
@@ -160,6 +161,7 @@ def _optional_str(body: dict[str, Any], key: str) -> str | None:
     if '\x00' in value:
         raise InvalidMessage(key, 'must not contain NUL characters')
     return value
+
 
 def publish_message(parts: PubSubParts, caller: BasicAuth, topic: str, body: Callable[[], dict[str, Any]],
                     cid: str, channel: str = 'rest') -> dict[str, Any]:

@@ -59,14 +59,18 @@ CONFIG = '''
 max_pull_wait_secs = 10
 '''
 
-TESTS_WITH_NAMES = 7
-
 
 @pytest.fixture(scope='module')
-def shared(module_server_factory: Callable[..., LiveServer]) -> tuple[LiveServer, list[Names]]:
+def shared(module_server_factory: Callable[..., LiveServer],
+           request: pytest.FixtureRequest) -> tuple[LiveServer, list[Names]]:
     """The module's server, started with the objects of every test, and the names no test has taken yet."""
     server = module_server_factory(extra_config=CONFIG)
-    ready = [Names() for _ in range(TESTS_WITH_NAMES)]
+    # Written before the start: one object file per test of this backend that takes names.
+    backend = request.getfixturevalue('module_db_backend')
+    ready = [Names() for item in request.session.items
+             if item.module is request.module and 'names' in item.fixturenames
+             and getattr(item, 'callspec', None) is not None
+             and item.callspec.params.get('module_db_backend') == backend]
     for n in ready:
         server.write_objects(f'objects-{n.topic}.yaml', n.objects())
     return server.start(), ready
@@ -192,3 +196,17 @@ def test_a_wait_that_is_not_seconds_within_the_cap_is_refused_naming_it(server: 
     # A message published meanwhile is still there for a pull that asks properly.
     msg_id = publish(server, names, 'kept')
     assert [m['meta']['msg_id'] for m in pull(server, names, wait=0, max_messages=5)['messages']] == [msg_id]
+
+
+def test_a_caller_without_credentials_or_subscription_never_waits(server: LiveServer, names: Names) -> None:
+    started = time.monotonic()
+    for path in ('/pubsub/messages/get', '//pubsub/messages/get', '/pubsub/%2Fmessages/get'):
+        r = requests.post(server.url + path, json={'wait': 10}, timeout=30)
+        assert r.status_code in (401, 404), (path, r.status_code, r.text)
+        assert 'Traceback' not in r.text
+    wrong = post(server, (names.subscriber[0], 'not-the-password'), '/pubsub/messages/get', {'wait': 10})
+    assert wrong.status_code == 401, wrong.text
+    # Signed in, but no pull subscription: refused before any wait.
+    nobody = post(server, names.publisher, '/pubsub/messages/get', {'wait': 10})
+    assert nobody.status_code == 401 and nobody.json()['details'] == 'No subscription found for user', nobody.text
+    assert time.monotonic() - started < 10  # none of them waited out its wait
